@@ -1,0 +1,258 @@
+"""Build stage: configure and build one component in a build dir keyed by its whole
+configuration, with ninja's progress shown and the full log kept."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from . import ui
+from .cmake import Tools, build_argv, configure_argv, find_tools, write_init_cache
+from .config import REF_RE, Component, Pin
+from .errors import BuildError, CommandError, ConfigError
+from .fsutil import StateError, read_state, sha256_file, write_state
+from .proc import run
+
+STAMP_KIND = "onebit-build/build-dir"
+STAMP_SCHEMA = 1
+NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Toolchain:
+    """Versions that shape the build's outputs; all of them are part of the build key."""
+
+    cmake: str
+    ninja: str
+    c_compiler: str
+    cxx_compiler: str
+    launcher: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"cmake": self.cmake, "ninja": self.ninja, "c_compiler": self.c_compiler, "cxx_compiler": self.cxx_compiler, "launcher": self.launcher}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRequest:
+    recipe: str
+    component: Component
+    source_dir: Path
+    source_commit: str
+    source_head: str
+    patch_digest: str
+    defines: tuple[tuple[str, str], ...]  # references already resolved
+    build_root: Path
+    log: Path
+    jobs: int | None = None
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Output:
+    name: str
+    path: Path
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildResult:
+    component: str
+    build_dir: Path
+    key: str
+    reused: bool
+    outputs: tuple[Output, ...]
+    toolchain: Toolchain
+    configure_argv: tuple[str, ...]
+    build_argv: tuple[str, ...]
+    seconds: float
+
+
+# --------------------------------------------------------------------------- pure decisions
+
+
+def resolve_refs(value: str, *, pins: Mapping[str, Pin], components: Mapping[str, Mapping[str, str]]) -> str:
+    """Replace ``${pin.SRC.FIELD}`` and ``${COMPONENT.FIELD}`` in ``value``."""
+
+    def sub(m: re.Match[str]) -> str:
+        ref = m.group(1)
+        parts = ref.split(".")
+        if parts[0] == "pin":
+            src = ".".join(parts[1:-1])
+            field = parts[-1]
+            pin = pins[src]
+            values = {"commit": pin.commit, "short": pin.commit[:7], "build_number": pin.build_number or "", "branch": pin.branch or ""}
+            return values[field]
+        comp, _, field = ref.partition(".")
+        if comp not in components or field not in components[comp]:
+            known = ", ".join(sorted(components.get(comp, {}))) or "(none)"
+            raise ConfigError(f"reference ${{{ref}}}: {comp} has no {field!r}", hint=f"fields of {comp}: {known}")
+        return components[comp][field]
+
+    return REF_RE.sub(sub, value)
+
+
+def build_key(req: BuildRequest, toolchain: Toolchain) -> str:
+    """Everything that shapes the build goes into its key; a change in any of it gives a new dir."""
+    doc = {
+        "schema": STAMP_SCHEMA,
+        "recipe": req.recipe,
+        "component": req.component.name,
+        "source_dir": str(req.source_dir),
+        "source_commit": req.source_commit,
+        "source_head": req.source_head,
+        "patch_digest": req.patch_digest,
+        "build_type": req.component.build_type,
+        "defines": list(req.defines),
+        "targets": list(req.component.targets),
+        "env": list(req.env),
+        "toolchain": {k: v for k, v in toolchain.as_dict().items() if k != "launcher"},
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def build_dir_for(req: BuildRequest, key: str) -> Path:
+    return req.build_root / f"{req.recipe}-{req.component.name}-{key[:16]}"
+
+
+def parse_progress(line: str) -> tuple[int, int] | None:
+    m = NINJA_PROGRESS.match(line)
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2))
+
+
+# --------------------------------------------------------------------------- toolchain probing
+
+
+def _first_line(argv: list[str]) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    text = (out.stdout or out.stderr).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def compiler_path(kind: str, defines: Sequence[tuple[str, str]], env: Mapping[str, str]) -> str | None:
+    key = "CMAKE_C_COMPILER" if kind == "c" else "CMAKE_CXX_COMPILER"
+    for k, v in defines:
+        if k == key:
+            return v
+    var = "CC" if kind == "c" else "CXX"
+    if env.get(var):
+        return env[var]
+    for cand in (["cc", "gcc", "clang"] if kind == "c" else ["c++", "g++", "clang++"]):
+        found = shutil.which(cand)
+        if found:
+            return found
+    return None
+
+
+def probe_toolchain(tools: Tools, defines: Sequence[tuple[str, str]], env: Mapping[str, str]) -> Toolchain:
+    cc = compiler_path("c", defines, env)
+    cxx = compiler_path("cxx", defines, env)
+    if cc is None or cxx is None:
+        raise BuildError("no C/C++ compiler found", hint="install one (Debian: apt-get install build-essential) or set CC/CXX")
+    launcher = shutil.which("ccache") or shutil.which("sccache")
+    return Toolchain(
+        cmake=tools.cmake_version,
+        ninja=tools.ninja_version,
+        c_compiler=f"{cc}: {_first_line([cc, '--version'])}",
+        cxx_compiler=f"{cxx}: {_first_line([cxx, '--version'])}",
+        launcher=launcher,
+    )
+
+
+# --------------------------------------------------------------------------- the stage
+
+
+def _outputs(component: Component, build_dir: Path) -> tuple[Output, ...]:
+    outs = []
+    for name, rel in component.outputs:
+        p = build_dir / rel
+        if not p.exists():
+            raise BuildError(f"{component.name}: expected output {name} at {p} is missing", hint="check 'outputs' in the recipe against the targets built")
+        outs.append(Output(name=name, path=p, sha256=sha256_file(p) if p.is_file() else _tree_digest(p), size=p.stat().st_size if p.is_file() else 0))
+    return tuple(outs)
+
+
+def _tree_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(f"{p.relative_to(root)}\0{sha256_file(p)}\n".encode())
+    return h.hexdigest()
+
+
+def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
+    import time
+
+    t0 = time.monotonic()
+    tools = tools or find_tools()
+    env = dict(req.env)
+    toolchain = probe_toolchain(tools, req.defines, {**os.environ, **env})
+    key = build_key(req, toolchain)
+    bdir = build_dir_for(req, key)
+    stamp_path = bdir / "onebit-build.json"
+    defines = list(req.defines)
+    if toolchain.launcher:
+        defines += [("CMAKE_C_COMPILER_LAUNCHER", toolchain.launcher), ("CMAKE_CXX_COMPILER_LAUNCHER", toolchain.launcher)]
+    conf = configure_argv(tools, req.source_dir, bdir, req.component.build_type, bdir / "CMakeInit.txt")
+    bld = build_argv(tools, bdir, req.component.targets, req.jobs)
+
+    # A finished build dir with this key whose outputs are unchanged: nothing to do.
+    try:
+        stamp = read_state(stamp_path, STAMP_KIND, STAMP_SCHEMA)
+        if stamp.get("key") == key and stamp.get("complete"):
+            outs = _outputs(req.component, bdir)
+            recorded = {o["name"]: o["sha256"] for o in stamp.get("outputs", [])}
+            if all(recorded.get(o.name) == o.sha256 for o in outs):
+                return BuildResult(component=req.component.name, build_dir=bdir, key=key, reused=True, outputs=outs,
+                                   toolchain=toolchain, configure_argv=tuple(conf), build_argv=tuple(bld), seconds=time.monotonic() - t0)
+    except (FileNotFoundError, StateError, BuildError):
+        pass
+
+    bdir.mkdir(parents=True, exist_ok=True)
+    write_state(stamp_path, STAMP_KIND, STAMP_SCHEMA, {"key": key, "complete": False, "request": _request_doc(req, toolchain)})
+    write_init_cache(tools, req.source_dir, bdir, req.component.build_type, defines)
+    run_env = {**env}
+    try:
+        ui.info(f"  configuring {req.component.name} ({bdir.name})")
+        run(conf, log=req.log, env=run_env, what=f"configure of {req.component.name}",
+            hint=f"see the CMake output above; full log {req.log}")
+        with ui.StepProgress(f"building {req.component.name}") as bar:
+            def on_line(line: str) -> None:
+                prog = parse_progress(line)
+                if prog:
+                    bar.update(*prog)
+                elif ui.is_verbose():
+                    ui.detail(f"  {line}")
+
+            run(bld, log=req.log, env=run_env, on_line=on_line, what=f"build of {req.component.name}", tail=40)
+    except CommandError as exc:
+        raise BuildError(str(exc.message), hint=f"the last lines are above; full log {req.log}", detail=exc.tail) from None
+    outs = _outputs(req.component, bdir)
+    write_state(stamp_path, STAMP_KIND, STAMP_SCHEMA, {
+        "key": key, "complete": True, "request": _request_doc(req, toolchain),
+        "outputs": [{"name": o.name, "path": str(o.path), "sha256": o.sha256, "size": o.size} for o in outs],
+    })
+    return BuildResult(component=req.component.name, build_dir=bdir, key=key, reused=False, outputs=outs,
+                       toolchain=toolchain, configure_argv=tuple(conf), build_argv=tuple(bld), seconds=time.monotonic() - t0)
+
+
+def _request_doc(req: BuildRequest, toolchain: Toolchain) -> dict[str, object]:
+    return {
+        "recipe": req.recipe, "component": req.component.name, "source_dir": str(req.source_dir),
+        "source_commit": req.source_commit, "source_head": req.source_head, "patch_digest": req.patch_digest,
+        "build_type": req.component.build_type, "defines": dict(req.defines), "targets": list(req.component.targets),
+        "toolchain": toolchain.as_dict(), "host": platform.platform(),
+    }

@@ -1,0 +1,264 @@
+"""Command line: parses arguments and wires the stages together; nothing else."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from . import __version__, ui
+from .errors import NotAvailableError, OnebitError
+from .workspace import Workspace, WorkspaceLock, default_workspace
+
+HRX_RECIPE = "strix-halo"
+
+
+def repo_root() -> Path:
+    """The project folder holding pins.yaml, recipes/ and patches/ (``ONEBIT_ROOT`` overrides)."""
+    env = os.environ.get("ONEBIT_ROOT")
+    if env:
+        return Path(env).resolve()
+    here = Path.cwd().resolve()
+    for cand in (here, *here.parents):
+        if (cand / "pins.yaml").exists() and (cand / "recipes").is_dir():
+            return cand
+    pkg = Path(__file__).resolve().parent.parent
+    if (pkg / "pins.yaml").exists():
+        return pkg
+    return here
+
+
+def _common(p: argparse.ArgumentParser, top: bool) -> None:
+    d = None if not top else argparse.SUPPRESS
+    kw = {"default": argparse.SUPPRESS} if not top else {}
+    p.add_argument("--recipe", metavar="NAME", help="recipe from recipes/ (default: default)", **kw)
+    p.add_argument("--hrx", choices=["on", "off"], help="on: the HRX + Vulkan Strix Halo recipe", **kw)
+    p.add_argument("--workspace", metavar="DIR", help="cache and build folder (default: $XDG_CACHE_HOME/onebit-build)", **kw)
+    p.add_argument("--mirror-dir", metavar="DIR", action="append", help="folder with NAME.git / NAME.bundle mirrors (repeatable; also $ONEBIT_MIRROR_DIR)", **kw)
+    p.add_argument("--offline", action="store_true", help="use only the cache and mirrors; fail fast otherwise", **kw)
+    p.add_argument("--locked", action="store_true", help="refuse pins not fully resolved in pins.lock", **kw)
+    p.add_argument("-j", "--jobs", type=int, metavar="N", help="parallel build jobs (default: ninja's)", **kw)
+    p.add_argument("-v", "--verbose", action="store_true", help="echo every command and show full output", **kw)
+    p.add_argument("--model", metavar="PATH", help="smoke: use this local GGUF instead of the recipe's model", **kw)
+    del d
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="onebit-build",
+        description="Fetch pinned sources, apply patches, build llama-server, verify and smoke-test it.",
+    )
+    p.add_argument("--version", action="version", version=f"onebit-build {__version__}")
+    _common(p, top=True)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_ in (
+        ("fetch", "fetch every source of the recipe at its pinned commit"),
+        ("patch", "fetch, then prepare patched source trees"),
+        ("build", "fetch, patch and build; write build-manifest.json"),
+        ("smoke", "start the built llama-server and check it (builds first if needed)"),
+        ("all", "the whole job (the default): fetch, patch, build, smoke, report"),
+    ):
+        sp = sub.add_parser(name, help=help_)
+        _common(sp, top=False)
+    pe = sub.add_parser("patches", help="patch series tools")
+    psub = pe.add_subparsers(dest="patches_command", metavar="ACTION", required=True)
+    ex = psub.add_parser("export", help="write a prepared tree's commits back as patches/<source>/NNNN-*.patch")
+    ex.add_argument("source")
+    _common(ex, top=False)
+    pl = sub.add_parser("pins", help="pin tools")
+    plsub = pl.add_subparsers(dest="pins_command", metavar="ACTION", required=True)
+    lk = plsub.add_parser("lock", help="resolve abbreviated pins and record them in pins.lock")
+    lk.add_argument("sources", nargs="*", help="only these sources (default: all abbreviated pins)")
+    _common(lk, top=False)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    ui.set_verbose(bool(getattr(args, "verbose", False)))
+    # Ctrl-C arrives as KeyboardInterrupt; SIGTERM is turned into the same path so that
+    # every stage cleans up the same way.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        return _dispatch(args)
+    except KeyboardInterrupt:
+        ui.error("interrupted; partial outputs were removed, the next run starts cleanly")
+        return 130
+    except OnebitError as exc:
+        ui.error(str(exc))
+        if exc.detail:
+            ui.info(_indent(exc.detail))
+        if ui.is_verbose():
+            traceback.print_exc()
+        return exc.exit_code
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  | " + line for line in text.splitlines())
+
+
+def _recipe_name(args: argparse.Namespace) -> str:
+    hrx = getattr(args, "hrx", None)
+    recipe = getattr(args, "recipe", None)
+    if hrx == "on":
+        if recipe and recipe != HRX_RECIPE:
+            raise OnebitError(f"--hrx on selects recipe {HRX_RECIPE!r}, but --recipe {recipe!r} was given", hint="drop one of them")
+        return HRX_RECIPE
+    return recipe or "default"
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from . import pipeline
+    from .fetch import mirror_dirs_from
+
+    command = args.command or "all"
+    root = repo_root()
+    recipe_name = _recipe_name(args)
+    if recipe_name == HRX_RECIPE and not (root / "recipes" / f"{HRX_RECIPE}.yaml").exists():
+        raise NotAvailableError(
+            f"--hrx on: the HRX + Vulkan recipe ({HRX_RECIPE}) is not available in this version yet",
+            hint="build the CPU default for now (omit --hrx or use --hrx off)",
+        )
+    ws = Workspace(root=Path(getattr(args, "workspace", None) or default_workspace()).resolve())
+    label = command if command not in ("patches", "pins") else f"{command}-{getattr(args, 'patches_command', None) or getattr(args, 'pins_command', None)}"
+    with WorkspaceLock(ws.lock_file, f"onebit-build {label}"):
+        run_dir = ws.new_run_dir(recipe_name, label)
+        ctx = pipeline.Context(
+            repo_root=root, pins_path=root / "pins.yaml", recipes_dir=root / "recipes",
+            patches_dir=root / "patches", workspace=ws, recipe_name=recipe_name, run_dir=run_dir,
+            offline=bool(getattr(args, "offline", False)), locked=bool(getattr(args, "locked", False)),
+            mirror_dirs=mirror_dirs_from(getattr(args, "mirror_dir", None)), jobs=getattr(args, "jobs", None),
+        )
+        ui.detail(f"workspace {ws.root}; logs in {run_dir}")
+        if command == "pins":
+            return _pins_lock(ctx, args)
+        if command == "patches":
+            return _patches_export(ctx, args)
+        return _job(ctx, command, args)
+
+
+def _job(ctx, command: str, args: argparse.Namespace) -> int:
+    from . import pipeline
+
+    t_start = time.monotonic()
+    pins, recipe = pipeline.load(ctx)
+    names = pipeline.recipe_sources(recipe)
+    with ui.stage("fetch") as st:
+        fetched = pipeline.run_fetch(ctx, pins, names)
+        st["note"] = ", ".join(f"{n}@{f.commit[:12]} ({f.mirror_used.split(':')[0]})" for n, f in fetched.items())
+    if command == "fetch":
+        return 0
+    with ui.stage("patch") as st:
+        trees = pipeline.run_patch(ctx, fetched)
+        st["note"] = ", ".join(f"{n}: {len(t.patches)} patch(es){' (reused)' if t.reused else ''}" for n, t in trees.items())
+    if command == "patch":
+        for t in trees.values():
+            ui.info(f"  {t.source}: {t.path}")
+        return 0
+    with ui.stage("build") as st:
+        builds = pipeline.run_build(ctx, pins, recipe, fetched, trees)
+        man = pipeline.write_manifests(ctx, recipe, fetched, trees, builds)
+        st["note"] = "; ".join(f"{b.component}{' (up to date)' if b.reused else f' built in {b.seconds:.0f} s'}" for b in builds)
+    for b in builds:
+        for o in b.outputs:
+            ui.info(f"  {o.name}: {o.path}  sha256 {o.sha256[:16]}")
+    ui.info(f"  manifest: {man}")
+    if command == "build":
+        ui.info(f"done in {time.monotonic() - t_start:.1f} s; logs: {ctx.run_dir}")
+        return 0
+    return _smoke(ctx, recipe, builds, man, args)
+
+
+def _smoke(ctx, recipe, builds, manifest_file: Path, args: argparse.Namespace) -> int:
+    try:
+        from . import model as model_mod
+        from . import report as report_mod
+        from . import smoke as smoke_mod
+    except ImportError:
+        raise NotAvailableError("the smoke stage is not available in this version yet", hint="use 'onebit-build build'") from None
+    from .manifest import read_manifest
+
+    server = None
+    for b in builds:
+        for o in b.outputs:
+            if o.name == "llama-server":
+                server = o.path
+    if server is None:
+        raise NotAvailableError(f"recipe {recipe.name} builds no llama-server output", hint="add 'llama-server: bin/llama-server' to the component's outputs")
+    with ui.stage("model") as st:
+        if getattr(args, "model", None):
+            mf = model_mod.local_model(Path(args.model))
+        else:
+            if recipe.model is None:
+                raise NotAvailableError(f"recipe {recipe.name} names no model", hint="pass --model PATH")
+            mf = model_mod.ensure_model(recipe.model, cache_dir=ctx.workspace.models, offline=ctx.offline, log=ctx.run_dir / "model.log")
+        st["note"] = f"{mf.path.name} sha256 {mf.sha256[:16]}"
+    pin_commit = builds[-1].outputs and None
+    src = recipe.server_component.source
+    manifest = read_manifest(manifest_file)
+    commit = next(s["commit"] for s in manifest["sources"] if s["name"] == src)
+    with ui.stage("smoke") as st:
+        result = smoke_mod.run_smoke(recipe=recipe, server_bin=server, model=mf, run_dir=ctx.run_dir, expect_commit=commit[:7])
+        st["note"] = "all checks passed" if result.passed else "CHECKS FAILED"
+    del pin_commit
+    json_path, md_path = report_mod.write_report(ctx.run_dir, recipe=recipe, smoke=result, manifest=manifest)
+    report_mod.print_summary(result)
+    ui.info(f"report: {md_path}")
+    return 0 if result.passed else 10
+
+
+def _pins_lock(ctx, args: argparse.Namespace) -> int:
+    from . import pipeline
+    from .config import apply_lock, load_pins, read_lock
+
+    pins = load_pins(ctx.pins_path)
+    pins = apply_lock(pins, {}, locked=False)
+    wanted = args.sources or [n for n, p in pins.sources.items() if p.abbreviated]
+    for n in wanted:
+        pins.get(n)
+    fetched = pipeline.run_fetch(ctx, pins, wanted)
+    for n, f in fetched.items():
+        ui.info(f"  {n}: {f.commit} (from {f.mirror_used})")
+    lock = read_lock(pins.lock_path)
+    ui.info(f"{pins.lock_path.name}: {len(lock)} resolved pin(s)")
+    return 0
+
+
+def _patches_export(ctx, args: argparse.Namespace) -> int:
+    from . import pipeline
+    from .patch import export_series
+
+    pins, recipe = pipeline.load(ctx)
+    pins.get(args.source)
+    fetched = pipeline.run_fetch(ctx, pins, [args.source])
+    # The tree as it is now (the user may have committed changes in it): found by pin + current series.
+    from .patch import canonical_path, list_patches, patch_digest, PreparedTree
+
+    f = fetched[args.source]
+    patches = list_patches(ctx.patches_dir, args.source)
+    digest = patch_digest(f.commit, patches)
+    tree_path = canonical_path(ctx.workspace, args.source, f.commit, digest)
+    if not tree_path.exists():
+        raise OnebitError(f"no prepared tree for {args.source} at {tree_path}", hint="run 'onebit-build patch' first, commit your changes in that tree, then export")
+    from .gitops import Git
+
+    head = Git(tree_path).out("rev-parse", "HEAD")
+    tree = PreparedTree(source=args.source, path=tree_path, commit=f.commit, head=head, patches=patches, patch_digest=digest, reused=True)
+    written = export_series(tree, ctx.patches_dir / args.source, log=ctx.run_dir / "patch.log")
+    for p in written:
+        ui.info(f"  {p}")
+    ui.info(f"wrote {len(written)} patch(es) to {ctx.patches_dir / args.source}")
+    return 0
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,542 @@
+"""Pins and recipes: frozen dataclasses loaded from YAML and validated once, at load.
+
+Every error names the file, the key path and the fix. Unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from .errors import ConfigError
+
+PINS_SCHEMA = 1
+RECIPE_SCHEMA = 1
+LOCK_SCHEMA = 1
+
+FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+ABBREV_SHA = re.compile(r"^[0-9a-f]{7,39}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+REF_RE = re.compile(r"\$\{([^}]*)\}")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+# --------------------------------------------------------------------------- reading helpers
+
+
+class _Node:
+    """A YAML mapping with its file and key path, for errors that say where."""
+
+    def __init__(self, file: Path, path: str, data: Any):
+        self.file = file
+        self.path = path
+        if not isinstance(data, dict):
+            self.fail(f"expected a mapping, found {type(data).__name__}", "write KEY: VALUE pairs")
+        self.data: dict[str, Any] = data
+
+    def where(self, key: str | None = None) -> str:
+        if key is None:
+            return self.path or "(top level)"
+        return f"{self.path}.{key}" if self.path else key
+
+    def fail(self, problem: str, fix: str, key: str | None = None) -> None:
+        raise ConfigError(f"{self.file}: {self.where(key)}: {problem}", hint=fix)
+
+    def only(self, allowed: Iterable[str]) -> None:
+        allowed = set(allowed)
+        for key in self.data:
+            if key not in allowed:
+                self.fail(
+                    "unknown key",
+                    f"remove it or use one of: {', '.join(sorted(allowed))}",
+                    key=str(key),
+                )
+
+    def has(self, key: str) -> bool:
+        return key in self.data and self.data[key] is not None
+
+    def get(self, key: str, kind: type | tuple[type, ...], *, required: bool = True, default: Any = None, fix: str = "") -> Any:
+        if key not in self.data or self.data[key] is None:
+            if required:
+                self.fail("missing", fix or f"add {key}", key=key)
+            return default
+        value = self.data[key]
+        if kind is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+            self.fail(f"expected {names}, found {type(value).__name__} {value!r}", fix or f"give {key} a {names}", key=key)
+        return value
+
+    def child(self, key: str, *, required: bool = True) -> "_Node | None":
+        if not self.has(key):
+            if required:
+                self.fail("missing", f"add a {key}: mapping", key=key)
+            return None
+        return _Node(self.file, self.where(key), self.data[key])
+
+    def str_list(self, key: str, *, required: bool = True) -> tuple[str, ...]:
+        value = self.get(key, list, required=required, default=[])
+        out = []
+        for i, item in enumerate(value):
+            if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+                self.fail(f"item {i} must be a string, found {item!r}", "write a list of strings", key=key)
+            out.append(str(item))
+        return tuple(out)
+
+
+def _load_yaml(path: Path, what: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: {what} file not found", hint="check the path or create it") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}:{where}: malformed YAML: {problem}", hint="fix the YAML syntax there") from None
+
+
+def _check_schema(node: _Node, expected: int) -> None:
+    schema = node.get("schema", int, fix=f"add 'schema: {expected}' at the top")
+    if schema != expected:
+        node.fail(f"schema {schema} is not supported (this version reads schema {expected})", "upgrade onebit-build or convert the file", key="schema")
+
+
+# --------------------------------------------------------------------------- pins
+
+
+@dataclass(frozen=True, kw_only=True)
+class SdistMirror:
+    """A PyPI source distribution that carries a git store holding the pinned commit."""
+
+    package: str
+    version: str
+    sha256: str
+    git_dir: str  # path of the embedded git store inside the unpacked sdist
+
+    @property
+    def label(self) -> str:
+        return f"pypi-sdist:{self.package}=={self.version}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pin:
+    name: str
+    url: str
+    commit: str  # 40 hex, or an abbreviation when ``abbreviated``
+    branch: str | None = None
+    abbreviated: bool = False
+    build_number: str | None = None
+    mirrors: tuple[SdistMirror, ...] = ()
+    note: str | None = None
+
+    @property
+    def resolved(self) -> bool:
+        return bool(FULL_SHA.match(self.commit))
+
+    @property
+    def short(self) -> str:
+        return self.commit[:7]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pins:
+    path: Path
+    sources: dict[str, Pin] = field(default_factory=dict)
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path.with_name("pins.lock")
+
+    def get(self, name: str, *, context: str = "") -> Pin:
+        if name not in self.sources:
+            raise ConfigError(
+                f"{context or self.path}: unknown source {name!r}",
+                hint=f"add it to {self.path.name} or use one of: {', '.join(sorted(self.sources))}",
+            )
+        return self.sources[name]
+
+
+def load_pins(path: Path) -> Pins:
+    path = Path(path).resolve()
+    root = _Node(path, "", _load_yaml(path, "pins"))
+    root.only({"schema", "sources"})
+    _check_schema(root, PINS_SCHEMA)
+    sources_node = root.child("sources")
+    assert sources_node is not None
+    sources: dict[str, Pin] = {}
+    for name in sources_node.data:
+        name = str(name)
+        if not NAME_RE.match(name):
+            sources_node.fail("not a valid source name", "use letters, digits, '.', '_' and '-'", key=name)
+        node = sources_node.child(name)
+        assert node is not None
+        node.only({"url", "commit", "branch", "abbreviated", "build_number", "mirrors", "note"})
+        url = node.get("url", str)
+        commit = node.get("commit", str, fix="give the full 40-hex commit SHA").lower()
+        abbreviated = node.get("abbreviated", bool, required=False, default=False)
+        if not FULL_SHA.match(commit):
+            if not ABBREV_SHA.match(commit):
+                node.fail(
+                    f"{commit!r} is not a commit SHA",
+                    "give the full 40-hex SHA (not a branch or tag name)",
+                    key="commit",
+                )
+            if not abbreviated:
+                node.fail(
+                    f"{commit!r} is abbreviated ({len(commit)} of 40 hex digits)",
+                    "give the full SHA, or add 'abbreviated: true' when only a prefix is known "
+                    "(it is then resolved once fetched and recorded in pins.lock)",
+                    key="commit",
+                )
+        mirrors: list[SdistMirror] = []
+        for i, m in enumerate(node.get("mirrors", list, required=False, default=[])):
+            mnode = _Node(path, node.where(f"mirrors[{i}]"), m)
+            mnode.only({"pypi-sdist", "sha256", "git-dir"})
+            spec = mnode.get("pypi-sdist", str, fix="name the sdist as PACKAGE==VERSION")
+            if "==" not in spec:
+                mnode.fail(f"{spec!r} is not PACKAGE==VERSION", "pin an exact version, e.g. pkg==1.2.3", key="pypi-sdist")
+            pkg, ver = (s.strip() for s in spec.split("==", 1))
+            sha = mnode.get("sha256", str, fix="record the sdist's sha256").lower()
+            if not SHA256_RE.match(sha):
+                mnode.fail(f"{sha!r} is not a sha256", "give 64 hex digits", key="sha256")
+            git_dir = mnode.get("git-dir", str, fix="give the path of the git store inside the sdist")
+            if git_dir.startswith("/") or ".." in Path(git_dir).parts:
+                mnode.fail(f"{git_dir!r} must be a relative path inside the sdist", "remove leading / and '..'", key="git-dir")
+            mirrors.append(SdistMirror(package=pkg, version=ver, sha256=sha, git_dir=git_dir))
+        bn = node.get("build_number", (str, int), required=False)
+        sources[name] = Pin(
+            name=name,
+            url=url,
+            commit=commit,
+            branch=node.get("branch", str, required=False),
+            abbreviated=abbreviated,
+            build_number=str(bn) if bn is not None else None,
+            mirrors=tuple(mirrors),
+            note=node.get("note", str, required=False),
+        )
+    if not sources:
+        sources_node.fail("no sources", "add at least one source")
+    return Pins(path=path, sources=sources)
+
+
+# --------------------------------------------------------------------------- lock file
+
+
+def read_lock(path: Path) -> dict[str, dict[str, str]]:
+    """Read pins.lock: ``{name: {"prefix": ..., "commit": ...}}``. A missing file is empty."""
+    if not path.exists():
+        return {}
+    root = _Node(path, "", _load_yaml(path, "lock"))
+    root.only({"schema", "resolved"})
+    _check_schema(root, LOCK_SCHEMA)
+    out: dict[str, dict[str, str]] = {}
+    node = root.child("resolved", required=False)
+    if node is None:
+        return out
+    for name in node.data:
+        entry = node.child(str(name))
+        assert entry is not None
+        entry.only({"prefix", "commit"})
+        prefix = entry.get("prefix", str).lower()
+        commit = entry.get("commit", str).lower()
+        if not FULL_SHA.match(commit) or not commit.startswith(prefix):
+            entry.fail(f"{commit!r} is not a full SHA starting with {prefix!r}", "run 'onebit-build pins lock' again", key="commit")
+        out[str(name)] = {"prefix": prefix, "commit": commit}
+    return out
+
+
+def render_lock(resolved: dict[str, dict[str, str]]) -> str:
+    lines = [
+        "# Written by 'onebit-build pins lock': the full commits of abbreviated pins.",
+        f"schema: {LOCK_SCHEMA}",
+        "resolved:",
+    ]
+    for name in sorted(resolved):
+        lines.append(f"  {name}:")
+        lines.append(f"    prefix: '{resolved[name]['prefix']}'")
+        lines.append(f"    commit: '{resolved[name]['commit']}'")
+    if not resolved:
+        lines[-1] = "resolved: {}"
+    return "\n".join(lines) + "\n"
+
+
+def apply_lock(pins: Pins, lock: dict[str, dict[str, str]], *, locked: bool) -> Pins:
+    """Return pins whose abbreviated commits are replaced by the locked full SHAs.
+
+    With ``locked`` every pin must end up full; otherwise unresolved pins stay abbreviated
+    (fetch resolves them)."""
+    out: dict[str, Pin] = {}
+    missing = []
+    for name, pin in pins.sources.items():
+        entry = lock.get(name)
+        if not pin.resolved and entry and entry["prefix"] == pin.commit:
+            pin = replace(pin, commit=entry["commit"])
+        if not pin.resolved:
+            missing.append(name)
+        out[name] = pin
+    if locked and missing:
+        raise ConfigError(
+            f"{pins.lock_path}: unresolved pins with --locked: {', '.join(missing)}",
+            hint="run 'onebit-build pins lock' (needs the sources or a mirror) and commit pins.lock",
+        )
+    return replace(pins, sources=out)
+
+
+# --------------------------------------------------------------------------- recipes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Component:
+    name: str
+    source: str
+    build_type: str = "Release"
+    defines: tuple[tuple[str, str], ...] = ()
+    targets: tuple[str, ...] = ()
+    outputs: tuple[tuple[str, str], ...] = ()  # (name, path relative to the build dir)
+    env: tuple[tuple[str, str], ...] = ()
+
+    def references(self) -> set[str]:
+        """Names of other components this one refers to through ``${name.field}``."""
+        refs = set()
+        for _, value in (*self.defines, *self.env):
+            for ref in REF_RE.findall(value):
+                head = ref.split(".", 1)[0]
+                if head not in ("pin",):
+                    refs.add(head)
+        return refs
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    name: str
+    file: str
+    sha256: str
+    pypi: tuple[str, ...] = ()  # requirement strings of the wheels that carry the parts
+    parts: tuple[str, ...] = ()  # part file names, joined in this order
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptCheck:
+    name: str
+    prompt: str
+    expect: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmokeSpec:
+    devices: tuple[str, ...] = ("CPU",)
+    prompts: tuple[PromptCheck, ...] = ()
+    ctx_size: int = 2048
+    answer_tokens: int = 16
+    speed_tokens: int = 128
+    speed_repeats: int = 3
+    health_timeout_s: float = 60.0
+    reference_tok_s: tuple[tuple[str, float], ...] = ()
+    tolerance: float = 0.25
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recipe:
+    path: Path
+    name: str
+    description: str
+    backends: tuple[str, ...]
+    components: tuple[Component, ...]
+    model: ModelSpec | None = None
+    smoke: SmokeSpec = SmokeSpec()
+
+    def component(self, name: str) -> Component:
+        for c in self.components:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    @property
+    def server_component(self) -> Component:
+        """The component that produces ``llama-server`` (the last one that does)."""
+        for c in reversed(self.components):
+            if any(n == "llama-server" for n, _ in c.outputs):
+                return c
+        return self.components[-1]
+
+
+KNOWN_BACKENDS = {"cpu", "vulkan", "cuda", "hrx"}
+
+
+def _str_map(node: _Node, key: str) -> tuple[tuple[str, str], ...]:
+    sub = node.child(key, required=False)
+    if sub is None:
+        return ()
+    out = []
+    for k, v in sub.data.items():
+        if isinstance(v, bool):
+            v = "ON" if v else "OFF"
+        if not isinstance(v, (str, int, float)):
+            sub.fail(f"value must be a string, found {v!r}", "quote the value", key=str(k))
+        out.append((str(k), str(v)))
+    return tuple(out)
+
+
+def order_components(components: list[Component], file: Path) -> list[Component]:
+    """Topological order by ``${name.field}`` references; cycles and unknown names are errors.
+    Ties keep the order of the file."""
+    names = [c.name for c in components]
+    by_name = {c.name: c for c in components}
+    for c in components:
+        for ref in c.references():
+            if ref not in by_name:
+                raise ConfigError(
+                    f"{file}: components.{c.name}: refers to unknown component {ref!r}",
+                    hint=f"use one of: {', '.join(names)} (or pin.SOURCE.FIELD)",
+                )
+            if ref == c.name:
+                raise ConfigError(f"{file}: components.{c.name}: refers to itself", hint="remove the self reference")
+    done: list[str] = []
+    pending = list(names)
+    while pending:
+        for n in pending:
+            if all(r in done for r in by_name[n].references()):
+                done.append(n)
+                pending.remove(n)
+                break
+        else:
+            raise ConfigError(
+                f"{file}: components: reference cycle among {', '.join(pending)}",
+                hint="a component may only refer to components built before it",
+            )
+    return [by_name[n] for n in done]
+
+
+def load_recipe(path: Path, pins: Pins) -> Recipe:
+    path = Path(path).resolve()
+    root = _Node(path, "", _load_yaml(path, "recipe"))
+    root.only({"schema", "name", "description", "backends", "components", "model", "smoke"})
+    _check_schema(root, RECIPE_SCHEMA)
+    name = root.get("name", str)
+    if name != path.stem:
+        root.fail(f"name {name!r} differs from the file name {path.stem!r}", f"rename the file to {name}.yaml or fix the name", key="name")
+    backends = root.str_list("backends")
+    for b in backends:
+        if b not in KNOWN_BACKENDS:
+            root.fail(f"unknown backend {b!r}", f"use some of: {', '.join(sorted(KNOWN_BACKENDS))}", key="backends")
+    comps_raw = root.get("components", list)
+    if not comps_raw:
+        root.fail("no components", "add at least one component", key="components")
+    components = []
+    seen = set()
+    for i, raw in enumerate(comps_raw):
+        node = _Node(path, f"components[{i}]", raw)
+        node.only({"name", "source", "build_type", "defines", "targets", "outputs", "env"})
+        cname = node.get("name", str)
+        if cname in seen or cname == "pin":
+            node.fail(f"duplicate or reserved component name {cname!r}", "give each component its own name", key="name")
+        seen.add(cname)
+        source = node.get("source", str)
+        if source not in pins.sources:
+            node.fail(
+                f"unknown source {source!r}",
+                f"add it to {pins.path.name} or use one of: {', '.join(sorted(pins.sources))}",
+                key="source",
+            )
+        defines = _str_map(node, "defines")
+        for key, value in defines:
+            for ref in REF_RE.findall(value):
+                parts = ref.split(".")
+                if parts[0] == "pin":
+                    if len(parts) < 3 or ".".join(parts[1:-1]) not in pins.sources or parts[-1] not in ("commit", "short", "build_number", "branch"):
+                        node.fail(
+                            f"bad reference ${{{ref}}} in {key}",
+                            "write ${pin.SOURCE.commit|short|build_number|branch}",
+                            key="defines",
+                        )
+                    src = pins.sources[".".join(parts[1:-1])]
+                    if parts[-1] == "build_number" and src.build_number is None:
+                        node.fail(f"${{{ref}}}: source has no build_number", f"add build_number to {pins.path.name}", key="defines")
+        targets = node.str_list("targets")
+        if not targets:
+            node.fail("no targets", "list the CMake targets to build", key="targets")
+        components.append(
+            Component(
+                name=cname,
+                source=source,
+                build_type=node.get("build_type", str, required=False, default="Release"),
+                defines=defines,
+                targets=targets,
+                outputs=_str_map(node, "outputs"),
+                env=_str_map(node, "env"),
+            )
+        )
+    ordered = order_components(components, path)
+
+    model = None
+    mnode = root.child("model", required=False)
+    if mnode is not None:
+        mnode.only({"name", "file", "sha256", "pypi", "parts"})
+        sha = mnode.get("sha256", str).lower()
+        if not SHA256_RE.match(sha):
+            mnode.fail(f"{sha!r} is not a sha256", "give 64 hex digits", key="sha256")
+        model = ModelSpec(
+            name=mnode.get("name", str),
+            file=mnode.get("file", str),
+            sha256=sha,
+            pypi=mnode.str_list("pypi", required=False),
+            parts=mnode.str_list("parts", required=False),
+        )
+        if model.pypi and not model.parts:
+            mnode.fail("pypi given without parts", "list the part file names in join order", key="parts")
+
+    smoke = SmokeSpec()
+    snode = root.child("smoke", required=False)
+    if snode is not None:
+        snode.only({
+            "devices", "prompts", "ctx_size", "answer_tokens", "speed_tokens", "speed_repeats",
+            "health_timeout_s", "reference_tok_s", "tolerance", "env",
+        })
+        prompts = []
+        for i, p in enumerate(snode.get("prompts", list, required=False, default=[])):
+            pnode = _Node(path, snode.where(f"prompts[{i}]"), p)
+            pnode.only({"name", "prompt", "expect"})
+            prompts.append(PromptCheck(name=pnode.get("name", str), prompt=pnode.get("prompt", str), expect=pnode.get("expect", str)))
+        refs = []
+        rnode = snode.child("reference_tok_s", required=False)
+        if rnode is not None:
+            for dev in rnode.data:
+                refs.append((str(dev), float(rnode.get(str(dev), (int, float)))))
+        smoke = SmokeSpec(
+            devices=snode.str_list("devices", required=False) or ("CPU",),
+            prompts=tuple(prompts),
+            ctx_size=snode.get("ctx_size", int, required=False, default=2048),
+            answer_tokens=snode.get("answer_tokens", int, required=False, default=16),
+            speed_tokens=snode.get("speed_tokens", int, required=False, default=128),
+            speed_repeats=snode.get("speed_repeats", int, required=False, default=3),
+            health_timeout_s=float(snode.get("health_timeout_s", (int, float), required=False, default=60)),
+            reference_tok_s=tuple(refs),
+            tolerance=float(snode.get("tolerance", (int, float), required=False, default=0.25)),
+            env=_str_map(snode, "env"),
+        )
+    return Recipe(
+        path=path,
+        name=name,
+        description=root.get("description", str, required=False, default=""),
+        backends=backends,
+        components=tuple(ordered),
+        model=model,
+        smoke=smoke,
+    )
+
+
+def find_recipe(recipes_dir: Path, name: str) -> Path:
+    path = recipes_dir / f"{name}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in recipes_dir.glob("*.yaml"))
+        raise ConfigError(f"unknown recipe {name!r}", hint=f"use one of: {', '.join(known) or '(none found in ' + str(recipes_dir) + ')'}")
+    return path

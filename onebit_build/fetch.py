@@ -1,0 +1,309 @@
+"""Fetch stage: get each pinned commit into a bare mirror in the workspace.
+
+Order of places tried: the bare mirror already in the cache, a local mirror directory
+(``<name>.git`` or ``<name>.bundle``), the pin's PyPI sdist mirrors, then the pin's URL
+(not with ``offline``). The commit is verified after every fetch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from . import ui
+from .config import Pin, SdistMirror
+from .errors import CommandError, FetchError, IntegrityError
+from .fsutil import sha256_file
+from .gitops import Git, init_bare
+from .proc import run
+from .workspace import Workspace, safe_name
+
+MIRROR_ENV = "ONEBIT_MIRROR_DIR"
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchRequest:
+    pin: Pin
+    workspace: Workspace
+    mirror_dirs: tuple[Path, ...] = ()
+    offline: bool = False
+    log: Path | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchResult:
+    name: str
+    url: str
+    commit: str
+    mirror_used: str  # "cache", "mirror-dir:<path>", "pypi-sdist:pkg==ver", or the URL
+    archive_sha256: str | None
+    bare_repo: Path
+    resolved_from: str | None = None  # the abbreviated prefix, when the pin was one
+
+
+def mirror_dirs_from(cli_dirs: list[str] | None) -> tuple[Path, ...]:
+    dirs = [Path(d) for d in (cli_dirs or [])]
+    env = os.environ.get(MIRROR_ENV)
+    if env:
+        dirs += [Path(p) for p in env.split(os.pathsep) if p]
+    return tuple(d.resolve() for d in dirs)
+
+
+def local_mirror_candidates(name: str, dirs: tuple[Path, ...]) -> list[Path]:
+    """Existing ``<dir>/<name>.git`` or ``<dir>/<name>.bundle`` entries, in order."""
+    out = []
+    for d in dirs:
+        for suffix in (".git", ".bundle"):
+            p = d / f"{name}{suffix}"
+            if p.exists():
+                out.append(p)
+    return out
+
+
+def _pinned_ref(sha: str) -> str:
+    return f"refs/onebit/pinned/{sha}"
+
+
+def _try_fetch(bare: Git, source: str, pin: Pin, *, is_bundle: bool) -> bool:
+    """Fetch the pinned commit from ``source`` into ``bare``: exact SHA shallowly first,
+    then every ref as a fallback. Returns whether the commit (or, for an abbreviated pin,
+    at least one object) arrived."""
+    if pin.resolved and not is_bundle:
+        r = bare.run("fetch", "--no-tags", "--depth=1", source, pin.commit, check=False)
+        if r.status == 0 and bare.has_commit(pin.commit):
+            return True
+        r = bare.run("fetch", "--no-tags", source, pin.commit, check=False)
+        if r.status == 0 and bare.has_commit(pin.commit):
+            return True
+    r = bare.run("fetch", "--no-tags", source, f"+refs/*:refs/onebit/from/{safe_name(pin.name)}/*", check=False)
+    if r.status != 0:
+        return False
+    if pin.resolved:
+        return bare.has_commit(pin.commit)
+    return True
+
+
+def resolve_prefix(bare: Git, pin: Pin) -> str:
+    """The one commit whose SHA starts with the pin's abbreviation."""
+    r = bare.run("rev-parse", f"--disambiguate={pin.commit}", check=False)
+    commits = [sha for sha in r.out.split() if bare.has_commit(sha)]
+    if not commits:
+        raise FetchError(
+            f"source {pin.name}: no commit starting with {pin.commit} in {pin.url}",
+            hint="check the pin in pins.yaml against the repository",
+        )
+    if len(commits) > 1:
+        raise FetchError(
+            f"source {pin.name}: abbreviated commit {pin.commit} is ambiguous ({', '.join(c[:12] for c in sorted(commits))})",
+            hint="give more hex digits (ideally the full SHA) in pins.yaml",
+        )
+    return commits[0]
+
+
+def _verify(bare: Git, sha: str, pin: Pin, where: str) -> None:
+    got = bare.out("rev-parse", "--verify", f"{sha}^{{commit}}")
+    if got != sha:
+        raise IntegrityError(f"source {pin.name}: {where} gave {got}, not {sha}", hint="the mirror is corrupt; remove it")
+    bare.run("update-ref", _pinned_ref(sha), sha)
+
+
+def fetch(req: FetchRequest) -> FetchResult:
+    pin = req.pin
+    ws = req.workspace
+    bare_path = ws.bare_repo(pin.name)
+    bare = init_bare(bare_path, log=req.log)
+    tried: list[str] = []
+
+    def done(sha: str, used: str, archive: str | None) -> FetchResult:
+        _verify(bare, sha, pin, used)
+        return FetchResult(
+            name=pin.name, url=pin.url, commit=sha, mirror_used=used, archive_sha256=archive,
+            bare_repo=bare_path, resolved_from=None if pin.resolved else pin.commit,
+        )
+
+    # 1. The cache.
+    if pin.resolved and bare.has_commit(pin.commit):
+        return done(pin.commit, "cache", _cached_archive_sha(ws, pin))
+    if not pin.resolved:
+        r = bare.run("rev-parse", f"--disambiguate={pin.commit}", check=False)
+        if any(bare.has_commit(s) for s in r.out.split()):
+            return done(resolve_prefix(bare, pin), "cache", None)
+    tried.append(f"cache {bare_path}")
+
+    # 2. Local mirror directories.
+    for cand in local_mirror_candidates(pin.name, req.mirror_dirs):
+        ui.detail(f"fetch {pin.name}: trying mirror {cand}")
+        if _try_fetch(bare, str(cand), pin, is_bundle=cand.suffix == ".bundle"):
+            sha = pin.commit if pin.resolved else resolve_prefix(bare, pin)
+            if bare.has_commit(sha):
+                return done(sha, f"mirror-dir:{cand}", None)
+        tried.append(f"mirror {cand}")
+
+    # 3. PyPI sdists that carry the commit.
+    for m in pin.mirrors:
+        store, archive_sha = sdist_git_store(m, ws=ws, offline=req.offline, log=req.log)
+        if store is None:
+            tried.append(f"{m.label} (not cached; offline)")
+            continue
+        ui.detail(f"fetch {pin.name}: trying {m.label}")
+        if _try_fetch(bare, str(store), pin, is_bundle=False):
+            sha = pin.commit if pin.resolved else resolve_prefix(bare, pin)
+            if bare.has_commit(sha):
+                return done(sha, m.label, archive_sha)
+        tried.append(f"{m.label} (commit not in its git store)")
+
+    # 4. The network.
+    if req.offline:
+        raise FetchError(
+            f"offline: source {pin.name} at {pin.commit} is not available (looked in: {'; '.join(tried)})",
+            hint=f"run once without --offline, or put {pin.name}.git / {pin.name}.bundle in a --mirror-dir",
+        )
+    ui.detail(f"fetch {pin.name}: trying {pin.url}")
+    if _try_fetch(bare, pin.url, pin, is_bundle=False):
+        sha = pin.commit if pin.resolved else resolve_prefix(bare, pin)
+        if bare.has_commit(sha):
+            return done(sha, pin.url, None)
+        raise FetchError(
+            f"source {pin.name}: commit {pin.commit} is not in {pin.url}",
+            hint="check the pin in pins.yaml (was the commit force-pushed away?)",
+        )
+    tried.append(pin.url)
+    raise FetchError(
+        f"source {pin.name}: could not fetch {pin.commit} (tried: {'; '.join(tried)})",
+        hint=f"check the network, or provide {pin.name}.git / {pin.name}.bundle with --mirror-dir",
+    )
+
+
+# --------------------------------------------------------------------------- sdist mirror
+
+
+def _sdist_dir(ws: Workspace, m: SdistMirror) -> Path:
+    return ws.downloads / f"{safe_name(m.package)}-{safe_name(m.version)}"
+
+
+def _cached_archive_sha(ws: Workspace, pin: Pin) -> str | None:
+    for m in pin.mirrors:
+        marker = _sdist_dir(ws, m) / "archive.sha256"
+        if marker.exists():
+            return marker.read_text().strip()
+    return None
+
+
+def check_member(name: str, linkname: str | None, is_sym: bool, is_hard: bool) -> str | None:
+    """Why an archive member is unsafe to extract, or None. Pure."""
+    p = PurePosixPath(name)
+    if p.is_absolute() or name.startswith("/"):
+        return "absolute path"
+    if ".." in p.parts:
+        return "path with '..'"
+    if is_sym or is_hard:
+        if linkname is None:
+            return "link without target"
+        target = PurePosixPath(linkname)
+        if target.is_absolute():
+            return "link to an absolute path"
+        base = p.parent if is_sym else PurePosixPath()
+        depth = 0
+        for part in (base / target).parts:
+            if part == "..":
+                depth -= 1
+                if depth < 0:
+                    return "link escaping the archive"
+            elif part not in (".", ""):
+                depth += 1
+    return None
+
+
+def safe_extract(archive: Path, dest: Path, *, only_prefix: str | None = None) -> int:
+    """Extract a tar archive into ``dest`` refusing anything that could land outside it.
+    With ``only_prefix`` only members below that path are extracted. Returns the count."""
+    count = 0
+    with tarfile.open(archive, "r:*") as tar:
+        members = []
+        for mem in tar:
+            why = check_member(mem.name, mem.linkname if (mem.issym() or mem.islnk()) else None, mem.issym(), mem.islnk())
+            if why:
+                raise IntegrityError(
+                    f"{archive.name}: unsafe member {mem.name!r}: {why}",
+                    hint="the archive is malformed or hostile; nothing was extracted outside the cache",
+                )
+            if only_prefix and not (mem.name == only_prefix or mem.name.startswith(only_prefix.rstrip("/") + "/")):
+                continue
+            members.append(mem)
+        kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(dest, members=members, **kwargs)
+        count = len(members)
+    return count
+
+
+def sdist_git_store(m: SdistMirror, *, ws: Workspace, offline: bool, log: Path | None) -> tuple[Path | None, str | None]:
+    """Download (with pip) and unpack the git store of an sdist mirror; cached."""
+    base = _sdist_dir(ws, m)
+    store = base / "store" / m.git_dir
+    marker = base / "archive.sha256"
+    if store.is_dir() and marker.exists():
+        return store, marker.read_text().strip()
+    if offline:
+        return None, None
+    base.mkdir(parents=True, exist_ok=True)
+    dl = base / "download.tmp"
+    shutil.rmtree(dl, ignore_errors=True)
+    dl.mkdir()
+    try:
+        ui.info(f"  downloading {m.package}=={m.version} (sdist mirror)")
+        try:
+            run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                 "--disable-pip-version-check", "--progress-bar", "off", "-d", str(dl), f"{m.package}=={m.version}"],
+                log=log, what=f"pip download {m.package}=={m.version}",
+                hint="check access to the package registry, or use --mirror-dir",
+            )
+        except CommandError as exc:
+            raise FetchError(str(exc.message), hint=exc.hint) from None
+        files = sorted(p for p in dl.iterdir() if p.name.endswith((".tar.gz", ".tgz", ".tar")))
+        if len(files) != 1:
+            raise FetchError(f"pip download {m.package}=={m.version} gave no single sdist ({[p.name for p in dl.iterdir()]})", hint="check the mirror entry in pins.yaml")
+        archive = files[0]
+        got = sha256_file(archive)
+        if got != m.sha256:
+            archive.unlink()
+            raise IntegrityError(
+                f"{archive.name}: sha256 {got} does not match the pinned {m.sha256}; the file was removed",
+                hint="the registry served other bytes than pinned: do not trust it; check the pin",
+            )
+        top = _top_dir(archive)
+        tmp = base / "store.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        n = safe_extract(archive, tmp, only_prefix=f"{top}/{m.git_dir}")
+        if n == 0 or not (tmp / top / m.git_dir).is_dir():
+            raise FetchError(f"{archive.name}: holds no {m.git_dir}", hint="check git-dir of the mirror in pins.yaml")
+        _detach_store(tmp / top / m.git_dir, log)
+        final = base / "store"
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp / top, final)
+        shutil.rmtree(tmp, ignore_errors=True)
+        marker.write_text(got + "\n")
+        return final / m.git_dir, got
+    finally:
+        shutil.rmtree(dl, ignore_errors=True)
+        shutil.rmtree(base / "store.tmp", ignore_errors=True)
+
+
+def _detach_store(store: Path, log: Path | None) -> None:
+    """A submodule's git store names a work tree that the sdist does not ship unpacked
+    next to it; make the copy a plain bare repository so that git can serve from it."""
+    g = Git(store.parent, log=log)
+    g.run("config", "--file", str(store / "config"), "--unset-all", "core.worktree", check=False)
+    g.run("config", "--file", str(store / "config"), "core.bare", "true")
+
+
+def _top_dir(archive: Path) -> str:
+    with tarfile.open(archive, "r:*") as tar:
+        for mem in tar:
+            return PurePosixPath(mem.name).parts[0]
+    raise FetchError(f"{archive.name}: empty archive", hint="check the mirror entry in pins.yaml")

@@ -1,0 +1,91 @@
+"""Small file-system helpers: hashing, atomic writes, versioned JSON state."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(_CHUNK)
+            if not block:
+                break
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_state(path: Path, kind: str, schema: int, payload: dict[str, Any]) -> None:
+    """Write a versioned JSON document: ``{"kind": ..., "schema": N, ...payload}``."""
+    doc = {"kind": kind, "schema": schema, **payload}
+    atomic_write_text(path, json.dumps(doc, indent=2, sort_keys=False) + "\n")
+
+
+class StateError(ValueError):
+    pass
+
+
+def read_state(path: Path, kind: str, schema: int) -> dict[str, Any]:
+    """Read a document written by :func:`write_state`; raise StateError when it is not one."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise StateError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise StateError(f"{path}: expected a JSON object")
+    if doc.get("kind") != kind:
+        raise StateError(f"{path}: expected kind {kind!r}, found {doc.get('kind')!r}")
+    if doc.get("schema") != schema:
+        raise StateError(
+            f"{path}: schema {doc.get('schema')!r} is not the supported schema {schema}"
+        )
+    return doc
+
+
+def tail_lines(path: Path, n: int = 30) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            data = f.read()
+    except OSError:
+        return ""
+    lines = data.decode("utf-8", "replace").splitlines()
+    return "\n".join(lines[-n:])

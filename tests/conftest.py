@@ -1,0 +1,48 @@
+"""Shared fixtures. The real llama-server and the real model are built/fetched once per
+test session through the tool itself (cached in the test workspace across runs)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_workspace() -> Path:
+    """Workspace for tests that need the real build and model; kept between runs so that
+    only the first run pays for the build."""
+    env = os.environ.get("ONEBIT_TEST_WORKSPACE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "onebit-build-test"
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Path:
+    """Path of a real llama-server built from the default recipe."""
+    env = os.environ.get("ONEBIT_TEST_LLAMA_SERVER")
+    if env:
+        return Path(env)
+    from onebit_build.testing import build_default_server
+
+    return build_default_server(test_workspace())
+
+
+@pytest.fixture(scope="session")
+def gemma_model() -> Path:
+    """Path of the real Gemma 3 270M GGUF named by the default recipe (sha256-checked)."""
+    env = os.environ.get("ONEBIT_TEST_MODEL")
+    if env:
+        return Path(env)
+    from onebit_build.testing import default_model
+
+    return default_model(test_workspace())
