@@ -162,6 +162,9 @@ def probe_toolchain(tools: Tools, defines: Sequence[tuple[str, str]], env: Mappi
     cxx = compiler_path("cxx", defines, env)
     if cc is None or cxx is None:
         raise BuildError("no C/C++ compiler found", hint="install one (Debian: apt-get install build-essential) or set CC/CXX")
+    for c in (cc, cxx):
+        if not (shutil.which(c) or (os.sep in c and os.access(c, os.X_OK))):
+            raise BuildError(f"compiler {c} not found", hint="install it (Debian: apt-get install build-essential) or point CC/CXX at an existing one")
     launcher = shutil.which("ccache") or shutil.which("sccache")
     return Toolchain(
         cmake=tools.cmake_version,
@@ -176,8 +179,16 @@ def probe_toolchain(tools: Tools, defines: Sequence[tuple[str, str]], env: Mappi
 
 
 def _outputs(component: Component, build_dir: Path) -> tuple[Output, ...]:
+    """The declared outputs. A value with a ``*`` is a glob: each regular file it matches
+    (symbolic links are skipped: they name a file that is already listed) is one output."""
     outs = []
     for name, rel in component.outputs:
+        if "*" in rel:
+            matches = sorted(p for p in build_dir.glob(rel) if p.is_file() and not p.is_symlink())
+            if not matches:
+                raise BuildError(f"{component.name}: output {name} ({rel}) matched no file in {build_dir}", hint="check 'outputs' in the recipe")
+            outs += [Output(name=p.name, path=p, sha256=sha256_file(p), size=p.stat().st_size) for p in matches]
+            continue
         p = build_dir / rel
         if not p.exists():
             raise BuildError(f"{component.name}: expected output {name} at {p} is missing", hint="check 'outputs' in the recipe against the targets built")

@@ -19,7 +19,7 @@ RECIPE_SCHEMA = 1
 LOCK_SCHEMA = 1
 
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
-ABBREV_SHA = re.compile(r"^[0-9a-f]{7,39}$")
+ABBREV_SHA = re.compile(r"^[0-9a-f]{4,39}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 REF_RE = re.compile(r"\$\{([^}]*)\}")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -49,24 +50,44 @@ class Completed:
     output: str
 
 
-def _stop_group(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
-    """Interrupt, then terminate, then kill the child's process group."""
-    for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        if proc.poll() is not None:
-            break
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    # Anything else left in the group (grandchildren) goes too.
+def _group_alive(pgid: int) -> bool:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _wait_group(proc: subprocess.Popen[bytes], pgid: int, timeout: float) -> bool:
+    """Wait until the leader has exited and nothing is left in its process group."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc.poll()
+        if proc.returncode is not None and not _group_alive(pgid):
+            return True
+        time.sleep(0.05)
+    proc.poll()
+    return proc.returncode is not None and not _group_alive(pgid)
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    """Interrupt, then terminate, then kill the child's process group. Between steps the
+    whole group gets time to exit, so that a build tool can stop its own children."""
+    pgid = proc.pid
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None and not _group_alive(pgid):
+            return
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            pass
+        if _wait_group(proc, pgid, grace):
+            return
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
         pass
 
 
@@ -141,7 +162,7 @@ def run(
                     ui.detail(f"  {line}")
             rc = proc.wait()
         except BaseException:
-            _stop_group(proc)
+            stop_group(proc)
             raise
     finally:
         if logf:

@@ -10,7 +10,7 @@ from typing import Iterator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-_console = Console(stderr=True, highlight=False)
+_console = Console(stderr=True, highlight=False, soft_wrap=True)
 _verbose = False
 
 

@@ -32,7 +32,7 @@ def llama_server() -> Path:
     env = os.environ.get("ONEBIT_TEST_LLAMA_SERVER")
     if env:
         return Path(env)
-    from onebit_build.testing import build_default_server
+    from _support import build_default_server
 
     return build_default_server(test_workspace())
 
@@ -43,6 +43,6 @@ def gemma_model() -> Path:
     env = os.environ.get("ONEBIT_TEST_MODEL")
     if env:
         return Path(env)
-    from onebit_build.testing import default_model
+    from _support import default_model
 
     return default_model(test_workspace())

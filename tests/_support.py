@@ -1,0 +1,143 @@
+"""Test support: real local git repositories, tiny real CMake projects, and the real
+default build/model shared by the slow tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Test Author",
+    "GIT_AUTHOR_EMAIL": "author@example.invalid",
+    "GIT_COMMITTER_NAME": "Test Author",
+    "GIT_COMMITTER_EMAIL": "author@example.invalid",
+    "GIT_AUTHOR_DATE": "2024-01-02T03:04:05+0000",
+    "GIT_COMMITTER_DATE": "2024-01-02T03:04:05+0000",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, **GIT_ENV, "GIT_CEILING_DIRECTORIES": str(cwd.parent)}
+    out = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed: {out.stderr}")
+    return out.stdout.strip()
+
+
+def make_repo(path: Path, files: dict[str, str], message: str = "initial") -> str:
+    """Create a git repository with ``files`` committed; returns the commit SHA."""
+    path.mkdir(parents=True, exist_ok=True)
+    if not (path / ".git").exists():
+        git(path, "init", "-q", "-b", "main")
+    for rel, text in files.items():
+        f = path / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(textwrap.dedent(text))
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", message)
+    return git(path, "rev-parse", "HEAD")
+
+
+def make_patch(repo: Path, base: str, change: dict[str, str], message: str, out_dir: Path, number: int) -> Path:
+    """Commit ``change`` on top of HEAD and write it with format-patch as NNNN-*.patch."""
+    make_repo(repo, change, message)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    git(repo, "format-patch", "-q", "--zero-commit", "--no-signature", f"--start-number={number}", "-o", str(out_dir), "HEAD~1..HEAD")
+    return sorted(out_dir.glob(f"{number:04d}-*.patch"))[-1]
+
+
+def bare_mirror(repo: Path, mirror_dir: Path, name: str) -> Path:
+    mirror_dir.mkdir(parents=True, exist_ok=True)
+    dest = mirror_dir / f"{name}.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(dest)], check=True, env={**os.environ, **GIT_ENV})
+    return dest
+
+
+TINY_CMAKE = {
+    "CMakeLists.txt": """\
+        cmake_minimum_required(VERSION 3.20)
+        project(tiny C)
+        set(GREETING "hello" CACHE STRING "what hello prints")
+        add_executable(hello hello.c)
+        target_compile_definitions(hello PRIVATE GREETING="${GREETING}")
+        """,
+    "hello.c": """\
+        #include <stdio.h>
+        int main(void) { puts(GREETING); return 0; }
+        """,
+}
+
+
+def project_tree(root: Path, *, pins: str, recipes: dict[str, str], patches: dict[str, dict[str, bytes]] | None = None) -> Path:
+    """A project folder (pins.yaml, recipes/, patches/) as the CLI expects it."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pins.yaml").write_text(textwrap.dedent(pins))
+    (root / "recipes").mkdir(exist_ok=True)
+    for name, text in recipes.items():
+        (root / "recipes" / f"{name}.yaml").write_text(textwrap.dedent(text))
+    for source, files in (patches or {}).items():
+        d = root / "patches" / source
+        d.mkdir(parents=True, exist_ok=True)
+        for fname, data in files.items():
+            (d / fname).write_bytes(data)
+    return root
+
+
+def tiny_recipe(name: str = "tiny", source: str = "tiny", greeting: str = "hello", extra: str = "") -> str:
+    return f"""\
+        schema: 1
+        name: {name}
+        description: a tiny C program
+        backends: [cpu]
+        components:
+          - name: hello
+            source: {source}
+            defines:
+              GREETING: "{greeting}"
+            targets: [hello]
+            outputs:
+              hello: hello
+        {extra}
+        """
+
+
+def run_cli(root: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a subprocess against the project folder ``root``."""
+    import sys
+
+    full_env = {k: v for k, v in os.environ.items() if k not in ("ONEBIT_MIRROR_DIR", "ONEBIT_WORKSPACE")}
+    full_env.update({"ONEBIT_ROOT": str(root), **(env or {})})
+    return subprocess.run([sys.executable, "-m", "onebit_build", *args], cwd=root, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def build_default_server(workspace: Path) -> Path:
+    """Build the real default recipe (cached in ``workspace``) and return llama-server."""
+    out = run_cli(REPO, "--workspace", str(workspace), "build", timeout=3600)
+    if out.returncode != 0:
+        raise AssertionError(f"default build failed:\n{out.stdout}\n{out.stderr}")
+    from onebit_build.manifest import read_manifest
+    from onebit_build.pipeline import manifest_path
+    from onebit_build.workspace import Workspace
+
+    doc = read_manifest(manifest_path(Workspace(root=workspace), "default"))
+    for comp in doc["components"]:
+        for o in comp["outputs"]:
+            if o["name"] == "llama-server":
+                return Path(o["path"])
+    raise AssertionError("no llama-server in the manifest")
+
+
+def default_model(workspace: Path) -> Path:
+    from onebit_build.config import load_pins, load_recipe
+    from onebit_build.model import ensure_model
+
+    pins = load_pins(REPO / "pins.yaml")
+    recipe = load_recipe(REPO / "recipes" / "default.yaml", pins)
+    assert recipe.model is not None
+    mf = ensure_model(recipe.model, cache_dir=workspace / "models", offline=False, log=workspace / "model-test.log")
+    return mf.path

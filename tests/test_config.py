@@ -1,0 +1,147 @@
+"""Loading and validating pins, lock files and recipes."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from onebit_build.config import apply_lock, load_pins, load_recipe, order_components, read_lock, render_lock, Component
+from onebit_build.errors import ConfigError
+
+REPO = Path(__file__).resolve().parent.parent
+
+PINS = """\
+schema: 1
+sources:
+  a:
+    url: https://example.invalid/a.git
+    commit: 0123456789abcdef0123456789abcdef01234567
+  b:
+    url: https://example.invalid/b.git
+    commit: abcdef1
+    abbreviated: true
+"""
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_project_pins_and_default_recipe_load():
+    pins = load_pins(REPO / "pins.yaml")
+    assert set(pins.sources) == {"llama.cpp", "llama.cpp-hrx", "hrx", "hrx-system"}
+    up = pins.sources["llama.cpp"]
+    assert up.commit == "0c1e57098bba43ac29e6e3b677cdceebdd22334f" and up.resolved
+    assert up.mirrors[0].package == "llama-cpp-python" and up.mirrors[0].version == "0.3.36"
+    assert not pins.sources["hrx"].resolved and pins.sources["hrx"].abbreviated
+    recipe = load_recipe(REPO / "recipes" / "default.yaml", pins)
+    defines = dict(recipe.components[0].defines)
+    assert defines["GGML_NATIVE"] == "OFF" and defines["LLAMA_BUILD_UI"] == "OFF"
+    assert defines["LLAMA_BUILD_COMMIT"] == "${pin.llama.cpp.short}"
+    assert recipe.model is not None and len(recipe.model.parts) == 4
+    assert recipe.smoke.prompts[0].expect == "Paris" and len(recipe.smoke.prompts) >= 3
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path):
+    p = write(tmp_path, "pins.yaml", "schema: 1\nsources:\n  a: [unclosed\n")
+    with pytest.raises(ConfigError) as e:
+        load_pins(p)
+    assert "pins.yaml" in str(e.value) and "line" in str(e.value) and "malformed YAML" in str(e.value)
+
+
+def test_unknown_key_is_named_with_fix(tmp_path):
+    p = write(tmp_path, "pins.yaml", PINS.replace("    abbreviated: true", "    abbreviated: true\n    comit: x"))
+    with pytest.raises(ConfigError) as e:
+        load_pins(p)
+    msg = str(e.value)
+    assert "sources.b.comit" in msg and "unknown key" in msg and "use one of" in msg
+
+
+@pytest.mark.parametrize("commit,expect", [
+    ("not-a-sha", "is not a commit SHA"),
+    ("master", "is not a commit SHA"),
+    ("0123456", "is abbreviated"),
+    ("0123456789abcdef0123456789abcdef0123456z", "is not a commit SHA"),
+])
+def test_bad_commits_are_refused(tmp_path, commit, expect):
+    p = write(tmp_path, "pins.yaml", PINS.replace("0123456789abcdef0123456789abcdef01234567", commit))
+    with pytest.raises(ConfigError) as e:
+        load_pins(p)
+    assert expect in str(e.value) and "sources.a.commit" in str(e.value)
+
+
+def test_wrong_schema_version(tmp_path):
+    p = write(tmp_path, "pins.yaml", PINS.replace("schema: 1", "schema: 7"))
+    with pytest.raises(ConfigError, match="schema 7 is not supported"):
+        load_pins(p)
+
+
+def test_lock_resolves_abbreviated_and_locked_refuses_unresolved(tmp_path):
+    pins = load_pins(write(tmp_path, "pins.yaml", PINS))
+    with pytest.raises(ConfigError) as e:
+        apply_lock(pins, {}, locked=True)
+    assert "unresolved pins with --locked: b" in str(e.value) and "pins lock" in str(e.value)
+    full = "abcdef1" + "0" * 33
+    pins.lock_path.write_text(render_lock({"b": {"prefix": "abcdef1", "commit": full}}))
+    lock = read_lock(pins.lock_path)
+    locked = apply_lock(pins, lock, locked=True)
+    assert locked.sources["b"].commit == full and locked.sources["b"].resolved
+    # A lock entry that does not extend its prefix is refused.
+    pins.lock_path.write_text(render_lock({"b": {"prefix": "abcdef1", "commit": "f" * 40}}))
+    with pytest.raises(ConfigError, match="not a full SHA starting with"):
+        read_lock(pins.lock_path)
+
+
+RECIPE = """\
+schema: 1
+name: r
+backends: [cpu]
+components:
+  - name: first
+    source: a
+    targets: [t]
+  - name: second
+    source: a
+    defines:
+      DEP: "${first.build_dir}"
+      NUM: "${pin.a.short}"
+    targets: [t2]
+"""
+
+
+def test_recipe_unknown_source(tmp_path):
+    pins = load_pins(write(tmp_path, "pins.yaml", PINS))
+    p = write(tmp_path, "recipes/r.yaml", RECIPE.replace("source: a\n    targets: [t]\n", "source: nope\n    targets: [t]\n"))
+    with pytest.raises(ConfigError) as e:
+        load_recipe(p, pins)
+    assert "components[0].source" in str(e.value) and "unknown source 'nope'" in str(e.value)
+
+
+def test_recipe_references_order_components(tmp_path):
+    pins = load_pins(write(tmp_path, "pins.yaml", PINS))
+    # Written in the wrong order on purpose: the reference decides.
+    text = RECIPE.replace("  - name: first\n    source: a\n    targets: [t]\n", "") + "  - name: first\n    source: a\n    targets: [t]\n"
+    recipe = load_recipe(write(tmp_path, "recipes/r.yaml", text), pins)
+    assert [c.name for c in recipe.components] == ["first", "second"]
+
+
+def test_reference_cycle_and_unknown_component(tmp_path):
+    a = Component(name="x", source="s", defines=(("A", "${y.out}"),), targets=("t",))
+    b = Component(name="y", source="s", defines=(("B", "${x.out}"),), targets=("t",))
+    with pytest.raises(ConfigError, match="reference cycle"):
+        order_components([a, b], tmp_path / "r.yaml")
+    c = Component(name="z", source="s", defines=(("C", "${nope.out}"),), targets=("t",))
+    with pytest.raises(ConfigError, match="unknown component 'nope'"):
+        order_components([c], tmp_path / "r.yaml")
+
+
+def test_bad_pin_reference(tmp_path):
+    pins = load_pins(write(tmp_path, "pins.yaml", PINS))
+    p = write(tmp_path, "recipes/r.yaml", RECIPE.replace("${pin.a.short}", "${pin.a.tag}"))
+    with pytest.raises(ConfigError, match="bad reference"):
+        load_recipe(p, pins)
