@@ -302,6 +302,7 @@ class Component:
     targets: tuple[str, ...] = ()
     outputs: tuple[tuple[str, str], ...] = ()  # (name, path relative to the build dir)
     env: tuple[tuple[str, str], ...] = ()
+    artifacts: tuple[str, ...] = ()  # kernel-artifact collectors: spirv, loombc, cubin
 
     def references(self) -> set[str]:
         """Names of other components this one refers to through ``${name.field}``."""
@@ -370,6 +371,7 @@ class Recipe:
 
 
 KNOWN_BACKENDS = {"cpu", "vulkan", "cuda", "hrx"}
+KNOWN_COLLECTORS = {"spirv", "loombc", "cubin"}
 
 
 def _str_map(node: _Node, key: str) -> tuple[tuple[str, str], ...]:
@@ -435,7 +437,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
     seen = set()
     for i, raw in enumerate(comps_raw):
         node = _Node(path, f"components[{i}]", raw)
-        node.only({"name", "source", "build_type", "defines", "targets", "outputs", "env"})
+        node.only({"name", "source", "build_type", "defines", "targets", "outputs", "env", "artifacts"})
         cname = node.get("name", str)
         if cname in seen or cname == "pin":
             node.fail(f"duplicate or reserved component name {cname!r}", "give each component its own name", key="name")
@@ -461,6 +463,10 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
                     src = pins.sources[".".join(parts[1:-1])]
                     if parts[-1] == "build_number" and src.build_number is None:
                         node.fail(f"${{{ref}}}: source has no build_number", f"add build_number to {pins.path.name}", key="defines")
+        artifacts = node.str_list("artifacts", required=False)
+        for a in artifacts:
+            if a not in KNOWN_COLLECTORS:
+                node.fail(f"unknown artifact collector {a!r}", f"use some of: {', '.join(sorted(KNOWN_COLLECTORS))}", key="artifacts")
         targets = node.str_list("targets")
         if not targets:
             node.fail("no targets", "list the CMake targets to build", key="targets")
@@ -473,6 +479,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
                 targets=targets,
                 outputs=_str_map(node, "outputs"),
                 env=_str_map(node, "env"),
+                artifacts=artifacts,
             )
         )
     ordered = order_components(components, path)
