@@ -64,6 +64,11 @@ def make_parser() -> argparse.ArgumentParser:
     ):
         sp = sub.add_parser(name, help=help_)
         _common(sp, top=False)
+    vp = sub.add_parser("verify", help="compare the build's kernel artifacts with a reference (builds first if needed)")
+    vp.add_argument("--reference", metavar="FILE|BUILD_DIR", help="reference file or build folder (default: the matching one in references/<recipe>/)")
+    vp.add_argument("--write-reference", metavar="FILE", help="save this build's artifacts as a reference")
+    vp.add_argument("--rebuild", action="store_true", help="build the same configuration again in another folder and compare everything")
+    _common(vp, top=False)
     pe = sub.add_parser("patches", help="patch series tools")
     psub = pe.add_subparsers(dest="patches_command", metavar="ACTION", required=True)
     ex = psub.add_parser("export", help="write a prepared tree's commits back as patches/<source>/NNNN-*.patch")
@@ -171,10 +176,94 @@ def _job(ctx, command: str, args: argparse.Namespace) -> int:
     if command == "build":
         ui.info(f"done in {time.monotonic() - t_start:.1f} s; logs: {ctx.run_dir}")
         return 0
-    return _smoke(ctx, recipe, builds, man, args)
+    if command == "verify":
+        return _verify(ctx, pins, recipe, fetched, trees, builds, man, args)
+    verified = _verify_stage(ctx, recipe, man) if command == "all" else None
+    rc = _smoke(ctx, recipe, builds, man, args, verified)
+    return rc
 
 
-def _smoke(ctx, recipe, builds, manifest_file: Path, args: argparse.Namespace) -> int:
+def _print_comparisons(results) -> bool:
+    ok = True
+    for r in results:
+        for line in r.lines():
+            ui.info(line if line.startswith("  ") else f"  {line}")
+        ok = ok and r.ok
+    return ok
+
+
+def _verify_stage(ctx, recipe, manifest_file: Path) -> dict:
+    """Part of the default job: compare with the matching committed reference, if any.
+    Returns what the report records; never passes silently."""
+    from .manifest import read_manifest
+    from .verify import find_matching_reference, load_reference, manifest_sets, verify_against
+
+    manifest = read_manifest(manifest_file)
+    sets = manifest_sets(manifest)
+    with ui.stage("verify") as st:
+        if not sets:
+            st["note"] = "no kernel artifacts in this recipe (nothing to verify)"
+            return {"status": "not-applicable", "detail": st["note"]}
+        refs_dir = ctx.repo_root / "references" / recipe.name
+        ref_path, candidates = find_matching_reference(refs_dir, sets)
+        if ref_path is None:
+            facts = "; ".join(f"{k}={v}" for s in sets.values() for k, v in s.facts.items() if k in ("glslc", "nvcc", "loom_link"))
+            msg = f"UNVERIFIED: no committed reference in {refs_dir} matches this toolchain ({facts}); candidates: {', '.join(candidates) or 'none'}"
+            st["note"] = msg
+            return {"status": "unverified", "detail": msg}
+        results = verify_against(manifest, load_reference(ref_path))
+        ok = _print_comparisons(results)
+        st["note"] = f"against {ref_path.name}: " + "; ".join(r.summary() for r in results)
+    if not ok:
+        from .errors import VerifyError
+
+        raise VerifyError(f"kernel artifacts differ from {ref_path}", hint="see the list above; rebuild with the reference's toolchain or update the reference deliberately")
+    return {"status": "verified", "reference": str(ref_path), "results": [r.to_dict() for r in results]}
+
+
+def _verify(ctx, pins, recipe, fetched, trees, builds, manifest_file: Path, args: argparse.Namespace) -> int:
+    import shutil
+
+    from . import pipeline
+    from .errors import VerifyError
+    from .manifest import read_manifest
+    from .verify import load_reference, verify_against, write_reference
+
+    manifest = read_manifest(manifest_file)
+    if args.write_reference:
+        path = write_reference(Path(args.write_reference), manifest)
+        ui.info(f"wrote reference {path}")
+        return 0
+    if args.rebuild:
+        root = ctx.workspace.root / "build-rebuild"
+        shutil.rmtree(root, ignore_errors=True)
+        with ui.stage("rebuild") as st:
+            builds2 = pipeline.run_build(ctx, pins, recipe, fetched, trees, build_root=root)
+            man2 = pipeline.write_manifests(ctx, recipe, fetched, trees, builds2, latest=False)
+            st["note"] = f"in {root}"
+        results = verify_against(read_manifest(man2), load_reference(manifest_file), with_outputs=True)
+        ui.info(f"rebuild in {root} compared with {builds[-1].build_dir}:")
+    else:
+        if args.reference:
+            ref = load_reference(Path(args.reference))
+        else:
+            from .verify import find_matching_reference, manifest_sets
+
+            refs_dir = ctx.repo_root / "references" / recipe.name
+            ref_path, candidates = find_matching_reference(refs_dir, manifest_sets(manifest))
+            if ref_path is None:
+                raise VerifyError(f"no committed reference in {refs_dir} matches this build's toolchain (candidates: {', '.join(candidates) or 'none'})",
+                                  hint="pass --reference FILE|BUILD_DIR, or record one with --write-reference")
+            ref = load_reference(ref_path)
+        results = verify_against(manifest, ref)
+        ui.info(f"compared with {ref.path}:")
+    ok = _print_comparisons(results)
+    if not ok:
+        raise VerifyError("artifacts differ", hint="see the list above")
+    return 0
+
+
+def _smoke(ctx, recipe, builds, manifest_file: Path, args: argparse.Namespace, verified: dict | None = None) -> int:
     try:
         from . import model as model_mod
         from . import report as report_mod
@@ -198,15 +287,13 @@ def _smoke(ctx, recipe, builds, manifest_file: Path, args: argparse.Namespace) -
                 raise NotAvailableError(f"recipe {recipe.name} names no model", hint="pass --model PATH")
             mf = model_mod.ensure_model(recipe.model, cache_dir=ctx.workspace.models, offline=ctx.offline, log=ctx.run_dir / "model.log")
         st["note"] = f"{mf.path.name} sha256 {mf.sha256[:16]}"
-    pin_commit = builds[-1].outputs and None
     src = recipe.server_component.source
     manifest = read_manifest(manifest_file)
     commit = next(s["commit"] for s in manifest["sources"] if s["name"] == src)
     with ui.stage("smoke") as st:
         result = smoke_mod.run_smoke(recipe=recipe, server_bin=server, model=mf, run_dir=ctx.run_dir, expect_commit=commit[:7])
         st["note"] = "all checks passed" if result.passed else "CHECKS FAILED"
-    del pin_commit
-    json_path, md_path = report_mod.write_report(ctx.run_dir, recipe=recipe, smoke=result, manifest=manifest)
+    json_path, md_path = report_mod.write_report(ctx.run_dir, recipe=recipe, smoke=result, manifest=manifest, extra={"verify": verified} if verified else None)
     report_mod.print_summary(result)
     ui.info(f"report: {md_path}")
     return 0 if result.passed else 10

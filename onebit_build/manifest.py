@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .artifacts import ArtifactSet
 from .build import BuildResult
 from .config import Recipe
 from .fetch import FetchResult
@@ -34,7 +35,7 @@ def host_info() -> dict[str, str]:
     return info
 
 
-def make_manifest(recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], builds: list[BuildResult], extra_tools: dict[str, str] | None = None) -> dict[str, Any]:
+def make_manifest(recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], builds: list[BuildResult], artifacts: dict[str, list[ArtifactSet]] | None = None, extra_tools: dict[str, str] | None = None) -> dict[str, Any]:
     sources = []
     for name, f in fetched.items():
         t = trees[name]
@@ -53,8 +54,12 @@ def make_manifest(recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[s
             "defines": dict(_defines_from_argv(b)), "configure_argv": list(b.configure_argv),
             "build_argv": list(b.build_argv), "toolchain": b.toolchain.as_dict(),
             "outputs": [{"name": o.name, "path": str(o.path), "sha256": o.sha256, "size": o.size} for o in b.outputs],
+            "artifacts": [a.to_dict() for a in (artifacts or {}).get(b.component, [])],
         })
     toolchain = builds[-1].toolchain.as_dict() if builds else {}
+    for sets in (artifacts or {}).values():
+        for a in sets:
+            toolchain.update({k: v for k, v in a.facts.items() if k in ("glslc", "nvcc", "loom_link")})
     if extra_tools:
         toolchain.update(extra_tools)
     return {

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import ui
+from .artifacts import ArtifactSet, collect
 from .build import BuildRequest, BuildResult, build, resolve_refs
 from .cmake import find_tools
 from .config import Pins, Recipe, apply_lock, find_recipe, load_pins, load_recipe, read_lock, render_lock
@@ -89,7 +90,7 @@ def run_patch(ctx: Context, fetched: dict[str, FetchResult]) -> dict[str, Prepar
     return trees
 
 
-def run_build(ctx: Context, pins: Pins, recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree]) -> list[BuildResult]:
+def run_build(ctx: Context, pins: Pins, recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], *, build_root: Path | None = None) -> list[BuildResult]:
     tools = find_tools()
     fields: dict[str, dict[str, str]] = {}
     results: list[BuildResult] = []
@@ -105,7 +106,7 @@ def run_build(ctx: Context, pins: Pins, recipe: Recipe, fetched: dict[str, Fetch
         res = build(BuildRequest(
             recipe=recipe.name, component=comp, source_dir=tree.path, source_commit=tree.commit,
             source_head=tree.head, patch_digest=tree.patch_digest, defines=defines,
-            build_root=ctx.workspace.build_dir, log=ctx.run_dir / f"build-{comp.name}.log",
+            build_root=build_root or ctx.workspace.build_dir, log=ctx.run_dir / f"build-{comp.name}.log",
             jobs=ctx.jobs, env=env,
         ), tools)
         fields[comp.name] = {"build_dir": str(res.build_dir), "source_dir": str(tree.path), **{o.name: str(o.path) for o in res.outputs}}
@@ -118,10 +119,19 @@ def manifest_path(ws: Workspace, recipe: str) -> Path:
     return ws.root / "manifests" / f"{recipe}.json"
 
 
-def write_manifests(ctx: Context, recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], builds: list[BuildResult]) -> Path:
-    doc = make_manifest(recipe, fetched, trees, builds)
+def collect_artifacts(recipe: Recipe, trees: dict[str, PreparedTree], builds: list[BuildResult]) -> dict[str, list[ArtifactSet]]:
+    out: dict[str, list[ArtifactSet]] = {}
+    for b in builds:
+        comp = recipe.component(b.component)
+        out[b.component] = [collect(k, build_dir=b.build_dir, source_dir=trees[comp.source].path) for k in comp.artifacts]
+    return out
+
+
+def write_manifests(ctx: Context, recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], builds: list[BuildResult], *, latest: bool = True) -> Path:
+    doc = make_manifest(recipe, fetched, trees, builds, collect_artifacts(recipe, trees, builds))
     final = builds[-1].build_dir / "build-manifest.json"
     write_manifest(final, doc)
-    write_manifest(ctx.run_dir / "build-manifest.json", doc)
-    write_manifest(manifest_path(ctx.workspace, recipe.name), doc)
+    write_manifest(ctx.run_dir / ("build-manifest.json" if latest else f"build-manifest-{builds[-1].build_dir.parent.name}.json"), doc)
+    if latest:
+        write_manifest(manifest_path(ctx.workspace, recipe.name), doc)
     return final

@@ -150,6 +150,7 @@ def run(
             for raw in proc.stdout:
                 if logf:
                     logf.write(raw)
+                    logf.flush()
                 line = raw.decode("utf-8", "replace").rstrip("\r\n")
                 if capture:
                     captured.append(line)

@@ -1,0 +1,182 @@
+"""Kernel-artifact collectors, one per backend: what a build compiled for the GPU, hashed.
+
+- ``spirv``: every ``.spv`` under the build's ``vulkan-shaders.spv`` folder;
+- ``loombc``: the ``.loombc`` files the source's ``catalog/artifacts.json`` lists (HRX2);
+- ``cubin``: the per-kernel cubins inside ``libggml-cuda.so`` (needs ``cuobjdump``).
+
+Each set also records the toolchain facts that shape its bytes, so that a difference can
+be explained.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import VerifyError
+from .fsutil import sha256_bytes, sha256_file
+
+LABELS = {"spirv": "Vulkan SPIR-V", "loombc": "HRX2 Loom bytecode", "cubin": "CUDA cubins"}
+SPIRV_DIR = "ggml/src/ggml-vulkan/vulkan-shaders.spv"
+LOOMBC_DIR = "ggml/src/ggml-hrx2/generated/catalog/artifacts"
+LOOMBC_LIST = "ggml/src/ggml-hrx2/catalog/artifacts.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Artifact:
+    name: str
+    size: int
+    sha256: str
+    extra: tuple[tuple[str, str], ...] = ()  # e.g. ("sass_sha256", ...)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArtifactSet:
+    kind: str
+    root: str  # folder the artifacts were read from
+    items: tuple[Artifact, ...]
+    facts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return LABELS.get(self.kind, self.kind)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "label": self.label, "root": self.root, "count": len(self.items),
+            "facts": dict(self.facts),
+            "items": [{"name": a.name, "size": a.size, "sha256": a.sha256, **dict(a.extra)} for a in self.items],
+        }
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any], where: str) -> "ArtifactSet":
+        try:
+            items = tuple(
+                Artifact(name=str(i["name"]), size=int(i["size"]), sha256=str(i["sha256"]),
+                         extra=tuple((k, str(v)) for k, v in i.items() if k not in ("name", "size", "sha256")))
+                for i in doc["items"]
+            )
+            return cls(kind=str(doc["kind"]), root=str(doc.get("root", "")), items=items, facts={str(k): str(v) for k, v in dict(doc.get("facts", {})).items()})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise VerifyError(f"{where}: malformed artifact set ({exc})", hint="regenerate it with 'onebit-build verify --write-reference'") from None
+
+
+def read_cmake_cache(build_dir: Path) -> dict[str, str]:
+    """``KEY:TYPE=VALUE`` lines of CMakeCache.txt as a dict. Pure apart from the read."""
+    out: dict[str, str] = {}
+    cache = build_dir / "CMakeCache.txt"
+    if not cache.exists():
+        return out
+    for line in cache.read_text(errors="replace").splitlines():
+        m = re.match(r"^([A-Za-z0-9_.+-]+):[A-Z_]+=(.*)$", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def _version_line(argv: list[str]) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    lines = (out.stdout or out.stderr).strip().splitlines()
+    return lines[0].strip() if lines else "unknown"
+
+
+def _files(kind: str, root: Path, names: list[str]) -> tuple[Artifact, ...]:
+    return tuple(Artifact(name=n, size=(root / n).stat().st_size, sha256=sha256_file(root / n)) for n in names)
+
+
+def collect_spirv(build_dir: Path) -> ArtifactSet:
+    root = build_dir / SPIRV_DIR
+    if not root.is_dir():
+        raise VerifyError(f"no SPIR-V folder at {root}", hint="is GGML_VULKAN=ON in the recipe, and did the build finish?")
+    names = sorted(p.name for p in root.glob("*.spv") if p.is_file())
+    cache = read_cmake_cache(build_dir)
+    glslc = cache.get("Vulkan_GLSLC_EXECUTABLE") or shutil.which("glslc") or "glslc"
+    facts = {"glslc": _version_line([glslc, "--version"])}
+    for k in sorted(cache):
+        if k.startswith("GGML_VULKAN_") and k.endswith("_GLSLC_SUPPORT"):
+            facts[k] = cache[k]
+    return ArtifactSet(kind="spirv", root=str(root), items=_files("spirv", root, names), facts=facts)
+
+
+def loombc_expected(source_dir: Path) -> list[str]:
+    """The artifact names the source's catalog lists (the expected set)."""
+    path = source_dir / LOOMBC_LIST
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise VerifyError(f"no artifact catalog at {path}", hint="is this the HRX fork with GGML_HRX2?") from None
+    except ValueError as exc:
+        raise VerifyError(f"{path}: not valid JSON ({exc})", hint="check the fork's catalog") from None
+    entries = doc.get("artifacts") if isinstance(doc, dict) else doc
+    if not isinstance(entries, list):
+        raise VerifyError(f"{path}: expected a list of artifacts", hint="check the fork's catalog format")
+    names = []
+    for e in entries:
+        name = e.get("name") if isinstance(e, dict) else e
+        if not isinstance(name, str) or not name:
+            raise VerifyError(f"{path}: entry without a name: {e!r}", hint="check the fork's catalog format")
+        names.append(name if name.endswith(".loombc") else f"{name}.loombc")
+    return names
+
+
+def collect_loombc(build_dir: Path, source_dir: Path) -> ArtifactSet:
+    root = build_dir / LOOMBC_DIR
+    expected = loombc_expected(source_dir)
+    missing = [n for n in expected if not (root / n).is_file()]
+    if missing:
+        raise VerifyError(
+            f"{len(missing)} of {len(expected)} listed Loom artifacts are missing in {root}: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}",
+            hint="the HRX2 kernel build did not produce them; check the build log for loom-link errors",
+        )
+    cache = read_cmake_cache(build_dir)
+    facts = {"source_dir": str(source_dir), "loom_link": cache.get("GGML_HRX2_LOOM_LINK_EXECUTABLE", "")}
+    return ArtifactSet(kind="loombc", root=str(root), items=_files("loombc", root, sorted(expected)), facts=facts)
+
+
+def find_cuda_library(build_dir: Path) -> Path | None:
+    for p in sorted(build_dir.rglob("libggml-cuda.so*")):
+        if p.is_file() and not p.is_symlink():
+            return p
+    return None
+
+
+def collect_cubin(build_dir: Path) -> ArtifactSet:
+    lib = find_cuda_library(build_dir)
+    if lib is None:
+        raise VerifyError(f"no libggml-cuda.so under {build_dir}", hint="is GGML_CUDA=ON in the recipe?")
+    cuobjdump = shutil.which("cuobjdump")
+    cache = read_cmake_cache(build_dir)
+    facts = {
+        "nvcc": cache.get("CMAKE_CUDA_COMPILER_VERSION", "unknown"),
+        "architectures": cache.get("CMAKE_CUDA_ARCHITECTURES", "unknown"),
+    }
+    if cuobjdump is None:
+        raise VerifyError("cuobjdump not found: CUDA kernels cannot be listed", hint="install the CUDA toolkit (cuobjdump) or skip artifact collection for CUDA")
+    items = []
+    with tempfile.TemporaryDirectory(prefix="onebit-cubin-") as tmp:
+        subprocess.run([cuobjdump, "-xelf", "all", str(lib)], cwd=tmp, check=True, capture_output=True)
+        for p in sorted(Path(tmp).iterdir()):
+            sass = subprocess.run([cuobjdump, "-sass", str(p)], capture_output=True, text=True).stdout
+            # Drop lines that carry the file name so the SASS hash depends on code only.
+            sass_code = "\n".join(line for line in sass.splitlines() if not line.lstrip().startswith(("Fatbin", "code for", "arch =", "Function :")) or line.lstrip().startswith("Function :"))
+            items.append(Artifact(name=p.name, size=p.stat().st_size, sha256=sha256_file(p), extra=(("sass_sha256", sha256_bytes(sass_code.encode())),)))
+    return ArtifactSet(kind="cubin", root=str(lib), items=tuple(items), facts=facts)
+
+
+def collect(kind: str, *, build_dir: Path, source_dir: Path) -> ArtifactSet:
+    if kind == "spirv":
+        return collect_spirv(build_dir)
+    if kind == "loombc":
+        return collect_loombc(build_dir, source_dir)
+    if kind == "cubin":
+        return collect_cubin(build_dir)
+    raise VerifyError(f"unknown artifact collector {kind!r}", hint="use spirv, loombc or cubin")

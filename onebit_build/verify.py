@@ -1,0 +1,262 @@
+"""Verify stage: compare a build's kernel artifacts (and, for a rebuild, its outputs) with a
+reference, and explain every difference by the recorded toolchain facts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .artifacts import ArtifactSet
+from .errors import VerifyError
+from .fsutil import write_state
+
+REF_KIND = "onebit-build/artifact-reference"
+REF_SCHEMA = 1
+MANIFEST_KIND = "onebit-build/build-manifest"
+MANIFEST_SCHEMA = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class SetComparison:
+    component: str
+    kind: str
+    label: str
+    reference_count: int
+    identical: int
+    missing: tuple[tuple[str, int], ...]  # in the reference, not in the build
+    extra: tuple[tuple[str, int], ...]  # in the build, not in the reference
+    differing: tuple[tuple[str, int, int], ...]  # name, reference size, build size
+    fact_diffs: tuple[tuple[str, str, str], ...]  # fact, reference value, build value
+    warnings: tuple[str, ...] = ()
+    first_diff: str | None = None  # disassembly excerpt of the first differing artifact
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.extra or self.differing)
+
+    def summary(self) -> str:
+        return f"{self.label}: {self.identical}/{self.reference_count} byte-identical"
+
+    def lines(self) -> list[str]:
+        out = [self.summary() + ("" if self.ok else "  DIFFERENT")]
+        for name, size in self.missing:
+            out.append(f"  missing  {name} ({size} bytes in the reference)")
+        for name, size in self.extra:
+            out.append(f"  extra    {name} ({size} bytes, not in the reference)")
+        for name, rs, bs in self.differing:
+            out.append(f"  differs  {name} (reference {rs} bytes, build {bs} bytes)")
+        if not self.ok:
+            if self.fact_diffs:
+                for fact, rv, bv in self.fact_diffs:
+                    out.append(f"  explained by {fact}: reference {rv!r} vs this build {bv!r}")
+            else:
+                out.append("  the recorded toolchain facts are the same: an unexplained difference")
+        for w in self.warnings:
+            out.append(f"  warning: {w}")
+        if self.first_diff:
+            out.append(self.first_diff)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "component": self.component, "kind": self.kind, "label": self.label, "ok": self.ok,
+            "summary": self.summary(), "reference_count": self.reference_count, "identical": self.identical,
+            "missing": [list(m) for m in self.missing], "extra": [list(e) for e in self.extra],
+            "differing": [list(d) for d in self.differing], "fact_diffs": [list(f) for f in self.fact_diffs],
+            "warnings": list(self.warnings),
+        }
+
+
+# Facts that name where a build lived rather than how it was made: a difference there is a
+# warning, not an explanation (loom-link embeds the source path, so it matters for loombc).
+PATH_FACTS = {"source_dir"}
+
+
+def compare_sets(component: str, cur: ArtifactSet, ref: ArtifactSet) -> SetComparison:
+    """Pure comparison of two artifact sets of the same kind."""
+    rmap = {a.name: a for a in ref.items}
+    cmap = {a.name: a for a in cur.items}
+    missing = tuple((n, rmap[n].size) for n in sorted(rmap) if n not in cmap)
+    extra = tuple((n, cmap[n].size) for n in sorted(cmap) if n not in rmap)
+    differing = tuple((n, rmap[n].size, cmap[n].size) for n in sorted(rmap) if n in cmap and rmap[n].sha256 != cmap[n].sha256)
+    identical = sum(1 for n in rmap if n in cmap and rmap[n].sha256 == cmap[n].sha256)
+    keys = sorted(set(ref.facts) | set(cur.facts))
+    fact_diffs = tuple((k, ref.facts.get(k, "(not recorded)"), cur.facts.get(k, "(not recorded)")) for k in keys
+                       if k not in PATH_FACTS and ref.facts.get(k) != cur.facts.get(k))
+    warnings = []
+    for k in PATH_FACTS:
+        if k in ref.facts and k in cur.facts and ref.facts[k] != cur.facts[k]:
+            warnings.append(f"the reference was built from another path ({ref.facts[k]}; this build: {cur.facts[k]}); "
+                            f"{'byte identity needs the same absolute source path' if cur.kind == 'loombc' else 'paths differ'}")
+    return SetComparison(
+        component=component, kind=cur.kind, label=cur.label, reference_count=len(rmap), identical=identical,
+        missing=missing, extra=extra, differing=differing, fact_diffs=fact_diffs, warnings=tuple(warnings),
+    )
+
+
+def compare_outputs(cur: list[dict[str, Any]], ref: list[dict[str, Any]]) -> SetComparison:
+    """Output binaries of two builds (for --rebuild), compared like an artifact set."""
+    def as_set(outputs: list[dict[str, Any]]) -> ArtifactSet:
+        from .artifacts import Artifact
+
+        return ArtifactSet(kind="outputs", root="", items=tuple(Artifact(name=o["name"], size=int(o["size"]), sha256=o["sha256"]) for o in outputs))
+
+    res = compare_sets("", as_set(cur), as_set(ref))
+    return SetComparison(**{**res.__dict__, "label": "output binaries"})
+
+
+# --------------------------------------------------------------------------- references
+
+
+def manifest_sets(manifest: dict[str, Any]) -> dict[tuple[str, str], ArtifactSet]:
+    out = {}
+    for comp in manifest.get("components", []):
+        for s in comp.get("artifacts", []) or []:
+            aset = ArtifactSet.from_dict(s, f"component {comp.get('name')}")
+            out[(str(comp.get("name")), aset.kind)] = aset
+    return out
+
+
+def reference_doc(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "recipe": manifest["recipe"]["name"],
+        "created": manifest.get("created"),
+        "host": manifest.get("host", {}),
+        "sources": [{"name": s["name"], "commit": s["commit"], "patch_digest": s.get("patch_digest"), "tree": s.get("tree")} for s in manifest.get("sources", [])],
+        "components": [
+            {"name": c["name"], "artifacts": c.get("artifacts", []), "outputs": c.get("outputs", [])}
+            for c in manifest.get("components", [])
+        ],
+    }
+
+
+def write_reference(path: Path, manifest: dict[str, Any]) -> Path:
+    doc = reference_doc(manifest)
+    if not any(c["artifacts"] for c in doc["components"]):
+        raise VerifyError(f"recipe {doc['recipe']} recorded no kernel artifacts", hint="only recipes with an 'artifacts:' collector have a reference")
+    write_state(path, REF_KIND, REF_SCHEMA, doc)
+    return path
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reference:
+    path: Path
+    recipe: str
+    sets: dict[tuple[str, str], ArtifactSet]
+    outputs: dict[str, list[dict[str, Any]]]
+    build_dirs: dict[str, Path]  # only when the reference is a build folder
+
+
+def load_reference(path: Path) -> Reference:
+    """A reference file (artifact reference or build manifest) or a build folder."""
+    path = Path(path)
+    build_dirs: dict[str, Path] = {}
+    if path.is_dir():
+        man = path / "build-manifest.json"
+        if not man.exists():
+            raise VerifyError(f"{path} holds no build-manifest.json", hint="give a build folder made by onebit-build, or a reference file")
+        path = man
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise VerifyError(f"reference {path} not found", hint="check the path, or write one with --write-reference") from None
+    except (OSError, ValueError) as exc:
+        raise VerifyError(f"reference {path} is not valid JSON ({exc})", hint="regenerate it with --write-reference") from None
+    if not isinstance(doc, dict):
+        raise VerifyError(f"reference {path} is not a JSON object", hint="regenerate it with --write-reference")
+    kind, schema = doc.get("kind"), doc.get("schema")
+    if kind == REF_KIND:
+        if schema != REF_SCHEMA:
+            raise VerifyError(f"reference {path} has schema {schema!r}; this version reads schema {REF_SCHEMA}", hint="regenerate it with this version's --write-reference")
+        recipe = str(doc.get("recipe"))
+    elif kind == MANIFEST_KIND:
+        if schema != MANIFEST_SCHEMA:
+            raise VerifyError(f"manifest {path} has schema {schema!r}; this version reads schema {MANIFEST_SCHEMA}", hint="rebuild with this version")
+        recipe = str(doc.get("recipe", {}).get("name"))
+        for c in doc.get("components", []):
+            if c.get("build_dir"):
+                build_dirs[str(c["name"])] = Path(c["build_dir"])
+    else:
+        raise VerifyError(f"{path} is neither an artifact reference nor a build manifest (kind {kind!r})", hint="give a file written by --write-reference")
+    comps = doc.get("components")
+    if not isinstance(comps, list):
+        raise VerifyError(f"reference {path} has no components list", hint="regenerate it with --write-reference")
+    sets = manifest_sets({"components": comps})
+    outputs = {str(c.get("name")): list(c.get("outputs", [])) for c in comps}
+    return Reference(path=path, recipe=recipe, sets=sets, outputs=outputs, build_dirs=build_dirs)
+
+
+def find_matching_reference(refs_dir: Path, sets: dict[tuple[str, str], ArtifactSet]) -> tuple[Path | None, list[str]]:
+    """Among committed references, the one whose toolchain facts equal this build's
+    (ignoring paths). Returns (path or None, descriptions of the candidates)."""
+    described = []
+    if not refs_dir.is_dir():
+        return None, described
+    for p in sorted(refs_dir.glob("*.json")):
+        try:
+            ref = load_reference(p)
+        except VerifyError as exc:
+            described.append(f"{p.name} (unreadable: {exc.message})")
+            continue
+        same = True
+        for key, cur in sets.items():
+            r = ref.sets.get(key)
+            if r is None or {k: v for k, v in r.facts.items() if k not in PATH_FACTS} != {k: v for k, v in cur.facts.items() if k not in PATH_FACTS}:
+                same = False
+        facts = "; ".join(f"{k}={v}" for s in ref.sets.values() for k, v in s.facts.items() if k not in PATH_FACTS and k.endswith(("glslc", "nvcc", "loom_link")))
+        described.append(f"{p.name} ({facts or 'no facts'})")
+        if same and sets:
+            return p, described
+    return None, described
+
+
+def first_spirv_diff(ref_file: Path, cur_file: Path, lines: int = 12) -> str | None:
+    """The first differing lines of two shaders' disassembly, when spirv-dis is present."""
+    dis = shutil.which("spirv-dis")
+    if dis is None or not ref_file.is_file() or not cur_file.is_file():
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        texts = []
+        for f in (ref_file, cur_file):
+            out = subprocess.run([dis, "--no-header", "--raw-id", str(f)], capture_output=True, text=True)
+            texts.append(out.stdout.splitlines() if out.returncode == 0 else [])
+    a, b = texts
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            excerpt = [f"  first difference in {cur_file.name} at disassembly line {i + 1}:"]
+            excerpt += [f"    - {line}" for line in a[i:i + lines // 2]]
+            excerpt += [f"    + {line}" for line in b[i:i + lines // 2]]
+            return "\n".join(excerpt)
+    if len(a) != len(b):
+        return f"  {cur_file.name}: disassembly lengths differ ({len(a)} vs {len(b)} lines)"
+    return None
+
+
+def verify_against(manifest: dict[str, Any], ref: Reference, *, with_outputs: bool = False) -> list[SetComparison]:
+    cur_sets = manifest_sets(manifest)
+    results = []
+    if not cur_sets:
+        raise VerifyError(f"recipe {manifest['recipe']['name']} recorded no kernel artifacts", hint="add an 'artifacts:' collector to the recipe's component")
+    for key, cur in sorted(cur_sets.items()):
+        r = ref.sets.get(key)
+        if r is None:
+            raise VerifyError(f"reference {ref.path} has no {cur.label} for component {key[0]}", hint="use a reference made for this recipe")
+        comp = compare_sets(key[0], cur, r)
+        if comp.differing and cur.kind == "spirv" and key[0] in ref.build_dirs:
+            name = comp.differing[0][0]
+            diff = first_spirv_diff(Path(r.root) / name, Path(cur.root) / name)
+            if diff:
+                comp = SetComparison(**{**comp.__dict__, "first_diff": diff})
+        results.append(comp)
+    if with_outputs:
+        for comp in manifest.get("components", []):
+            name = comp["name"]
+            if name in ref.outputs:
+                oc = compare_outputs(comp.get("outputs", []), ref.outputs[name])
+                results.append(SetComparison(**{**oc.__dict__, "component": name}))
+    return results
