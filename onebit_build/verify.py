@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -220,11 +219,10 @@ def first_spirv_diff(ref_file: Path, cur_file: Path, lines: int = 12) -> str | N
     dis = shutil.which("spirv-dis")
     if dis is None or not ref_file.is_file() or not cur_file.is_file():
         return None
-    with tempfile.TemporaryDirectory() as tmp:
-        texts = []
-        for f in (ref_file, cur_file):
-            out = subprocess.run([dis, "--no-header", "--raw-id", str(f)], capture_output=True, text=True)
-            texts.append(out.stdout.splitlines() if out.returncode == 0 else [])
+    texts = []
+    for f in (ref_file, cur_file):
+        out = subprocess.run([dis, "--no-header", "--raw-id", str(f)], capture_output=True, text=True)
+        texts.append(out.stdout.splitlines() if out.returncode == 0 else [])
     a, b = texts
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
