@@ -11,7 +11,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_workspace() -> Path:
+def workspace_for_tests() -> Path:
     """Workspace for tests that need the real build and model; kept between runs so that
     only the first run pays for the build."""
     env = os.environ.get("ONEBIT_TEST_WORKSPACE")
@@ -34,7 +34,7 @@ def llama_server() -> Path:
         return Path(env)
     from _support import build_default_server
 
-    return build_default_server(test_workspace())
+    return build_default_server(workspace_for_tests())
 
 
 @pytest.fixture(scope="session")
@@ -45,4 +45,4 @@ def gemma_model() -> Path:
         return Path(env)
     from _support import default_model
 
-    return default_model(test_workspace())
+    return default_model(workspace_for_tests())

@@ -1,0 +1,48 @@
+"""End to end on the real thing: the default recipe builds upstream llama.cpp at its pin
+(through the sdist mirror), and a second run does no work."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from _support import REPO, run_cli
+from conftest import workspace_for_tests
+from onebit_build.manifest import read_manifest
+from onebit_build.pipeline import manifest_path
+from onebit_build.workspace import Workspace
+
+pytestmark = pytest.mark.slow
+
+
+def test_real_llama_server_names_the_pin(llama_server):
+    out = subprocess.run([str(llama_server), "--version"], capture_output=True, text=True, timeout=60)
+    text = out.stdout + out.stderr
+    assert "commit 0c1e570" in text, text
+    assert "build 20261001" in text, text
+
+
+def test_real_manifest_is_complete(llama_server):
+    doc = read_manifest(manifest_path(Workspace(root=workspace_for_tests()), "default"))
+    src = doc["sources"][0]
+    assert src["commit"] == "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+    assert src["mirror_used"] in ("cache", "pypi-sdist:llama-cpp-python==0.3.36")
+    assert all(len(p["sha256"]) == 64 for p in src["patches"]) and src["patches"]
+    comp = doc["components"][0]
+    assert comp["defines"]["LLAMA_BUILD_COMMIT"] == "0c1e570" and comp["defines"]["GGML_NATIVE"] == "OFF"
+    names = {o["name"] for o in comp["outputs"]}
+    assert "llama-server" in names and any(n.startswith("libllama") for n in names)
+    assert doc["toolchain"]["cmake"] and doc["toolchain"]["ninja"] and "c++" in doc["toolchain"]["cxx_compiler"]
+    assert doc["host"]["machine"]
+
+
+def test_second_run_does_no_work(llama_server):
+    t0 = time.monotonic()
+    out = run_cli(REPO, "--workspace", str(workspace_for_tests()), "build", timeout=600)
+    took = time.monotonic() - t0
+    assert out.returncode == 0, out.stderr
+    assert "llama.cpp@0c1e57098bba (cache)" in out.stderr
+    assert "(reused)" in out.stderr and "up to date" in out.stderr
+    assert took < 5, f"no-op run took {took:.1f} s"
