@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from . import ui
 from .cmake import Tools, build_argv, configure_argv, find_tools, write_init_cache
@@ -20,6 +20,9 @@ from .config import REF_RE, Component, Pin
 from .errors import BuildError, CommandError, ConfigError
 from .fsutil import StateError, read_state, sha256_file, write_state
 from .proc import run
+
+if TYPE_CHECKING:
+    from .assemble import AssemblePlan
 
 STAMP_KIND = "onebit-build/build-dir"
 STAMP_SCHEMA = 1
@@ -53,6 +56,10 @@ class BuildRequest:
     log: Path
     jobs: int | None = None
     env: tuple[tuple[str, str], ...] = ()
+    assemble: "AssemblePlan | None" = None  # how to make the install prefix (assemble.py)
+    # Digests of the outputs of the components this one refers to: a rebuilt or
+    # re-assembled dependency gives this component a new build dir too.
+    inputs: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +123,10 @@ def build_key(req: BuildRequest, toolchain: Toolchain) -> str:
         "env": list(req.env),
         "toolchain": {k: v for k, v in toolchain.as_dict().items() if k != "launcher"},
     }
+    if req.inputs:
+        doc["inputs"] = list(req.inputs)
+    # The assembly is not part of the key: a changed rule re-assembles the prefix in the
+    # same build dir (the stamp records the assembly digest) instead of recompiling.
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
@@ -223,8 +234,8 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
     # A finished build dir with this key whose outputs are unchanged: nothing to do.
     try:
         stamp = read_state(stamp_path, STAMP_KIND, STAMP_SCHEMA)
-        if stamp.get("key") == key and stamp.get("complete"):
-            outs = _outputs(req.component, bdir)
+        if stamp.get("key") == key and stamp.get("complete") and stamp.get("assemble") == _assemble_digest(req):
+            outs = _outputs(req.component, bdir) + _prefix_output(req, bdir)
             recorded = {o["name"]: o["sha256"] for o in stamp.get("outputs", [])}
             if all(recorded.get(o.name) == o.sha256 for o in outs):
                 return BuildResult(component=req.component.name, build_dir=bdir, key=key, reused=True, outputs=outs,
@@ -251,13 +262,39 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
             run(bld, log=req.log, env=run_env, on_line=on_line, what=f"build of {req.component.name}", tail=40)
     except CommandError as exc:
         raise BuildError(str(exc.message), hint=f"the last lines are above; full log {req.log}", detail=exc.tail) from None
-    outs = _outputs(req.component, bdir)
+    outs = _outputs(req.component, bdir) + _assemble_prefix(req, bdir, tools)
     write_state(stamp_path, STAMP_KIND, STAMP_SCHEMA, {
-        "key": key, "complete": True, "request": _request_doc(req, toolchain),
+        "key": key, "complete": True, "request": _request_doc(req, toolchain), "assemble": _assemble_digest(req),
         "outputs": [{"name": o.name, "path": str(o.path), "sha256": o.sha256, "size": o.size} for o in outs],
     })
     return BuildResult(component=req.component.name, build_dir=bdir, key=key, reused=False, outputs=outs,
                        toolchain=toolchain, configure_argv=tuple(conf), build_argv=tuple(bld), seconds=time.monotonic() - t0)
+
+
+def _assemble_digest(req: BuildRequest) -> str | None:
+    return req.assemble.digest if req.assemble else None
+
+
+def _prefix_output(req: BuildRequest, bdir: Path) -> tuple[Output, ...]:
+    """The assembled prefix as it is now (an output named ``prefix``); missing is an error."""
+    if req.assemble is None:
+        return ()
+    from .assemble import prefix_path
+
+    prefix = prefix_path(bdir)
+    if not prefix.is_dir():
+        raise BuildError(f"{req.component.name}: the assembled prefix {prefix} is missing", hint="run the build again")
+    return (Output(name="prefix", path=prefix, sha256=_tree_digest(prefix), size=0),)
+
+
+def _assemble_prefix(req: BuildRequest, bdir: Path, tools: Tools) -> tuple[Output, ...]:
+    if req.assemble is None:
+        return ()
+    from .assemble import assemble
+
+    with ui.StepProgress(f"assembling {req.component.name}"):
+        assemble(req.assemble, build_dir=bdir, source_dir=req.source_dir, log=req.log, cmake=tools.cmake)
+    return _prefix_output(req, bdir)
 
 
 def _request_doc(req: BuildRequest, toolchain: Toolchain) -> dict[str, object]:

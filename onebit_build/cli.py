@@ -44,7 +44,13 @@ def _common(p: argparse.ArgumentParser, top: bool) -> None:
     p.add_argument("-j", "--jobs", type=int, metavar="N", help="parallel build jobs (default: ninja's)", **kw)
     p.add_argument("-v", "--verbose", action="store_true", help="echo every command and show full output", **kw)
     p.add_argument("--model", metavar="PATH", help="smoke: use this local GGUF instead of the recipe's model", **kw)
+    _common_strix_halo(p, kw)
     del d
+
+
+def _common_strix_halo(p: argparse.ArgumentParser, kw: dict) -> None:
+    p.add_argument("--toolchain-root", metavar="DIR", help="toolchain folder for recipes with one (overrides the recipe and its variable, e.g. $ONEBIT_TOOLCHAIN_ROOT)", **kw)
+    p.add_argument("--dry-run", action="store_true", help="print the full plan (sources, patches, configure commands, outputs, runtime) and stop; no network", **kw)
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -69,6 +75,8 @@ def make_parser() -> argparse.ArgumentParser:
     vp.add_argument("--write-reference", metavar="FILE", help="save this build's artifacts as a reference")
     vp.add_argument("--rebuild", action="store_true", help="build the same configuration again in another folder and compare everything")
     _common(vp, top=False)
+    dp = sub.add_parser("doctor", help="check this machine for what the recipe needs, each missing item with its fix")
+    _common(dp, top=False)
     pe = sub.add_parser("patches", help="patch series tools")
     psub = pe.add_subparsers(dest="patches_command", metavar="ACTION", required=True)
     ex = psub.add_parser("export", help="write a prepared tree's commits back as patches/<source>/NNNN-*.patch")
@@ -129,6 +137,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             f"--hrx on: the HRX + Vulkan recipe ({HRX_RECIPE}) is not available in this version yet",
             hint="build the CPU default for now (omit --hrx or use --hrx off)",
         )
+    if getattr(args, "dry_run", False):
+        return _dry_run(root, recipe_name, args)
+    if command == "doctor":
+        return _doctor(root, recipe_name, args)
     ws = Workspace(root=Path(getattr(args, "workspace", None) or default_workspace()).resolve())
     label = command if command not in ("patches", "pins") else f"{command}-{getattr(args, 'patches_command', None) or getattr(args, 'pins_command', None)}"
     with WorkspaceLock(ws.lock_file, f"onebit-build {label}"):
@@ -138,6 +150,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             patches_dir=root / "patches", workspace=ws, recipe_name=recipe_name, run_dir=run_dir,
             offline=bool(getattr(args, "offline", False)), locked=bool(getattr(args, "locked", False)),
             mirror_dirs=mirror_dirs_from(getattr(args, "mirror_dir", None)), jobs=getattr(args, "jobs", None),
+            toolchain_root=getattr(args, "toolchain_root", None),
         )
         ui.detail(f"workspace {ws.root}; logs in {run_dir}")
         if command == "pins":
@@ -282,6 +295,8 @@ def _smoke(ctx, recipe, builds, manifest_file: Path, args: argparse.Namespace, v
     with ui.stage("model") as st:
         if getattr(args, "model", None):
             mf = model_mod.local_model(Path(args.model))
+        elif recipe.model is not None and recipe.model.path_env:
+            mf = _user_model(recipe.model, model_mod)
         else:
             if recipe.model is None:
                 raise NotAvailableError(f"recipe {recipe.name} names no model", hint="pass --model PATH")
@@ -291,12 +306,80 @@ def _smoke(ctx, recipe, builds, manifest_file: Path, args: argparse.Namespace, v
     manifest = read_manifest(manifest_file)
     commit = next(s["commit"] for s in manifest["sources"] if s["name"] == src)
     with ui.stage("smoke") as st:
-        result = smoke_mod.run_smoke(recipe=recipe, server_bin=server, model=mf, run_dir=ctx.run_dir, expect_commit=commit[:7])
+        result = smoke_mod.run_smoke(recipe=_with_runtime_env(ctx, recipe), server_bin=server, model=mf, run_dir=ctx.run_dir, expect_commit=commit[:7])
         st["note"] = "all checks passed" if result.passed else "CHECKS FAILED"
     json_path, md_path = report_mod.write_report(ctx.run_dir, recipe=recipe, smoke=result, manifest=manifest, extra={"verify": verified} if verified else None)
     report_mod.print_summary(result)
     ui.info(f"report: {md_path}")
     return 0 if result.passed else 10
+
+
+def _user_model(spec, model_mod):
+    """A model the user supplies (not on a registry): the file named by the recipe's
+    ``path_env`` variable, checked against the recipe's sha256 when one is pinned."""
+    from .errors import IntegrityError
+
+    where = os.environ.get(spec.path_env)
+    if not where:
+        origin = f" from {spec.origin}" if spec.origin else ""
+        raise NotAvailableError(
+            f"model {spec.name} is supplied by the user and ${spec.path_env} is not set",
+            hint=f"download {spec.file}{origin}, then set {spec.path_env}=PATH or pass --model PATH",
+        )
+    mf = model_mod.local_model(Path(where))
+    if spec.sha256 and mf.sha256 != spec.sha256:
+        raise IntegrityError(f"{mf.path}: sha256 {mf.sha256} is not the recipe's {spec.sha256}",
+                             hint=f"use the file the recipe pins ({spec.file}), or fix the recipe's sha256 deliberately")
+    if not spec.sha256:
+        ui.warn(f"model {spec.name}: the recipe pins no sha256; this run used {mf.sha256} (record it in the recipe)")
+    return mf
+
+
+def _with_runtime_env(ctx, recipe):
+    """The recipe with its smoke environment filled in (e.g. the HSA runtime under the toolchain)."""
+    from dataclasses import replace
+
+    from .plan import resolve_toolchain, runtime_env
+
+    tc = resolve_toolchain(recipe.toolchain, override=ctx.toolchain_root) if recipe.toolchain else None
+    env = runtime_env(recipe, tc)
+    for k, v in env:
+        ui.detail(f"  smoke environment {k}={v}")
+    return replace(recipe, smoke=replace(recipe.smoke, env=env))
+
+
+def _dry_run(root: Path, recipe_name: str, args: argparse.Namespace) -> int:
+    """Print the whole plan without fetching, building or taking the workspace lock."""
+    from .config import apply_lock, find_recipe, load_pins, load_recipe, read_lock
+    from .fetch import mirror_dirs_from
+    from .plan import make_plan, render_plan
+
+    pins = load_pins(root / "pins.yaml")
+    pins = apply_lock(pins, read_lock(pins.lock_path), locked=bool(getattr(args, "locked", False)))
+    recipe = load_recipe(find_recipe(root / "recipes", recipe_name), pins)
+    ws = Workspace(root=Path(getattr(args, "workspace", None) or default_workspace()).resolve())
+    plan = make_plan(recipe, pins, workspace=ws, patches_dir=root / "patches",
+                     mirror_dirs=mirror_dirs_from(getattr(args, "mirror_dir", None)),
+                     offline=bool(getattr(args, "offline", False)), toolchain_root=getattr(args, "toolchain_root", None))
+    sys.stdout.write(render_plan(plan))
+    return 0
+
+
+def _doctor(root: Path, recipe_name: str, args: argparse.Namespace) -> int:
+    from .config import apply_lock, find_recipe, load_pins, load_recipe, read_lock
+    from .doctor import DoctorRequest, render, run_doctor
+    from .fetch import mirror_dirs_from
+
+    pins = load_pins(root / "pins.yaml")
+    pins = apply_lock(pins, read_lock(pins.lock_path), locked=False)
+    recipe = load_recipe(find_recipe(root / "recipes", recipe_name), pins)
+    ws = Workspace(root=Path(getattr(args, "workspace", None) or default_workspace()).resolve())
+    report = run_doctor(DoctorRequest(
+        recipe=recipe, pins=pins, workspace=ws, mirror_dirs=mirror_dirs_from(getattr(args, "mirror_dir", None)),
+        offline=bool(getattr(args, "offline", False)), toolchain_root=getattr(args, "toolchain_root", None),
+    ))
+    sys.stdout.write(render(report))
+    return 0 if report.ok else 7
 
 
 def _pins_lock(ctx, args: argparse.Namespace) -> int:

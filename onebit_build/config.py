@@ -136,6 +136,7 @@ class Pin:
     build_number: str | None = None
     mirrors: tuple[SdistMirror, ...] = ()
     note: str | None = None
+    before: str | None = None  # a full SHA the pinned commit must not descend from
 
     @property
     def resolved(self) -> bool:
@@ -178,7 +179,7 @@ def load_pins(path: Path) -> Pins:
             sources_node.fail("not a valid source name", "use letters, digits, '.', '_' and '-'", key=name)
         node = sources_node.child(name)
         assert node is not None
-        node.only({"url", "commit", "branch", "abbreviated", "build_number", "mirrors", "note"})
+        node.only({"url", "commit", "branch", "abbreviated", "build_number", "mirrors", "note", "before"})
         url = node.get("url", str)
         commit = node.get("commit", str, fix="give the full 40-hex commit SHA").lower()
         abbreviated = node.get("abbreviated", bool, required=False, default=False)
@@ -221,10 +222,21 @@ def load_pins(path: Path) -> Pins:
             build_number=str(bn) if bn is not None else None,
             mirrors=tuple(mirrors),
             note=node.get("note", str, required=False),
+            before=_before_sha(node),
         )
     if not sources:
         sources_node.fail("no sources", "add at least one source")
     return Pins(path=path, sources=sources)
+
+
+def _before_sha(node: _Node) -> str | None:
+    before = node.get("before", str, required=False)
+    if before is None:
+        return None
+    before = before.lower()
+    if not FULL_SHA.match(before):
+        node.fail(f"{before!r} is not a full commit SHA", "give the 40-hex SHA the pin must stay before", key="before")
+    return before
 
 
 # --------------------------------------------------------------------------- lock file
@@ -303,6 +315,8 @@ class Component:
     outputs: tuple[tuple[str, str], ...] = ()  # (name, path relative to the build dir)
     env: tuple[tuple[str, str], ...] = ()
     artifacts: tuple[str, ...] = ()  # kernel-artifact collectors: spirv, loombc, cubin
+    list_separator: str | None = None  # written in list-valued defines instead of ';'
+    assemble: "AssembleSpec | None" = None  # how an install prefix is made from the build
 
     def references(self) -> set[str]:
         """Names of other components this one refers to through ``${name.field}``."""
@@ -310,18 +324,72 @@ class Component:
         for _, value in (*self.defines, *self.env):
             for ref in REF_RE.findall(value):
                 head = ref.split(".", 1)[0]
-                if head not in ("pin",):
+                if head not in RESERVED_REF_HEADS:
                     refs.add(head)
         return refs
+
+
+# ``${pin.SRC.FIELD}`` and ``${toolchain.FIELD}`` are not component references.
+RESERVED_REF_HEADS = ("pin", "toolchain")
+TOOLCHAIN_FIELDS = ("root", "ar", "libhsa")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopyRule:
+    """Copy what ``glob`` matches under the build (or source) dir into ``to`` in the prefix."""
+
+    origin: str  # "build" or "source"
+    glob: str
+    to: str
+    optional: bool = False  # matching nothing is then not an error
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArchiveRule:
+    """Pack the object files ``glob`` matches into the static archive ``to`` (with CMAKE_AR)."""
+
+    origin: str
+    glob: str
+    to: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TemplateRule:
+    """Write ``template`` (relative to the recipes folder) to ``to``, filling @NAME@ fields."""
+
+    template: str
+    to: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class AssembleSpec:
+    """How a component's install prefix is made; the prefix becomes the field ``prefix``."""
+
+    install: bool = False  # run 'cmake --install' into the prefix first
+    copy: tuple[CopyRule, ...] = ()
+    archive: tuple[ArchiveRule, ...] = ()
+    configure: tuple[TemplateRule, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolchainSpec:
+    """A compiler toolchain outside the system (e.g. TheRock): ``${toolchain.root|ar|libhsa}``."""
+
+    root: str
+    root_env: str = "ONEBIT_TOOLCHAIN_ROOT"  # overrides root; --toolchain-root overrides both
+    ar: tuple[str, ...] = ()  # candidates: paths relative to root, or program names on PATH
+    libhsa: tuple[str, ...] = ()  # candidate globs relative to root
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     name: str
     file: str
-    sha256: str
+    sha256: str = ""  # empty only for a user-supplied file whose hash is not known yet
     pypi: tuple[str, ...] = ()  # requirement strings of the wheels that carry the parts
     parts: tuple[str, ...] = ()  # part file names, joined in this order
+    origin: str | None = None  # where the file comes from, for a person to fetch it
+    path_env: str | None = None  # environment variable naming a local copy of the file
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -343,6 +411,7 @@ class SmokeSpec:
     reference_tok_s: tuple[tuple[str, float], ...] = ()
     tolerance: float = 0.25
     env: tuple[tuple[str, str], ...] = ()
+    gpu: str | None = None  # GPU architecture the device list must show (doctor checks it)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -354,6 +423,7 @@ class Recipe:
     components: tuple[Component, ...]
     model: ModelSpec | None = None
     smoke: SmokeSpec = SmokeSpec()
+    toolchain: ToolchainSpec | None = None
 
     def component(self, name: str) -> Component:
         for c in self.components:
@@ -421,8 +491,9 @@ def order_components(components: list[Component], file: Path) -> list[Component]
 def load_recipe(path: Path, pins: Pins) -> Recipe:
     path = Path(path).resolve()
     root = _Node(path, "", _load_yaml(path, "recipe"))
-    root.only({"schema", "name", "description", "backends", "components", "model", "smoke"})
+    root.only({"schema", "name", "description", "backends", "components", "model", "smoke", "toolchain"})
     _check_schema(root, RECIPE_SCHEMA)
+    toolchain = _load_toolchain(root)
     name = root.get("name", str)
     if name != path.stem:
         root.fail(f"name {name!r} differs from the file name {path.stem!r}", f"rename the file to {name}.yaml or fix the name", key="name")
@@ -437,9 +508,9 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
     seen = set()
     for i, raw in enumerate(comps_raw):
         node = _Node(path, f"components[{i}]", raw)
-        node.only({"name", "source", "build_type", "defines", "targets", "outputs", "env", "artifacts"})
+        node.only({"name", "source", "build_type", "defines", "targets", "outputs", "env", "artifacts", "list_separator", "assemble"})
         cname = node.get("name", str)
-        if cname in seen or cname == "pin":
+        if cname in seen or cname in RESERVED_REF_HEADS:
             node.fail(f"duplicate or reserved component name {cname!r}", "give each component its own name", key="name")
         seen.add(cname)
         source = node.get("source", str)
@@ -463,6 +534,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
                     src = pins.sources[".".join(parts[1:-1])]
                     if parts[-1] == "build_number" and src.build_number is None:
                         node.fail(f"${{{ref}}}: source has no build_number", f"add build_number to {pins.path.name}", key="defines")
+        _check_toolchain_refs(node, (*defines, *_str_map(node, "env")), toolchain)
         artifacts = node.str_list("artifacts", required=False)
         for a in artifacts:
             if a not in KNOWN_COLLECTORS:
@@ -480,6 +552,8 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
                 outputs=_str_map(node, "outputs"),
                 env=_str_map(node, "env"),
                 artifacts=artifacts,
+                list_separator=_list_separator(node),
+                assemble=_load_assemble(node, path.parent),
             )
         )
     ordered = order_components(components, path)
@@ -487,9 +561,12 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
     model = None
     mnode = root.child("model", required=False)
     if mnode is not None:
-        mnode.only({"name", "file", "sha256", "pypi", "parts"})
-        sha = mnode.get("sha256", str).lower()
-        if not SHA256_RE.match(sha):
+        mnode.only({"name", "file", "sha256", "pypi", "parts", "origin", "path_env"})
+        path_env = mnode.get("path_env", str, required=False)
+        # A user-supplied file (path_env) may lack a known sha256; a fetched one never does.
+        sha = mnode.get("sha256", str, required=path_env is None, default="",
+                        fix="record the file's sha256 (or name a path_env for a user-supplied file)").lower()
+        if sha and not SHA256_RE.match(sha):
             mnode.fail(f"{sha!r} is not a sha256", "give 64 hex digits", key="sha256")
         model = ModelSpec(
             name=mnode.get("name", str),
@@ -497,7 +574,11 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
             sha256=sha,
             pypi=mnode.str_list("pypi", required=False),
             parts=mnode.str_list("parts", required=False),
+            origin=mnode.get("origin", str, required=False),
+            path_env=path_env,
         )
+        if path_env is not None and model.pypi:
+            mnode.fail("both pypi and path_env given", "a model is either fetched from pypi or supplied by the user", key="path_env")
         if model.pypi and not model.parts:
             mnode.fail("pypi given without parts", "list the part file names in join order", key="parts")
 
@@ -506,7 +587,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
     if snode is not None:
         snode.only({
             "devices", "prompts", "ctx_size", "answer_tokens", "speed_tokens", "speed_repeats",
-            "health_timeout_s", "reference_tok_s", "tolerance", "env",
+            "health_timeout_s", "reference_tok_s", "tolerance", "env", "gpu",
         })
         prompts = []
         for i, p in enumerate(snode.get("prompts", list, required=False, default=[])):
@@ -529,7 +610,9 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
             reference_tok_s=tuple(refs),
             tolerance=float(snode.get("tolerance", (int, float), required=False, default=0.25)),
             env=_str_map(snode, "env"),
+            gpu=snode.get("gpu", str, required=False),
         )
+        _check_toolchain_refs(snode, smoke.env, toolchain)
     return Recipe(
         path=path,
         name=name,
@@ -538,7 +621,94 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
         components=tuple(ordered),
         model=model,
         smoke=smoke,
+        toolchain=toolchain,
     )
+
+
+def _load_toolchain(root: _Node) -> ToolchainSpec | None:
+    node = root.child("toolchain", required=False)
+    if node is None:
+        return None
+    node.only({"root", "root_env", "ar", "libhsa"})
+    where = node.get("root", str, fix="give the toolchain's install folder, e.g. /opt/rocm-therock")
+    if not where.startswith("/"):
+        node.fail(f"{where!r} is not an absolute path", "give an absolute folder", key="root")
+    for key in ("ar", "libhsa"):
+        for item in node.str_list(key, required=False):
+            if item.startswith("/") or ".." in Path(item).parts:
+                node.fail(f"{item!r} must be relative to the toolchain root", "remove the leading / and '..'", key=key)
+    return ToolchainSpec(
+        root=where,
+        root_env=node.get("root_env", str, required=False, default="ONEBIT_TOOLCHAIN_ROOT"),
+        ar=node.str_list("ar", required=False),
+        libhsa=node.str_list("libhsa", required=False),
+    )
+
+
+def _check_toolchain_refs(node: _Node, values: Iterable[tuple[str, str]], toolchain: ToolchainSpec | None) -> None:
+    for key, value in values:
+        for ref in REF_RE.findall(value):
+            parts = ref.split(".")
+            if parts[0] != "toolchain":
+                continue
+            if toolchain is None:
+                node.fail(f"${{{ref}}} in {key}, but the recipe has no toolchain section", "add 'toolchain: {root: ...}' to the recipe")
+            if len(parts) != 2 or parts[1] not in TOOLCHAIN_FIELDS:
+                node.fail(f"bad reference ${{{ref}}} in {key}", f"write ${{toolchain.{'|'.join(TOOLCHAIN_FIELDS)}}}")
+
+
+def _list_separator(node: _Node) -> str | None:
+    sep = node.get("list_separator", str, required=False)
+    if sep is not None and (len(sep) != 1 or sep in ";$\\{}" or sep.isalnum() or sep.isspace()):
+        node.fail(f"{sep!r} cannot separate list items", "use one punctuation character such as '|'", key="list_separator")
+    return sep
+
+
+def _relative(node: _Node, key: str, value: str) -> str:
+    if not value or value.startswith("/") or ".." in Path(value).parts:
+        node.fail(f"{value!r} must be a relative path without '..'", "write a path inside the folder", key=key)
+    return value
+
+
+def _load_assemble(node: _Node, recipes_dir: Path) -> AssembleSpec | None:
+    anode = node.child("assemble", required=False)
+    if anode is None:
+        return None
+    anode.only({"install", "copy", "archive", "configure"})
+
+    def rules(key: str, fields: set[str]) -> list[_Node]:
+        out = []
+        for i, raw in enumerate(anode.get(key, list, required=False, default=[])):
+            rnode = _Node(anode.file, anode.where(f"{key}[{i}]"), raw)
+            rnode.only(fields)
+            out.append(rnode)
+        return out
+
+    def origin(rnode: _Node) -> str:
+        value = rnode.get("from", str, fix="say where to look: build or source")
+        if value not in ("build", "source"):
+            rnode.fail(f"unknown origin {value!r}", "use build (the build dir) or source (the patched tree)", key="from")
+        return value
+
+    copy = tuple(
+        CopyRule(origin=origin(r), glob=_relative(r, "glob", r.get("glob", str)), to=_relative(r, "to", r.get("to", str)),
+                 optional=r.get("optional", bool, required=False, default=False))
+        for r in rules("copy", {"from", "glob", "to", "optional"})
+    )
+    archive = tuple(
+        ArchiveRule(origin=origin(r), glob=_relative(r, "glob", r.get("glob", str)), to=_relative(r, "to", r.get("to", str)))
+        for r in rules("archive", {"from", "glob", "to"})
+    )
+    configure = []
+    for r in rules("configure", {"template", "to"}):
+        template = _relative(r, "template", r.get("template", str))
+        if not (recipes_dir / template).is_file():
+            r.fail(f"template {template} not found next to the recipe", f"create {recipes_dir / template} or fix the path", key="template")
+        configure.append(TemplateRule(template=template, to=_relative(r, "to", r.get("to", str))))
+    spec = AssembleSpec(install=anode.get("install", bool, required=False, default=False), copy=copy, archive=archive, configure=tuple(configure))
+    if not (spec.install or spec.copy or spec.archive or spec.configure):
+        anode.fail("nothing to assemble", "set install: true or give copy/archive/configure rules")
+    return spec
 
 
 def find_recipe(recipes_dir: Path, name: str) -> Path:

@@ -5,18 +5,25 @@ Each stage gets a frozen request and returns a result; this module only passes t
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import ui
 from .artifacts import ArtifactSet, collect
+from .assemble import AssemblePlan
+from .assemble import make_plan as make_assemble_plan
 from .build import BuildRequest, BuildResult, build, resolve_refs
 from .cmake import find_tools
-from .config import Pins, Recipe, apply_lock, find_recipe, load_pins, load_recipe, read_lock, render_lock
+from .config import Component, Pin, Pins, Recipe, apply_lock, find_recipe, load_pins, load_recipe, read_lock, render_lock
 from .fetch import FetchRequest, FetchResult, fetch
+from .errors import ConfigError
 from .fsutil import atomic_write_text
+from .gitops import Git
 from .manifest import make_manifest, write_manifest
 from .patch import PrepareRequest, PreparedTree, list_patches, prepare
+from .plan import component_fields, join_lists, resolve_toolchain
 from .workspace import Workspace
 
 
@@ -33,6 +40,7 @@ class Context:
     locked: bool = False
     mirror_dirs: tuple[Path, ...] = ()
     jobs: int | None = None
+    toolchain_root: str | None = None  # --toolchain-root: overrides the recipe's toolchain root
 
 
 def load(ctx: Context) -> tuple[Pins, Recipe]:
@@ -56,11 +64,30 @@ def run_fetch(ctx: Context, pins: Pins, names: list[str]) -> dict[str, FetchResu
         pin = pins.get(name)
         res = fetch(FetchRequest(pin=pin, workspace=ctx.workspace, mirror_dirs=ctx.mirror_dirs, offline=ctx.offline, log=ctx.run_dir / "fetch.log"))
         ui.detail(f"  {name}: {res.commit} from {res.mirror_used}")
+        check_before(pin, res, log=ctx.run_dir / "fetch.log")
         out[name] = res
     newly = {n: r for n, r in out.items() if r.resolved_from}
     if newly:
         update_lock(pins, newly)
     return out
+
+
+def check_before(pin: Pin, res: FetchResult, *, log: Path | None = None) -> bool | None:
+    """A pin with ``before: SHA`` must not be that commit nor descend from it. Checked when
+    the mirror holds that commit (True: holds); None when it could not be checked."""
+    if not pin.before:
+        return None
+    git = Git(res.bare_repo, log=log, bare=True)
+    if not git.has_commit(pin.before):
+        ui.detail(f"  {pin.name}: constraint 'before {pin.before[:12]}' not checked (that commit is not in the mirror)")
+        return None
+    r = git.run("merge-base", "--is-ancestor", pin.before, res.commit, check=False)
+    if r.status == 0:
+        raise ConfigError(
+            f"source {pin.name}: pinned commit {res.commit[:12]} is at or after {pin.before[:12]}, which it must stay before",
+            hint=f"pin a commit older than {pin.before[:12]} in pins.yaml ({pin.note or 'see the note there'})",
+        )
+    return True
 
 
 def update_lock(pins: Pins, resolved: dict[str, FetchResult]) -> bool:
@@ -99,19 +126,48 @@ def run_build(ctx: Context, pins: Pins, recipe: Recipe, fetched: dict[str, Fetch
         from dataclasses import replace
 
         resolved_pins[n] = replace(resolved_pins[n], commit=f.commit)
+    fields.update(toolchain_fields(ctx, recipe))
     for comp in recipe.components:
         tree = trees[comp.source]
-        defines = tuple((k, resolve_refs(v, pins=resolved_pins, components=fields)) for k, v in comp.defines)
+        defines = tuple((k, join_lists(resolve_refs(v, pins=resolved_pins, components=fields), comp.list_separator)) for k, v in comp.defines)
         env = tuple((k, resolve_refs(v, pins=resolved_pins, components=fields)) for k, v in comp.env)
         res = build(BuildRequest(
             recipe=recipe.name, component=comp, source_dir=tree.path, source_commit=tree.commit,
             source_head=tree.head, patch_digest=tree.patch_digest, defines=defines,
             build_root=build_root or ctx.workspace.build_dir, log=ctx.run_dir / f"build-{comp.name}.log",
-            jobs=ctx.jobs, env=env,
+            jobs=ctx.jobs, env=env, assemble=assemble_plan(ctx, comp, defines),
+            inputs=dependency_inputs(comp, results),
         ), tools)
         fields[comp.name] = {"build_dir": str(res.build_dir), "source_dir": str(tree.path), **{o.name: str(o.path) for o in res.outputs}}
         results.append(res)
     return results
+
+
+def toolchain_fields(ctx: Context, recipe: Recipe) -> dict[str, dict[str, str]]:
+    """``${toolchain.*}`` values for the recipe (none without a toolchain section)."""
+    if recipe.toolchain is None:
+        return {}
+    return component_fields(recipe, resolve_toolchain(recipe.toolchain, override=ctx.toolchain_root))
+
+
+def assemble_plan(ctx: Context, comp: Component, defines: tuple[tuple[str, str], ...]) -> AssemblePlan | None:
+    """The component's prefix assembly; archives use its CMAKE_AR, else the system ar."""
+    if comp.assemble is None:
+        return None
+    ar = dict(defines).get("CMAKE_AR") or shutil.which("ar")
+    return make_assemble_plan(comp.name, comp.assemble, recipes_dir=ctx.recipes_dir, ar=ar)
+
+
+def dependency_inputs(comp: Component, done: list[BuildResult]) -> tuple[tuple[str, str], ...]:
+    """Digests of the outputs of the components ``comp`` refers to (in its build key)."""
+    out = []
+    for b in done:
+        if b.component in comp.references():
+            h = hashlib.sha256()
+            for o in sorted(b.outputs, key=lambda o: o.name):
+                h.update(f"{o.name}\0{o.sha256}\n".encode())
+            out.append((b.component, h.hexdigest()))
+    return tuple(out)
 
 
 def manifest_path(ws: Workspace, recipe: str) -> Path:

@@ -73,7 +73,7 @@ class SetComparison:
 
 # Facts that name where a build lived rather than how it was made: a difference there is a
 # warning, not an explanation (loom-link embeds the source path, so it matters for loombc).
-PATH_FACTS = {"source_dir"}
+PATH_FACTS = {"source_dir", "loom_link"}
 
 
 def compare_sets(component: str, cur: ArtifactSet, ref: ArtifactSet) -> SetComparison:

@@ -1,0 +1,333 @@
+"""Doctor: check this machine for everything a recipe needs, and say how to fix each gap.
+
+For a recipe it checks, in order:
+
+- the toolchain of its ``toolchain:`` section: the root folder, every compiler its
+  components name (e.g. TheRock's amdclang and amdclang++), the archiver and the HSA
+  runtime library the smoke stage loads;
+- CMake and Ninja, with their versions;
+- for Vulkan: glslc and Vulkan headers recent enough for ggml-vulkan;
+- each pinned source: cached, in a mirror dir, or reachable over the network;
+- the GPU: once the recipe is built, ``llama-server --list-devices`` must show every smoke
+  device and the recipe's GPU architecture (with ``vulkaninfo`` as an earlier hint).
+
+Nothing is installed or changed; reading and short probes only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from .build import resolve_refs
+from .config import Pins, Recipe
+from .errors import OnebitError
+from .fetch import local_mirror_candidates
+from .gitops import Git
+from .plan import ToolchainSettings, resolve_toolchain, runtime_env, toolchain_refs
+from .workspace import Workspace
+
+VULKAN_MIN_HEADER = 261  # 1.3.261: VK_EXT_layer_settings, used by ggml-vulkan
+PROBE_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    name: str
+    ok: bool | None  # None: could not be checked yet (said why in detail)
+    detail: str
+    fix: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DoctorRequest:
+    recipe: Recipe
+    pins: Pins
+    workspace: Workspace
+    mirror_dirs: tuple[Path, ...] = ()
+    offline: bool = False
+    toolchain_root: str | None = None
+    environ: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DoctorReport:
+    recipe: str
+    checks: tuple[Check, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok is not False for c in self.checks)
+
+    @property
+    def problems(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.ok is False)
+
+
+# --------------------------------------------------------------------------- probes
+
+
+def first_line(argv: list[str], env: Mapping[str, str] | None = None) -> str | None:
+    """First output line of a short command, or None when it cannot run."""
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                             env=None if env is None else {**os.environ, **env})
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    lines = (out.stdout or out.stderr).strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
+def vulkan_header_version(text: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) from vulkan_core.h. Pure."""
+    m = re.search(r"#define\s+VK_HEADER_VERSION\s+(\d+)", text)
+    if not m:
+        return None
+    patch = int(m.group(1))
+    c = re.search(r"#define\s+VK_HEADER_VERSION_COMPLETE\s+VK_MAKE_API_VERSION\(\s*\d+\s*,\s*(\d+)\s*,\s*(\d+)\s*,", text)
+    if c:
+        return int(c.group(1)), int(c.group(2)), patch
+    return 1, 3, patch
+
+
+def vulkan_header_dirs(environ: Mapping[str, str]) -> list[Path]:
+    dirs = []
+    if environ.get("VULKAN_SDK"):
+        dirs.append(Path(environ["VULKAN_SDK"]) / "include")
+    dirs += [Path("/usr/local/include"), Path("/usr/include")]
+    return dirs
+
+
+def listed_devices(text: str) -> list[str]:
+    """Device names from ``llama-server --list-devices`` output ('  Vulkan0: ...'). Pure."""
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"^\s*([A-Za-z][A-Za-z0-9_]*\d+):\s", line)
+        if m:
+            out.append(m.group(1))
+    return out
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def toolchain_checks(recipe: Recipe, tc: ToolchainSettings, environ: Mapping[str, str]) -> list[Check]:
+    spec = tc.spec
+    where = f"--toolchain-root DIR or ${spec.root_env}"
+    checks = []
+    if tc.root.is_dir():
+        checks.append(Check(name="toolchain root", ok=True, detail=f"{tc.root} (from {tc.root_from})"))
+    else:
+        checks.append(Check(name="toolchain root", ok=False, detail=f"{tc.root} does not exist (from {tc.root_from})",
+                            fix=f"install TheRock there, or point {where} at the folder that holds bin/amdclang"))
+    fields = {"toolchain": {**tc.fields(), "ar": tc.ar or "", "libhsa": tc.libhsa or ""}}
+    seen: list[str] = []
+    for comp in recipe.components:
+        for key, value in comp.defines:
+            if key in ("CMAKE_C_COMPILER", "CMAKE_CXX_COMPILER") and "toolchain." in value:
+                path = resolve_refs(value, pins={}, components=fields)
+                if path in seen:
+                    continue
+                seen.append(path)
+                name = Path(path).name
+                version = first_line([path, "--version"]) if os.access(path, os.X_OK) else None
+                if version is not None:
+                    checks.append(Check(name=name, ok=True, detail=f"{path}: {version}"))
+                else:
+                    checks.append(Check(name=name, ok=False, detail=f"{path} is missing or does not run",
+                                        fix=f"install TheRock (it provides bin/{name}) or point {where} at it"))
+    if any("ar" in toolchain_refs(c.defines) for c in recipe.components):
+        if tc.ar:
+            checks.append(Check(name="archiver (CMAKE_AR)", ok=True, detail=f"{tc.ar}: {first_line([tc.ar, '--version']) or 'version unknown'}"))
+        else:
+            checks.append(Check(name="archiver (CMAKE_AR)", ok=False, detail=f"none of {', '.join(spec.ar)} found",
+                                fix="install binutils (Debian: apt-get install binutils) or LLVM's llvm-ar"))
+    wants_hsa = [k for k, v in recipe.smoke.env if "libhsa" in toolchain_refs(((k, v),))]
+    for key in wants_hsa:
+        given = environ.get(key)
+        if given:
+            ok = Path(given).is_file()
+            checks.append(Check(name="HSA runtime", ok=ok, detail=f"{given} (given in ${key})" + ("" if ok else ": no such file"),
+                                fix=None if ok else f"point ${key} at TheRock's libhsa-runtime64.so.1, or unset it"))
+        elif tc.libhsa:
+            checks.append(Check(name="HSA runtime", ok=True, detail=f"{tc.libhsa} (for ${key})"))
+        else:
+            checks.append(Check(name="HSA runtime", ok=False, detail=f"no {', '.join(spec.libhsa)} under {tc.root}",
+                                fix=f"install TheRock (its HSA runtime; a distribution libhsa fails gfx1151's PM4 probe) or set ${key}"))
+    return checks
+
+
+def build_tool_checks() -> list[Check]:
+    from .cmake import CMAKE_MIN, NINJA_MIN, find_tools
+
+    try:
+        tools = find_tools()
+    except OnebitError as exc:
+        name = "CMake" if "CMake" in exc.message else "Ninja"
+        want = CMAKE_MIN if name == "CMake" else NINJA_MIN
+        return [Check(name=name, ok=False, detail=f"{name} {want} not found", fix=exc.hint)]
+    return [
+        Check(name="CMake", ok=True, detail=f"{tools.cmake_version} ({tools.cmake})"),
+        Check(name="Ninja", ok=True, detail=f"{tools.ninja_version} ({tools.ninja})"),
+    ]
+
+
+def vulkan_checks(environ: Mapping[str, str]) -> list[Check]:
+    checks = []
+    glslc = shutil.which("glslc", path=environ.get("PATH"))
+    version = first_line([glslc, "--version"]) if glslc else None
+    if version is not None:
+        checks.append(Check(name="glslc", ok=True, detail=f"{glslc}: {version}"))
+    else:
+        checks.append(Check(name="glslc", ok=False, detail="glslc not found on PATH",
+                            fix="install it (Debian/Ubuntu: apt-get install glslc; or the Vulkan SDK)"))
+    for d in vulkan_header_dirs(environ):
+        header = d / "vulkan" / "vulkan_core.h"
+        if header.is_file():
+            v = vulkan_header_version(header.read_text(errors="replace"))
+            if v is None:
+                checks.append(Check(name="Vulkan headers", ok=False, detail=f"{header}: no VK_HEADER_VERSION",
+                                    fix="reinstall the Vulkan headers (apt-get install libvulkan-dev)"))
+            elif v < (1, 3, VULKAN_MIN_HEADER):
+                checks.append(Check(name="Vulkan headers", ok=False, detail=f"{header}: {v[0]}.{v[1]}.{v[2]}, older than 1.3.{VULKAN_MIN_HEADER}",
+                                    fix="install newer headers (Debian 13 and Ubuntu 24.04 ship them, or the Vulkan SDK with $VULKAN_SDK)"))
+            else:
+                checks.append(Check(name="Vulkan headers", ok=True, detail=f"{header}: {v[0]}.{v[1]}.{v[2]}"))
+            return checks
+    checks.append(Check(name="Vulkan headers", ok=False, detail="no vulkan/vulkan_core.h in " + ", ".join(str(d) for d in vulkan_header_dirs(environ)),
+                        fix="install them (Debian/Ubuntu: apt-get install libvulkan-dev) or set $VULKAN_SDK"))
+    return checks
+
+
+def source_checks(req: DoctorRequest, environ: Mapping[str, str]) -> list[Check]:
+    checks = []
+    names = []
+    for c in req.recipe.components:
+        if c.source not in names:
+            names.append(c.source)
+    for name in names:
+        pin = req.pins.get(name)
+        label = f"source {name}"
+        mirrors = local_mirror_candidates(name, req.mirror_dirs)
+        bare = req.workspace.bare_repo(name)
+        if mirrors:
+            checks.append(Check(name=label, ok=True, detail=f"mirror {mirrors[0]}"))
+            continue
+        if (bare / "HEAD").exists():
+            g = Git(bare, bare=True)
+            cached = [pin.commit] if pin.resolved else g.run("rev-parse", f"--disambiguate={pin.commit}", check=False).out.split()
+            if any(g.has_commit(c) for c in cached):
+                checks.append(Check(name=label, ok=True, detail=f"cached in {bare}"))
+                continue
+        if req.offline:
+            checks.append(Check(name=label, ok=False, detail=f"{pin.commit} is neither cached nor in a mirror dir (offline)",
+                                fix=f"run once with network access, or put {name}.git / {name}.bundle in a --mirror-dir"))
+            continue
+        try:
+            out = subprocess.run(["git", "ls-remote", "--exit-code", pin.url, "HEAD"], capture_output=True, text=True,
+                                 timeout=PROBE_TIMEOUT_S, env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"})
+            reached = out.returncode == 0
+            why = (out.stderr.strip().splitlines() or ["no answer"])[-1]
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            reached, why = False, str(exc)
+        if reached:
+            checks.append(Check(name=label, ok=True, detail=f"{pin.url} answers"))
+        else:
+            checks.append(Check(name=label, ok=False, detail=f"{pin.url} is not reachable ({why})",
+                                fix=f"check the network, or provide {name}.git / {name}.bundle with --mirror-dir"))
+    return checks
+
+
+def _built_server(req: DoctorRequest) -> Path | None:
+    from .fsutil import StateError
+    from .manifest import read_manifest
+
+    path = req.workspace.root / "manifests" / f"{req.recipe.name}.json"
+    try:
+        doc = read_manifest(path)
+    except (FileNotFoundError, StateError):
+        return None
+    for comp in doc.get("components", []):
+        for o in comp.get("outputs", []):
+            if o.get("name") == "llama-server" and Path(o.get("path", "")).is_file():
+                return Path(o["path"])
+    return None
+
+
+def gpu_checks(req: DoctorRequest, tc: ToolchainSettings | None, environ: Mapping[str, str]) -> list[Check]:
+    recipe = req.recipe
+    gpu = recipe.smoke.gpu
+    devices = tuple(d for d in recipe.smoke.devices if d != "CPU")
+    if not gpu and not devices:
+        return []
+    server = _built_server(req)
+    if server is None:
+        hint = None
+        vk = shutil.which("vulkaninfo", path=environ.get("PATH"))
+        if vk and gpu:
+            try:
+                text = subprocess.run([vk, "--summary"], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S).stdout
+            except (OSError, subprocess.TimeoutExpired):
+                text = ""
+            hint = f"vulkaninfo {'lists' if gpu.lower() in text.lower() else 'does not list'} {gpu}"
+        detail = f"not built yet, so the device list cannot be read{'; ' + hint if hint else ''}"
+        return [Check(name="GPU", ok=None, detail=detail, fix=f"run 'onebit-build --recipe {recipe.name} build', then doctor again")]
+    try:
+        env = dict(runtime_env(recipe, tc, environ))
+    except OnebitError as exc:
+        return [Check(name="GPU", ok=False, detail=f"cannot set the runtime environment: {exc.message}", fix=exc.hint)]
+    try:
+        out = subprocess.run([str(server), "--list-devices"], capture_output=True, text=True, timeout=120.0, env={**os.environ, **env})
+        text = out.stdout + out.stderr
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [Check(name="GPU", ok=False, detail=f"{server} --list-devices failed: {exc}", fix="rebuild, then run doctor again")]
+    listed = listed_devices(text)
+    checks = []
+    missing = [d for d in devices if d not in listed]
+    if missing:
+        checks.append(Check(name="GPU devices", ok=False, detail=f"--list-devices lacks {', '.join(missing)} (lists: {', '.join(listed) or 'none'})",
+                            fix="HRX needs TheRock's HSA runtime (IREE_HAL_AMDGPU_LIBHSA_PATH); Vulkan needs the Mesa RADV driver"))
+    elif devices:
+        checks.append(Check(name="GPU devices", ok=True, detail=f"--list-devices shows {', '.join(devices)}"))
+    if gpu:
+        if gpu.lower() in text.lower():
+            checks.append(Check(name="GPU", ok=True, detail=f"{gpu} is listed"))
+        else:
+            checks.append(Check(name="GPU", ok=False, detail=f"no {gpu} in the device list",
+                                fix=f"this recipe is for {gpu} (Strix Halo); check the amdgpu driver and /dev/kfd access (group render)"))
+    return checks
+
+
+def run_doctor(req: DoctorRequest) -> DoctorReport:
+    environ = os.environ if req.environ is None else req.environ
+    recipe = req.recipe
+    checks: list[Check] = []
+    tc = resolve_toolchain(recipe.toolchain, override=req.toolchain_root, environ=environ) if recipe.toolchain else None
+    if tc is not None:
+        checks += toolchain_checks(recipe, tc, environ)
+    checks += build_tool_checks()
+    if "vulkan" in recipe.backends:
+        checks += vulkan_checks(environ)
+    checks += source_checks(req, environ)
+    checks += gpu_checks(req, tc, environ)
+    return DoctorReport(recipe=recipe.name, checks=tuple(checks))
+
+
+def render(report: DoctorReport) -> str:
+    mark = {True: "ok  ", False: "FAIL", None: "--  "}
+    width = max((len(c.name) for c in report.checks), default=10)
+    lines = [f"doctor for recipe {report.recipe}"]
+    for c in report.checks:
+        lines.append(f"  {mark[c.ok]}  {c.name:<{width}}  {c.detail}")
+        if c.fix and c.ok is not True:
+            lines.append(f"        {'':<{width}}  fix: {c.fix}")
+    n = len(report.problems)
+    lines.append(f"{n} problem(s) to fix" if n else "everything the recipe needs is here")
+    return "\n".join(lines) + "\n"

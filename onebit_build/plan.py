@@ -1,0 +1,346 @@
+"""Plan: the concrete settings a run will use, and the whole run described without doing it.
+
+- :func:`resolve_toolchain` turns a recipe's ``toolchain:`` section into paths (root, the
+  archiver, the HSA runtime library), honouring ``--toolchain-root`` and the recipe's
+  environment variable;
+- :func:`runtime_env` gives the smoke stage's environment with ``${toolchain.*}`` filled;
+- :func:`make_plan` / :func:`render_plan` describe sources, pins, patches, every configure
+  command with every define, targets, outputs and the runtime environment, for
+  ``--dry-run``. Nothing here touches the network, a build dir or a server.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from .build import resolve_refs
+from .config import REF_RE, Component, Pin, Pins, Recipe, ToolchainSpec
+from .errors import ToolMissingError
+from .patch import PatchFile, canonical_path, list_patches, patch_digest
+from .workspace import Workspace
+
+# --------------------------------------------------------------------------- toolchain
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolchainSettings:
+    root: Path
+    root_from: str  # "recipe", "$NAME" or "--toolchain-root"
+    ar: str | None
+    libhsa: str | None
+    spec: ToolchainSpec
+
+    def fields(self) -> dict[str, str]:
+        """Values for ``${toolchain.FIELD}``; only the ones that were found."""
+        out = {"root": str(self.root)}
+        if self.ar:
+            out["ar"] = self.ar
+        if self.libhsa:
+            out["libhsa"] = self.libhsa
+        return out
+
+    def require(self, name: str, where: str) -> None:
+        if name in self.fields():
+            return
+        if name == "ar":
+            tried = ", ".join(self.spec.ar) or "(no candidates)"
+            raise ToolMissingError(
+                f"{where}: no archiver for ${{toolchain.ar}} (tried {tried} under {self.root} and on PATH)",
+                hint="install binutils (Debian: apt-get install binutils) or LLVM's llvm-ar",
+            )
+        if name == "libhsa":
+            raise ToolMissingError(
+                f"{where}: no HSA runtime under {self.root} (looked for {', '.join(self.spec.libhsa) or 'nothing'})",
+                hint="install TheRock there, point --toolchain-root at it, or set IREE_HAL_AMDGPU_LIBHSA_PATH",
+            )
+
+
+def find_ar(root: Path, candidates: tuple[str, ...]) -> str | None:
+    """The first candidate that exists: a path relative to ``root`` (has a '/') or a program on PATH."""
+    for cand in candidates:
+        if "/" in cand:
+            p = root / cand
+            if p.is_file() and os.access(p, os.X_OK):
+                return str(p)
+        else:
+            found = shutil.which(cand)
+            if found:
+                return found
+    return None
+
+
+def find_libhsa(root: Path, patterns: tuple[str, ...]) -> str | None:
+    for pattern in patterns:
+        for p in sorted(root.glob(pattern)):
+            if p.is_file():
+                return str(p)
+    return None
+
+
+def resolve_toolchain(spec: ToolchainSpec, *, override: str | None = None, environ: Mapping[str, str] | None = None) -> ToolchainSettings:
+    env = os.environ if environ is None else environ
+    if override:
+        root, how = Path(override), "--toolchain-root"
+    elif env.get(spec.root_env):
+        root, how = Path(env[spec.root_env]), f"${spec.root_env}"
+    else:
+        root, how = Path(spec.root), "recipe"
+    return ToolchainSettings(root=root, root_from=how, ar=find_ar(root, spec.ar), libhsa=find_libhsa(root, spec.libhsa), spec=spec)
+
+
+def toolchain_refs(values: tuple[tuple[str, str], ...]) -> set[str]:
+    out = set()
+    for _, v in values:
+        for ref in REF_RE.findall(v):
+            parts = ref.split(".")
+            if parts[0] == "toolchain" and len(parts) == 2:
+                out.add(parts[1])
+    return out
+
+
+def component_fields(recipe: Recipe, toolchain: ToolchainSettings | None) -> dict[str, dict[str, str]]:
+    """The reference table a build starts with: ``toolchain`` when the recipe has one.
+    Raises ToolMissingError naming the missing piece when a component needs it."""
+    if toolchain is None:
+        return {}
+    for comp in recipe.components:
+        for name in sorted(toolchain_refs((*comp.defines, *comp.env))):
+            toolchain.require(name, f"component {comp.name}")
+    return {"toolchain": toolchain.fields()}
+
+
+def join_lists(value: str, separator: str | None) -> str:
+    """A list written with the recipe's separator becomes a CMake list (';')."""
+    return value.replace(separator, ";") if separator else value
+
+
+def runtime_env(recipe: Recipe, toolchain: ToolchainSettings | None, environ: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
+    """The smoke stage's environment. A variable the user already set wins ("given");
+    otherwise ``${toolchain.*}`` is filled from the toolchain."""
+    env = os.environ if environ is None else environ
+    out = []
+    for key, value in recipe.smoke.env:
+        if env.get(key):
+            out.append((key, env[key]))
+            continue
+        refs = toolchain_refs(((key, value),))
+        if refs:
+            if toolchain is None:
+                raise ToolMissingError(f"smoke.env.{key} needs a toolchain", hint="add a toolchain section to the recipe")
+            for name in sorted(refs):
+                toolchain.require(name, f"smoke.env.{key}")
+            value = resolve_refs(value, pins={}, components={"toolchain": toolchain.fields()})
+        out.append((key, value))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourcePlan:
+    name: str
+    url: str
+    commit: str
+    resolved: bool
+    note: str | None
+    before: str | None
+    places: tuple[str, ...]  # where fetch looks, in order
+    patches: tuple[PatchFile, ...]
+    tree: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComponentPlan:
+    name: str
+    source: str
+    build_dir: str
+    configure: tuple[str, ...]
+    build: tuple[str, ...]
+    defines: tuple[tuple[str, str], ...]
+    targets: tuple[str, ...]
+    outputs: tuple[tuple[str, str], ...]
+    assemble: tuple[str, ...]
+    artifacts: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    recipe: Recipe
+    workspace: Path
+    toolchain: ToolchainSettings | None
+    sources: tuple[SourcePlan, ...]
+    components: tuple[ComponentPlan, ...]
+    runtime_env: tuple[tuple[str, str], ...]
+    problems: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _source_plan(pin: Pin, ws: Workspace, patches_dir: Path, mirror_dirs: tuple[Path, ...], offline: bool) -> SourcePlan:
+    patches = list_patches(patches_dir, pin.name)
+    places = [f"cache {ws.bare_repo(pin.name)}"]
+    places += [f"mirror {d / (pin.name + '.git')} or .bundle" for d in mirror_dirs]
+    places += [f"sdist {m.label} (sha256 {m.sha256[:16]})" for m in pin.mirrors]
+    places.append("network: not with --offline" if offline else f"network {pin.url}")
+    if pin.resolved:
+        tree = str(canonical_path(ws, pin.name, pin.commit, patch_digest(pin.commit, patches)))
+    else:
+        tree = str(ws.src_dir / f"{pin.name}-<{pin.commit} resolved at fetch>-<patch digest>")
+    return SourcePlan(name=pin.name, url=pin.url, commit=pin.commit, resolved=pin.resolved, note=pin.note, before=pin.before,
+                      places=tuple(places), patches=patches, tree=tree)
+
+
+def _assemble_lines(comp: Component, prefix: str) -> tuple[str, ...]:
+    spec = comp.assemble
+    if spec is None:
+        return ()
+    lines = [f"prefix {prefix}"]
+    if spec.install:
+        lines.append("cmake --install <build dir> --prefix <prefix>")
+    lines += [f"copy {r.origin}:{r.glob} -> {r.to}/" for r in spec.copy]
+    lines += [f"archive {r.origin}:{r.glob} -> {r.to} (CMAKE_AR rcsD)" for r in spec.archive]
+    lines += [f"configure recipes/{r.template} -> {r.to}" for r in spec.configure]
+    return tuple(lines)
+
+
+def make_plan(
+    recipe: Recipe, pins: Pins, *, workspace: Workspace, patches_dir: Path, mirror_dirs: tuple[Path, ...] = (),
+    offline: bool = False, toolchain_root: str | None = None, environ: Mapping[str, str] | None = None,
+) -> Plan:
+    env = os.environ if environ is None else environ
+    toolchain = resolve_toolchain(recipe.toolchain, override=toolchain_root, environ=env) if recipe.toolchain else None
+    problems: list[str] = []
+    names = []
+    for c in recipe.components:
+        if c.source not in names:
+            names.append(c.source)
+    sources = tuple(_source_plan(pins.get(n), workspace, patches_dir, mirror_dirs, offline) for n in names)
+    trees = {s.name: s.tree for s in sources}
+    fields: dict[str, dict[str, str]] = {}
+    if toolchain is not None:
+        if not toolchain.root.is_dir():
+            problems.append(f"toolchain root {toolchain.root} does not exist (install TheRock, or use --toolchain-root)")
+        fields["toolchain"] = dict(toolchain.fields())
+        for name in ("ar", "libhsa"):
+            if name not in fields["toolchain"]:
+                fields["toolchain"][name] = f"<{name} not found under {toolchain.root}>"
+                if any(name in toolchain_refs((*c.defines, *c.env, *recipe.smoke.env)) for c in recipe.components):
+                    problems.append(f"toolchain {name}: not found under {toolchain.root}")
+    comps = []
+    for comp in recipe.components:
+        bdir = f"{workspace.build_dir}/{recipe.name}-{comp.name}-<key>"
+        defines = tuple((k, join_lists(resolve_refs(v, pins=pins.sources, components=fields), comp.list_separator)) for k, v in comp.defines)
+        cenv = tuple((k, resolve_refs(v, pins=pins.sources, components=fields)) for k, v in comp.env)
+        configure = ["cmake", "-S", trees[comp.source], "-B", bdir, "-G", "Ninja", f"-DCMAKE_BUILD_TYPE={comp.build_type}"]
+        configure += [f"-D{k}={v}" for k, v in defines]
+        prefix = f"{bdir}/onebit-prefix"
+        outputs = tuple((n, f"{bdir}/{rel}") for n, rel in comp.outputs)
+        fields[comp.name] = {"build_dir": bdir, "source_dir": trees[comp.source], **dict(outputs)}
+        if comp.assemble is not None:
+            fields[comp.name]["prefix"] = prefix
+        comps.append(ComponentPlan(
+            name=comp.name, source=comp.source, build_dir=bdir, configure=tuple(configure),
+            build=("cmake", "--build", bdir, "--target", *comp.targets), defines=defines, targets=comp.targets,
+            outputs=outputs + ((("prefix", prefix),) if comp.assemble is not None else ()),
+            assemble=_assemble_lines(comp, prefix), artifacts=comp.artifacts, env=cenv,
+        ))
+    run_env = []
+    for key, value in recipe.smoke.env:
+        if env.get(key):
+            run_env.append((key, f"{env[key]}  (given in the environment)"))
+        else:
+            run_env.append((key, resolve_refs(value, pins={}, components=fields) if toolchain else value))
+    return Plan(recipe=recipe, workspace=workspace.root, toolchain=toolchain, sources=sources, components=tuple(comps),
+                runtime_env=tuple(run_env), problems=tuple(problems))
+
+
+def _cmd(argv: tuple[str, ...], indent: str) -> list[str]:
+    """A command one argument group per line, shell-quoted, for a person to read or paste."""
+    words = [shlex.quote(a) for a in argv]
+    head = []
+    rest = list(words)
+    while rest and not rest[0].startswith("-D"):
+        head.append(rest.pop(0))
+    lines = [" ".join(head)]
+    lines += rest
+    return [indent + (line if i == 0 else "    " + line) + (" \\" if i < len(lines) - 1 else "") for i, line in enumerate(lines)]
+
+
+def render_plan(plan: Plan) -> str:
+    r = plan.recipe
+    out = [f"plan for recipe {r.name}: {r.description}", "(dry run: nothing is fetched, built or started)", ""]
+    out.append(f"workspace  {plan.workspace}")
+    tc = plan.toolchain
+    if tc is not None:
+        out.append("")
+        out.append("toolchain")
+        out.append(f"  root     {tc.root}  (from {tc.root_from}; override with --toolchain-root or ${tc.spec.root_env})"
+                   + ("" if tc.root.is_dir() else "  [not present on this machine]"))
+        out.append(f"  ar       {tc.ar or '<not found: tried ' + ', '.join(tc.spec.ar) + '>'}")
+        out.append(f"  libhsa   {tc.libhsa or '<not found under the root: ' + ', '.join(tc.spec.libhsa) + '>'}")
+    out.append("")
+    out.append("sources")
+    for s in plan.sources:
+        state = "full SHA" if s.resolved else "abbreviated: resolved at fetch and recorded in pins.lock"
+        out.append(f"  {s.name}: {s.url} @ {s.commit} ({state})")
+        if s.note:
+            out.append(f"    note: {s.note}")
+        if s.before:
+            out.append(f"    constraint: must not descend from {s.before} (checked after fetch when that commit is present)")
+        out.append(f"    fetched from, in order: {'; '.join(s.places)}")
+        out.append(f"    patched tree: {s.tree}")
+        if s.patches:
+            for p in s.patches:
+                out.append(f"    patch {p.name}  sha256 {p.sha256[:16]}")
+        else:
+            out.append("    patches: none")
+    out.append("")
+    order = ", ".join(c.name for c in plan.components)
+    out.append(f"components, in build order: {order}")
+    for i, c in enumerate(plan.components, 1):
+        out.append(f"  {i}. {c.name} (source {c.source})")
+        out.append(f"    build dir  {c.build_dir}  (<key>: hash of the whole configuration and toolchain versions)")
+        out.append("    configure")
+        out += _cmd(c.configure, "      ")
+        out.append("    build")
+        out += _cmd(c.build, "      ")
+        if c.env:
+            out.append("    environment  " + " ".join(f"{k}={shlex.quote(v)}" for k, v in c.env))
+        if c.assemble:
+            out.append("    assemble")
+            out += [f"      {line}" for line in c.assemble]
+        out.append("    outputs")
+        out += [f"      {n}: {p}" for n, p in c.outputs]
+        if c.artifacts:
+            out.append(f"    kernel artifacts  {', '.join(c.artifacts)} (hashed into the build manifest; see 'onebit-build verify')")
+    out.append("")
+    out.append("runtime (smoke)")
+    sm = r.smoke
+    out.append(f"  devices  {', '.join(sm.devices)}")
+    for k, v in plan.runtime_env:
+        out.append(f"  env      {k}={v}")
+    m = r.model
+    if m is not None:
+        out.append(f"  model    {m.name}: {m.file}")
+        if m.origin:
+            out.append(f"           from {m.origin}")
+        if m.path_env:
+            out.append(f"           supplied by the user: --model PATH or ${m.path_env}")
+        if m.pypi:
+            out.append(f"           from pypi: {', '.join(m.pypi)}")
+        out.append(f"           sha256 {m.sha256 or '(not pinned: the user must supply and check it)'}")
+    for p in sm.prompts:
+        out.append(f"  check    {p.name}: answer to {p.prompt!r} contains {p.expect!r}")
+    if sm.reference_tok_s:
+        refs = ", ".join(f"{d} {v:g} tok/s" for d, v in sm.reference_tok_s)
+        out.append(f"  decode   {sm.speed_tokens} tokens x {sm.speed_repeats}; reference {refs}; on par within {sm.tolerance:.0%}")
+    if plan.problems:
+        out.append("")
+        out.append("problems a real run would meet")
+        out += [f"  {p}" for p in plan.problems]
+    return "\n".join(out) + "\n"

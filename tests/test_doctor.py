@@ -1,0 +1,110 @@
+"""doctor: every missing item of the Strix Halo recipe is named with its fix."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from _support import REPO, make_repo, run_cli
+from onebit_build.config import load_pins, load_recipe
+from onebit_build.doctor import DoctorRequest, listed_devices, render, run_doctor, vulkan_header_version
+from onebit_build.workspace import Workspace
+from test_hrx_standins import bare, fake_toolchain
+
+HEADER = """\
+#define VK_HEADER_VERSION {patch}
+#define VK_HEADER_VERSION_COMPLETE VK_MAKE_API_VERSION(0, 1, 3, VK_HEADER_VERSION)
+"""
+
+
+def sdk(tmp_path: Path, patch: int) -> Path:
+    d = tmp_path / f"vulkan-sdk-{patch}"
+    (d / "include" / "vulkan").mkdir(parents=True)
+    (d / "include" / "vulkan" / "vulkan_core.h").write_text(HEADER.format(patch=patch))
+    return d
+
+
+def strix_halo():
+    pins = load_pins(REPO / "pins.yaml")
+    return pins, load_recipe(REPO / "recipes" / "strix-halo.yaml", pins)
+
+
+def by_name(report):
+    return {c.name: c for c in report.checks}
+
+
+def test_pure_parsers():
+    assert vulkan_header_version(HEADER.format(patch=275)) == (1, 3, 275)
+    assert vulkan_header_version("#define VK_HEADER_VERSION 239\n") == (1, 3, 239)
+    assert vulkan_header_version("nothing") is None
+    text = "Available devices:\n  Vulkan0: AMD Radeon 8060S Graphics (RADV STRIX_HALO)\n  HRX20: AMD Radeon 8060S (gfx1151)\n"
+    assert listed_devices(text) == ["Vulkan0", "HRX20"]
+
+
+def test_everything_present(tmp_path):
+    pins, recipe = strix_halo()
+    root = fake_toolchain(tmp_path / "therock")
+    mirrors = tmp_path / "mirrors"
+    repo = tmp_path / "repo"
+    make_repo(repo, {"README": "x\n"})
+    for name in ("hrx", "hrx-system", "llama.cpp-hrx"):
+        bare(repo, mirrors, name)
+    env = {"PATH": os.environ["PATH"], "VULKAN_SDK": str(sdk(tmp_path, 275))}
+    report = run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=Workspace(root=tmp_path / "ws"),
+                                      mirror_dirs=(mirrors,), toolchain_root=str(root), environ=env))
+    checks = by_name(report)
+    for name in ("toolchain root", "amdclang", "amdclang++", "archiver (CMAKE_AR)", "HSA runtime", "CMake", "Ninja",
+                 "Vulkan headers", "source hrx", "source hrx-system", "source llama.cpp-hrx"):
+        assert checks[name].ok is True, (name, checks[name])
+    assert "1.3.275" in checks["Vulkan headers"].detail
+    assert checks["source hrx"].detail.startswith("mirror ")
+    # Not built: the GPU cannot be listed yet, which is said, not counted as a failure.
+    assert checks["GPU"].ok is None and "not built yet" in checks["GPU"].detail
+    if checks["glslc"].ok:
+        assert report.ok and "everything the recipe needs is here" in render(report)
+
+
+def test_each_missing_item_has_its_fix(tmp_path):
+    pins, recipe = strix_halo()
+    env = {"PATH": os.environ["PATH"], "VULKAN_SDK": str(sdk(tmp_path, 239))}
+    report = run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=Workspace(root=tmp_path / "ws"), offline=True,
+                                      toolchain_root=str(tmp_path / "no-therock"), environ=env))
+    checks = by_name(report)
+    assert not report.ok
+    for name in ("toolchain root", "amdclang", "amdclang++", "HSA runtime", "Vulkan headers", "source hrx"):
+        assert checks[name].ok is False and checks[name].fix, name
+    assert "--toolchain-root" in checks["toolchain root"].fix
+    assert "older than 1.3.261" in checks["Vulkan headers"].detail
+    assert "--mirror-dir" in checks["source hrx"].fix
+    text = render(report)
+    assert text.count("fix: ") >= 6 and "problem(s) to fix" in text
+
+
+def test_given_libhsa_and_unreachable_url(tmp_path):
+    pins, recipe = strix_halo()
+    root = fake_toolchain(tmp_path / "therock")
+    (root / "lib" / "libhsa-runtime64.so.1").unlink()
+    given = tmp_path / "libhsa-runtime64.so.1"
+    given.write_bytes(b"x")
+    env = {"PATH": os.environ["PATH"], "IREE_HAL_AMDGPU_LIBHSA_PATH": str(given)}
+    from dataclasses import replace
+
+    local = tmp_path / "reachable"
+    make_repo(local, {"README": "x\n"})
+    sources = dict(pins.sources)
+    sources["hrx"] = replace(sources["hrx"], url=str(local))
+    sources["hrx-system"] = replace(sources["hrx-system"], url=str(tmp_path / "gone.git"))
+    report = run_doctor(DoctorRequest(recipe=recipe, pins=replace(pins, sources=sources), workspace=Workspace(root=tmp_path / "ws"),
+                                      toolchain_root=str(root), environ=env))
+    checks = by_name(report)
+    assert checks["HSA runtime"].ok is True and "given in $IREE_HAL_AMDGPU_LIBHSA_PATH" in checks["HSA runtime"].detail
+    assert checks["source hrx"].ok is True and "answers" in checks["source hrx"].detail
+    assert checks["source hrx-system"].ok is False and "not reachable" in checks["source hrx-system"].detail
+
+
+def test_cli_doctor_exit_code(tmp_path):
+    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--hrx", "on", "--offline", "doctor",
+                  env={"ONEBIT_TOOLCHAIN_ROOT": str(tmp_path / "none")})
+    assert out.returncode == 7, out.stderr
+    assert "doctor for recipe strix-halo" in out.stdout and "FAIL  amdclang" in out.stdout
+    assert not (tmp_path / "ws").exists()

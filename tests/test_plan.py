@@ -1,0 +1,115 @@
+"""The plan: toolchain resolution, the runtime environment, and --dry-run of the real recipe."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from _support import REPO, run_cli
+from onebit_build.config import Recipe, SmokeSpec, ToolchainSpec, load_pins, load_recipe
+from onebit_build.errors import ToolMissingError
+from onebit_build.plan import join_lists, resolve_toolchain, runtime_env
+from test_hrx_standins import fake_toolchain
+
+SPEC = ToolchainSpec(root="/opt/rocm-therock", root_env="ONEBIT_TOOLCHAIN_ROOT",
+                     ar=("lib/llvm/bin/llvm-ar", "no-such-archiver-xyz"), libhsa=("lib/libhsa-runtime64.so.1",))
+
+
+def test_toolchain_root_precedence(tmp_path):
+    env = {"ONEBIT_TOOLCHAIN_ROOT": str(tmp_path / "from-env")}
+    assert resolve_toolchain(SPEC, environ={}).root == Path("/opt/rocm-therock")
+    tc = resolve_toolchain(SPEC, environ=env)
+    assert tc.root == tmp_path / "from-env" and tc.root_from == "$ONEBIT_TOOLCHAIN_ROOT"
+    tc = resolve_toolchain(SPEC, override=str(tmp_path / "flag"), environ=env)
+    assert tc.root == tmp_path / "flag" and tc.root_from == "--toolchain-root"
+
+
+def test_ar_and_libhsa_are_found_under_the_root_or_reported(tmp_path):
+    root = fake_toolchain(tmp_path / "therock")
+    tc = resolve_toolchain(SPEC, override=str(root), environ={})
+    assert tc.ar == str(root / "lib/llvm/bin/llvm-ar")
+    assert tc.libhsa == str(root / "lib/libhsa-runtime64.so.1")
+    empty = resolve_toolchain(SPEC, override=str(tmp_path / "empty"), environ={})
+    assert empty.ar is None and empty.libhsa is None
+    with pytest.raises(ToolMissingError, match="no HSA runtime under") as e:
+        empty.require("libhsa", "smoke.env.X")
+    assert "IREE_HAL_AMDGPU_LIBHSA_PATH" in (e.value.hint or "")
+    with pytest.raises(ToolMissingError, match="no archiver"):
+        empty.require("ar", "component c")
+
+
+def test_runtime_env_prefers_what_the_user_gave(tmp_path):
+    root = fake_toolchain(tmp_path / "therock")
+    recipe = Recipe(path=tmp_path / "r.yaml", name="r", description="", backends=("hrx",), components=(),
+                    smoke=SmokeSpec(env=(("IREE_HAL_AMDGPU_LIBHSA_PATH", "${toolchain.libhsa}"), ("OTHER", "x"))), toolchain=SPEC)
+    tc = resolve_toolchain(SPEC, override=str(root), environ={})
+    assert runtime_env(recipe, tc, environ={}) == (("IREE_HAL_AMDGPU_LIBHSA_PATH", str(root / "lib/libhsa-runtime64.so.1")), ("OTHER", "x"))
+    given = {"IREE_HAL_AMDGPU_LIBHSA_PATH": "/given/libhsa.so"}
+    assert runtime_env(recipe, tc, environ=given)[0] == ("IREE_HAL_AMDGPU_LIBHSA_PATH", "/given/libhsa.so")
+    missing = resolve_toolchain(SPEC, override=str(tmp_path / "empty"), environ={})
+    with pytest.raises(ToolMissingError):
+        runtime_env(recipe, missing, environ={})
+
+
+def test_list_separator():
+    assert join_lists("a|b|c", "|") == "a;b;c"
+    assert join_lists("a|b", None) == "a|b"
+
+
+def test_real_recipe_loads_in_reference_order():
+    pins = load_pins(REPO / "pins.yaml")
+    recipe = load_recipe(REPO / "recipes" / "strix-halo.yaml", pins)
+    assert [c.name for c in recipe.components] == ["hrx-runtime", "loom-link", "llama"]
+    assert recipe.component("llama").references() == {"hrx-runtime", "loom-link"}
+    assert recipe.smoke.devices == ("HRX20", "Vulkan0")
+    assert dict(recipe.smoke.reference_tok_s) == {"Vulkan0": 117.0, "HRX20": 34.0}
+    assert recipe.model is not None and recipe.model.path_env and not recipe.model.sha256
+    assert pins.sources["hrx-system"].before == "87e371596321dd426cbe0961ed32d5669038ca60"
+
+
+def test_dry_run_prints_the_whole_plan_without_touching_anything(tmp_path):
+    root = fake_toolchain(tmp_path / "therock")
+    ws = tmp_path / "ws"
+    out = run_cli(REPO, "--workspace", str(ws), "--hrx", "on", "--toolchain-root", str(root), "--dry-run",
+                  env={"GIT_CONFIG_GLOBAL": "/dev/null", "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"})
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert not ws.exists(), "a dry run must not create the workspace"
+    # Sources, pins and patches.
+    for needle in ("hrx: https://github.com/ROCm/hrx.git @ 0bc22fb",
+                   "hrx-system: https://github.com/ROCm/hrx-system.git @ 6743075f",
+                   "must not descend from 87e371596321dd426cbe0961ed32d5669038ca60",
+                   "llama.cpp-hrx: https://github.com/bong-water-water-bong/llama.cpp.git @ 3b33c8a93732180533e02f8c3f16291f1b8d7c24",
+                   "patch 0001-libhrx-no-install-export-rules.patch", "patch 0003-amdgpu-failed-pm4-probe-is-native-aql.patch",
+                   f"patched tree: {ws}/src/llama.cpp-hrx-3b33c8a93732-"):
+        assert needle in text, needle
+    # Build order and every define of every component.
+    assert text.index("1. hrx-runtime") < text.index("2. loom-link") < text.index("3. llama")
+    pins = load_pins(REPO / "pins.yaml")
+    recipe = load_recipe(REPO / "recipes" / "strix-halo.yaml", pins)
+    for comp in recipe.components:
+        for key, _ in comp.defines:
+            assert f"-D{key}=" in text, key
+    assert f"-DCMAKE_C_COMPILER={root}/bin/amdclang " in text and f"-DCMAKE_AR={root}/lib/llvm/bin/llvm-ar " in text
+    assert "'-DIREE_HAL_AMDGPU_TARGETS=gfx9-generic;gfx90a;gfx9-4-generic;gfx10-1-generic;gfx10-3-generic;gfx11-generic;gfx12-generic'" in text
+    assert f"-Dhrx_DIR={ws}/build/strix-halo-hrx-runtime-<key>/onebit-prefix/cmake/hrx" in text
+    assert f"-DGGML_HRX2_LOOM_LINK_EXECUTABLE={ws}/build/strix-halo-loom-link-<key>/loom/src/loom/tools/loom-link/loom-link" in text
+    assert "--target libhrx_src_libhrx_hrx loomc_shared loom_binding_c_target_amdgpu_amdgpu.objects" in text
+    assert "--target llama-server llama-bench" in text
+    assert "configure recipes/strix-halo/hrx-config.cmake.in -> cmake/hrx/hrx-config.cmake" in text
+    # Runtime.
+    assert f"IREE_HAL_AMDGPU_LIBHSA_PATH={root}/lib/libhsa-runtime64.so.1" in text
+    assert "devices  HRX20, Vulkan0" in text and "Vulkan0 117 tok/s, HRX20 34 tok/s" in text and "within 25%" in text
+    assert "unsloth/Qwen3-0.6B-GGUF" in text and "$ONEBIT_HRX_MODEL" in text
+    assert "problems a real run would meet" not in text
+
+
+def test_dry_run_names_what_is_missing(tmp_path):
+    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--hrx", "on", "--toolchain-root", str(tmp_path / "none"), "--dry-run",
+                  env={k: v for k, v in os.environ.items() if k != "IREE_HAL_AMDGPU_LIBHSA_PATH"})
+    assert out.returncode == 0, out.stderr
+    assert "problems a real run would meet" in out.stdout
+    assert f"toolchain root {tmp_path}/none does not exist" in out.stdout
+    assert "toolchain libhsa: not found" in out.stdout
