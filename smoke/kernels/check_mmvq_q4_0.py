@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""Bit-identity and accuracy check of the row-tiled Q4_0 x Q8_1 mat-vec kernel.
+
+Runs the same MUL_MAT cases (q4_0 weights x f32 activations) through two or more ggml builds
+with mmvq_harness and checks that
+  (a) every build's output equals the first build's (the unpatched one) bit for bit, and
+  (b) every output is within a derived error bound of a float64 reference.
+
+Inputs are drawn fresh from a seed that is printed (pass --seed to repeat a run). The harness
+fills each output with NaN bytes before the run, so an unwritten element shows up as NaN.
+
+Tolerances. The CUDA backend quantizes the activations to q8_1 before the dot products: per block
+of 32 values d = amax/127 (float32), q = round(x/d), d and s = sum(x) stored as fp16, and a Q4_0 block
+contributes d_w * (sum(q_w * q) * d_h - 8 * s_h) with unsigned nibbles q_w in 0..15. Two references:
+  q8_1 model: the exact float64 product after that quantization, emulated here. Tolerance: float32
+      rounding, (ceil(blocks/32) + 10) * 2^-23 * T with T the sum of the absolute block terms, plus one
+      quantum for every value whose rounding sits so close to a tie that the device's approximate
+      division may round it the other way. Column "err/tol q8_1", for every build.
+  exact: the float64 product of the given inputs. Bound: the worst case of the q8_1 step,
+      sum over blocks |d_w| * (sum(q_w) * e_x + 8 * e_s) with e_x = 0.5001 d + 127 |d_h - d| and
+      e_s = |s_h - s| + 2^-19 sum|x|, times 1.01, plus the q8_1-model tolerance. Column
+      "err/bound f64", for the first build (the others have the same bits or fail (a)).
+A case passes when every ratio |out - ref| / tolerance is <= 1. Backends that quantize differently
+(the CPU uses q8_0) need --q8-model none, which keeps only the exact bound.
+
+Usage:
+  check_mmvq_q4_0.py --harness PATH --build base=LIBDIR --build patched=LIBDIR [--build NAME=LIBDIR,VAR=VALUE]
+The first --build is the reference for the bitwise comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+MODES = ("normal", "scales", "edges", "saturated")
+QK = 32
+
+
+@dataclass(frozen=True)
+class Case:
+    group: str
+    rows: int
+    blocks: int
+    ncols: int
+    mode: str
+
+    @property
+    def k(self) -> int:
+        return self.blocks * QK
+
+    @property
+    def name(self) -> str:
+        return f"{self.group}-r{self.rows}-b{self.blocks}-n{self.ncols}-{self.mode}"
+
+
+def build_cases() -> list[Case]:
+    cases: list[Case] = []
+    # the 40 cases: 10 shapes x 4 input modes
+    shapes = [(512, 96, n) for n in range(1, 9)] + [(5120, 1024, 8), (17408, 256, 3)]
+    for mode in MODES:
+        for rows, blocks, n in shapes:
+            cases.append(Case("base40", rows, blocks, n, mode))
+    # row counts that are odd (never a multiple of the rows per warp) or only even
+    odd = [(511, 96, n) for n in range(5, 9)] + [(4097, 128, 8), (33, 96, 6), (1, 96, 7), (510, 96, 8), (4094, 128, 5)]
+    for mode in MODES:
+        for rows, blocks, n in odd:
+            cases.append(Case("oddrows", rows, blocks, n, mode))
+    # the timed shapes, every column count
+    for mode in MODES:
+        for rows, blocks in ((4096, 128), (4096, 448), (14336, 128)):
+            for n in range(1, 9):
+                cases.append(Case("perfshape", rows, blocks, n, mode))
+    return cases
+
+
+def make_weights(rng: np.random.Generator, rows: int, blocks: int, mode: str):
+    """Returns (raw q4_0 bytes, nibbles uint8 [rows, blocks, 32], scales float64 [rows, blocks])."""
+    if mode == "edges":
+        nib = np.where(rng.random((rows, blocks, QK)) < 0.5, 0, 15).astype(np.uint8)
+    else:
+        nib = rng.integers(0, 16, size=(rows, blocks, QK), dtype=np.uint8)
+    if mode == "scales":
+        mag = 10.0 ** rng.uniform(-4.0, 3.0, size=(rows, blocks))
+        d = (mag * np.where(rng.random((rows, blocks)) < 0.5, -1.0, 1.0)).astype(np.float16)
+    else:
+        d = (rng.standard_normal((rows, blocks)) * 0.02).astype(np.float16)
+    raw = np.empty((rows, blocks, 18), dtype=np.uint8)
+    raw[:, :, 0:2] = d.reshape(rows, blocks, 1).view(np.uint8)
+    raw[:, :, 2:18] = nib[:, :, :16] | (nib[:, :, 16:] << 4)
+    return raw.tobytes(), nib, d.astype(np.float64)
+
+
+def make_activations(rng: np.random.Generator, k: int, n: int, mode: str, zero_col: int | None = None) -> np.ndarray:
+    """float32 [n, k]: column after column, as the harness expects."""
+    if mode == "saturated":
+        x = np.where(rng.random((n, k)) < 0.5, -50.0, 50.0).astype(np.float32)
+        x[rng.integers(0, n) if zero_col is None else min(zero_col, n - 1), :] = 0.0
+        return x
+    return rng.standard_normal((n, k)).astype(np.float32)
+
+
+def _half(v: np.ndarray) -> np.ndarray:
+    return v.astype(np.float16).astype(np.float64)
+
+
+def references(nib: np.ndarray, d_w: np.ndarray, x: np.ndarray):
+    """Float64 references and tolerances, all [n, rows]:
+    ref64, bound64: exact product of the given inputs, and the worst-case error of q8_1
+                    activations against it;
+    refq, tolq:     exact product after the device's q8_1 quantization of the activations,
+                    and the float32 rounding the kernel may add to it (plus the outputs of blocks
+                    whose q8_1 rounding sits so close to a tie that the device's approximate
+                    division may round the other way)."""
+    rows, blocks, _ = nib.shape
+    n = x.shape[0]
+    nibf = nib.astype(np.float64)
+    adw = np.abs(d_w)
+    wq = (nibf * d_w[:, :, None]).reshape(rows, blocks * QK)       # d_w * q_w, q_w in 0..15
+    xd = x.astype(np.float64)
+
+    # q8_1 as the device does it: per block of 32, d = amax/127 in float32, q = round(x/d) (half
+    # away from zero), d and s = sum(x) stored as fp16
+    xb = x.reshape(n, blocks, QK)
+    xb64 = xb.astype(np.float64)
+    amax = np.abs(xb).max(axis=2)
+    d32 = (amax / np.float32(127.0)).astype(np.float32)
+    d64 = d32.astype(np.float64)
+    dh = _half(d32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = np.where(d64[:, :, None] > 0, xb64 / d64[:, :, None], 0.0)
+    q = np.sign(v) * np.floor(np.abs(v) + 0.5)
+    s64 = xb64.sum(axis=2)
+    sabs = np.abs(xb64).sum(axis=2)
+    sh = _half(xb.sum(axis=2, dtype=np.float32))
+
+    # what approximate division and another summation order may change
+    fr = np.abs(v) - np.floor(np.abs(v))
+    dq = (np.abs(fr - 0.5) <= np.abs(v) * 2.0 ** -20 + 1e-30).astype(np.float64)
+    ddh = np.maximum(np.abs(_half(d64 * (1 - 2.0 ** -21)) - dh), np.abs(_half(d64 * (1 + 2.0 ** -21)) - dh))
+    dsh = np.maximum(np.abs(_half(s64 - 2.0 ** -19 * sabs) - sh), np.abs(_half(s64 + 2.0 ** -19 * sabs) - sh))
+
+    qd = (q * dh[:, :, None]).reshape(n, blocks * QK)
+    # two passes over the big weight matrices: sum(d_w q_w x), sum(d_w q_w q d_h), and their
+    # absolute counterparts; the -8 d_w parts go through the per-block sums
+    prod = wq @ np.concatenate([xd, qd]).T
+    prod_abs = np.abs(wq) @ np.concatenate([np.abs(qd), (np.abs(q) * ddh[:, :, None]).reshape(n, blocks * QK),
+                                            (dq * dh[:, :, None]).reshape(n, blocks * QK)]).T
+    blk = d_w @ np.concatenate([s64, sh]).T
+    blk_abs = adw @ np.concatenate([np.abs(sh), dsh]).T
+    ref64 = (prod[:, :n] - 8.0 * blk[:, :n]).T
+    refq = prod[:, n:] - 8.0 * blk[:, n:]
+    mag = prod_abs[:, :n] + 8.0 * blk_abs[:, :n]
+    allow = prod_abs[:, n:2 * n] + prod_abs[:, 2 * n:] + 8.0 * blk_abs[:, n:]
+    tolq = (math.ceil(blocks / 32) + 10) * 2.0 ** -23 * mag + allow + 1e-30
+
+    # worst case of the whole q8_1 step against the exact product
+    e_x = 0.5001 * d64 + 127.0 * np.abs(dh - d64)
+    e_s = np.abs(sh - s64) + 2.0 ** -19 * sabs
+    quant = (adw * nibf.sum(axis=2)) @ e_x.T + 8.0 * (adw @ e_s.T)
+    bound64 = 1.01 * quant + tolq
+    return ref64, bound64.T, refq.T, tolq.T
+
+
+def parse_build(spec: str):
+    name, _, rest = spec.partition("=")
+    parts = rest.split(",")
+    libdir = parts[0]
+    env = {}
+    for p in parts[1:]:
+        key, _, val = p.partition("=")
+        env[key] = val
+    if not name or not libdir:
+        raise SystemExit(f"bad --build {spec!r}: want NAME=LIBDIR[,VAR=VALUE...]")
+    return name, libdir, env
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--harness", required=True)
+    ap.add_argument("--build", action="append", required=True, help="NAME=LIBDIR[,VAR=VALUE...]; first is the reference")
+    ap.add_argument("--backend", default="CUDA0")
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--rows-per-warp", type=int, default=4, help="only labels which path a case takes")
+    ap.add_argument("--q8-model", choices=("q8_1", "none"), default="q8_1",
+                    help="activation quantization to emulate for the tight check (none: backends that use another)")
+    ap.add_argument("--groups", default="base40,oddrows,perfshape")
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--table", default=None, help="also write the table (markdown) here")
+    args = ap.parse_args()
+
+    seed = args.seed if args.seed is not None else secrets.randbits(32)
+    print(f"seed {seed}")
+    builds = [parse_build(b) for b in args.build]
+    groups = set(args.groups.split(","))
+    cases = [c for c in build_cases() if c.group in groups]
+
+    tmp = tempfile.TemporaryDirectory(dir=args.workdir)
+    work = Path(tmp.name)
+    rng = np.random.default_rng(seed)
+
+    manifest_lines = {name: [] for name, _, _ in builds}
+    refs = {}
+    # perfshape cases of one shape and mode share weights and an 8-column activation set; a case
+    # with n columns uses the first n (its references are the first n rows of the set's)
+    shared: dict = {}
+    for ci, c in enumerate(cases):
+        key = (c.rows, c.blocks, c.mode) if c.group == "perfshape" else ("case", ci)
+        if key not in shared:
+            shared.clear()  # one set alive at a time
+            ncols_set = 8 if c.group == "perfshape" else c.ncols
+            raw, nib, d_w = make_weights(rng, c.rows, c.blocks, c.mode)
+            x = make_activations(rng, c.k, ncols_set, c.mode, zero_col=1 if c.group == "perfshape" else None)
+            wfile, xfile = work / f"w{ci}.bin", work / f"x{ci}.bin"
+            wfile.write_bytes(raw)
+            xfile.write_bytes(x.tobytes())
+            shared[key] = (wfile, xfile, references(nib, d_w, x))
+            del nib, d_w, x
+        wfile, xfile, r = shared[key]
+        refs[ci] = tuple(a[:c.ncols] for a in r)
+        for name, _, _ in builds:
+            manifest_lines[name].append(f"{c.name} {c.rows} {c.k} {c.ncols} {wfile} {xfile} {work / f'o{ci}-{name}.bin'}")
+
+    for name, libdir, env in builds:
+        mpath = work / f"manifest-{name}.txt"
+        mpath.write_text("\n".join(manifest_lines[name]) + "\n")
+        run_env = dict(os.environ)
+        run_env.update(env)
+        run_env["LD_LIBRARY_PATH"] = libdir + (":" + run_env["LD_LIBRARY_PATH"] if run_env.get("LD_LIBRARY_PATH") else "")
+        r = subprocess.run([args.harness, "check", args.backend, str(mpath)], env=run_env, text=True,
+                           capture_output=True)
+        for out_line in r.stdout.splitlines():
+            print(f"[{name}] {out_line}")
+        if r.returncode != 0:
+            sys.stderr.write(r.stderr)
+            print(f"FAIL: harness exited {r.returncode} for build {name}")
+            return 1
+
+    ref_name = builds[0][0]
+    header = ["case", "rows", "k", "n", "mode", "path"]
+    for name, _, _ in builds[1:]:
+        header.append(f"{name}: bit-diff")
+    for name, _, _ in builds:
+        header.append(f"{name}: err/tol q8_1")
+    header.append(f"{ref_name}: err/bound f64")
+    header.append(f"{ref_name}: rel L2 f64")
+    rows_out = []
+    failures = 0
+    for ci, c in enumerate(cases):
+        ref64, bound64, refq, tolq = refs[ci]
+        outs = {}
+        for name, _, _ in builds:
+            outs[name] = np.fromfile(work / f"o{ci}-{name}.bin", dtype=np.float32).reshape(c.ncols, c.rows)
+        path = "row-tiled" if c.ncols >= 5 and c.rows % args.rows_per_warp == 0 else "unpatched"
+        row = [c.group, str(c.rows), str(c.k), str(c.ncols), c.mode, path]
+        base_bits = outs[ref_name].view(np.uint32)
+        for name, _, _ in builds[1:]:
+            ndiff = int(np.count_nonzero(outs[name].view(np.uint32) != base_bits))
+            failures += ndiff != 0
+            row.append(str(ndiff))
+        for name, _, _ in builds:
+            o = outs[name].astype(np.float64)
+            if not np.all(np.isfinite(o)):
+                failures += 1
+                row.append("NaN/unwritten")
+                continue
+            if args.q8_model == "q8_1":
+                ratio = float(np.max(np.abs(o - refq) / tolq))
+                failures += not (ratio <= 1.0)
+                row.append(f"{ratio:.3g}")
+            else:
+                row.append("-")
+        o = outs[ref_name].astype(np.float64)
+        ratio = float(np.max(np.abs(o - ref64) / bound64)) if np.all(np.isfinite(o)) else float("nan")
+        failures += not (ratio <= 1.0)
+        row.append(f"{ratio:.3g}")
+        den = float(np.linalg.norm(ref64))
+        row.append(f"{(np.linalg.norm(o - ref64) / den) if den > 0 else float(np.linalg.norm(o)):.2e}")
+        rows_out.append(row)
+
+    widths = [max(len(h), *(len(r[i]) for r in rows_out)) for i, h in enumerate(header)]
+    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(v.ljust(w) for v, w in zip(r, widths)) + " |" for r in rows_out]
+    table = "\n".join(lines)
+    print(table)
+    verdict = (f"{len(cases)} cases x {len(builds)} builds, seed {seed}: "
+               + ("all bit-identical to " + ref_name + " and within bound" if failures == 0 else f"{failures} FAILURES"))
+    print(verdict)
+    if args.table:
+        Path(args.table).write_text(f"seed {seed}\n\n{table}\n\n{verdict}\n")
+    return 0 if failures == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

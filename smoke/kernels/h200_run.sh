@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Builds the unpatched and the patched ggml (CUDA, sm_90) from one llama.cpp tree at the pin,
+# checks the row-tiled Q4_0 kernel bit for bit and against float64, and times both side by side.
+#
+# usage: smoke/kernels/h200_run.sh LLAMA_SRC OUTDIR [final|explore|explore1]
+#   LLAMA_SRC  unpatched llama.cpp tree at the pinned commit (only CMakeLists.txt, cmake/, ggml/,
+#              src/, vendor/, licenses/ are needed)
+#   OUTDIR     receives check.md, perf.md, perf.json, machine.txt, logs.tar.gz
+#              (explore mode also explore.md, explore.json)
+#   final      base vs patched: all check groups, 3 timing rounds (default)
+#   explore    also builds the round-2 variants (variants-round2.patch on top of the patch: the
+#              kernel shape comes from MMVQ_Q4_0_RT_VARIANT), checks each on all groups, times
+#              each for 5..8 columns over 2 rounds
+#   explore1   the same for the round-1 variants (variants-round1.patch on the unpatched file:
+#              the first form of the kernel and 26 shapes of it), checked on base40 and oddrows,
+#              patched and variants timed over 1 round
+#
+# The ggml tree is built once; the patched builds differ only in mmvq.cu, so their object is
+# compiled from the exported compile command while the main build runs, and libggml-cuda is
+# relinked with it. Environment: JOBS (default nproc), DEADLINE_S (default 570, stages that would
+# start later are skipped), SEED (checker seed, default random), WORKDIR (default mktemp).
+set -uo pipefail
+
+SRC=$(cd "$1" && pwd)
+OUT=$(mkdir -p "$2" && cd "$2" && pwd)
+MODE=${3:-final}
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+PATCH=$REPO/patches/llama.cpp/0002-mmvq-row-tiled-q4_0.patch
+W=${WORKDIR:-$(mktemp -d)}
+B=$W/build
+LOGS=$W/logs
+JOBS=${JOBS:-$(nproc)}
+DEADLINE_S=${DEADLINE_S:-570}
+SEED_ARG=()
+[ -n "${SEED:-}" ] && SEED_ARG=(--seed "$SEED")
+T0=$(date +%s)
+mkdir -p "$LOGS" "$W/var"
+
+log() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+left() { echo $(( DEADLINE_S - ($(date +%s) - T0) )); }
+finish() {
+    tar -C "$W" -czf "$OUT/logs.tar.gz" logs 2>/dev/null
+    log "done"
+}
+trap finish EXIT
+
+{
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit --format=csv
+    nvidia-smi -q -d CLOCK | sed -n '1,40p'
+    nvcc --version | tail -2
+    echo "cpus: $(nproc)"; uname -r
+} > "$OUT/machine.txt" 2>&1
+log "machine: $(head -2 "$OUT/machine.txt" | tail -1)"
+
+cmake -S "$SRC" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
+    -DCMAKE_SKIP_BUILD_RPATH=ON -DGGML_NATIVE=OFF -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
+    -DGGML_CUDA_COMPRESSION_MODE=none -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF \
+    -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
+    -DLLAMA_OPENSSL=OFF > "$LOGS/configure.log" 2>&1 || { log "configure failed"; tail -30 "$LOGS/configure.log"; exit 1; }
+log "configured"
+
+# patched sources of mmvq.cu, outside the source tree (ggml-cuda globs *.cu)
+apply_to() { # original file, patch, output file (the patches touch ggml/src/ggml-cuda/mmvq.cu only)
+    local d
+    d=$(mktemp -d) && mkdir -p "$d/ggml/src/ggml-cuda" && cp "$1" "$d/ggml/src/ggml-cuda/mmvq.cu" || return 1
+    if command -v patch > /dev/null; then
+        (cd "$d" && patch -s -p1 < "$2") || return 1
+    else
+        (cd "$d" && git apply "$2") || return 1
+    fi
+    cp "$d/ggml/src/ggml-cuda/mmvq.cu" "$3"
+}
+VARIANTS=(rt)
+apply_to "$SRC/ggml/src/ggml-cuda/mmvq.cu" "$PATCH" "$W/var/mmvq-rt.cu" || { log "patch failed"; exit 1; }
+case "$MODE" in
+    explore) # round 2: on top of the patch
+        apply_to "$W/var/mmvq-rt.cu" "$HERE/variants-round2.patch" "$W/var/mmvq-explore.cu" || { log "variant patch failed"; exit 1; }
+        VARIANTS+=(explore) ;;
+    explore1) # round 1: the first kernel, with its own variant switch, instead of the patch
+        apply_to "$SRC/ggml/src/ggml-cuda/mmvq.cu" "$HERE/variants-round1.patch" "$W/var/mmvq-explore.cu" || { log "variant patch failed"; exit 1; }
+        VARIANTS+=(explore) ;;
+esac
+
+python3 - "$B" "$SRC/ggml/src/ggml-cuda" "$W/var" "${VARIANTS[@]}" <<'PY' || exit 1
+import json, re, shlex, subprocess, sys
+build, cudadir, var, *variants = sys.argv[1:]
+entry = next(e for e in json.load(open(f"{build}/compile_commands.json")) if e["file"].endswith("ggml-cuda/mmvq.cu"))
+obj = re.search(r" -o (\S+)", entry["command"]).group(1)
+link = [l for l in subprocess.run(["ninja", "-C", build, "-t", "commands", "ggml-cuda"], capture_output=True,
+        text=True, check=True).stdout.splitlines() if "-soname,libggml-cuda.so" in l][0]
+for v in variants:
+    cmd = entry["command"].replace(entry["file"], f"{var}/mmvq-{v}.cu").replace(f" -o {obj}", f" -o {var}/mmvq-{v}.o")
+    open(f"{var}/compile-{v}.sh", "w").write(f"cd {shlex.quote(entry['directory'])} && {cmd} -I{cudadir}\n")
+    lk = link.replace(obj, f"{var}/mmvq-{v}.o")
+    lk = re.sub(r"-o bin/libggml-cuda\.so\S*", f"-o {var}/lib-{v}/libggml-cuda.so.0", lk)
+    open(f"{var}/link-{v}.sh", "w").write(f"cd {shlex.quote(build)} && {lk}\n")
+PY
+
+pids=()
+for v in "${VARIANTS[@]}"; do
+    ( s=$SECONDS; sh "$W/var/compile-$v.sh" > "$LOGS/compile-$v.log" 2>&1; rc=$?; echo "$((SECONDS - s)) s" >> "$LOGS/compile-$v.log"; exit $rc ) &
+    pids+=($!)
+done
+( time ninja -C "$B" -j"$JOBS" ggml ) > "$LOGS/build.log" 2>&1 || { log "build failed"; tail -40 "$LOGS/build.log"; exit 1; }
+log "base ggml built ($(grep -c 'Building CUDA' "$LOGS/build.log") CUDA objects)"
+g++ -O2 -std=c++17 "$HERE/mmvq_harness.cpp" -I"$SRC/ggml/include" -L"$B/bin" -Wl,-rpath-link,"$B/bin" -lggml -lggml-base -ldl \
+    -o "$W/mmvq_harness" > "$LOGS/harness.log" 2>&1 || { log "harness build failed"; cat "$LOGS/harness.log"; exit 1; }
+for i in "${!pids[@]}"; do
+    v=${VARIANTS[$i]}
+    wait "${pids[$i]}" || { log "compile of mmvq-$v failed"; tail -40 "$LOGS/compile-$v.log"; exit 1; }
+    mkdir -p "$W/var/lib-$v"
+    cp -a "$B"/bin/libggml*.so* "$W/var/lib-$v/"
+    rm -f "$W/var/lib-$v"/libggml-cuda.so*
+    sh "$W/var/link-$v.sh" > "$LOGS/link-$v.log" 2>&1 || { log "link of $v failed"; cat "$LOGS/link-$v.log"; exit 1; }
+    log "mmvq-$v compiled in $(tail -1 "$LOGS/compile-$v.log") and linked"
+done
+nm -C "$W/var/lib-rt/libggml-cuda.so.0" | grep -c "mul_mat_vec_q4_0_q8_1_rt<" \
+    | sed 's/^/row-tiled kernel host symbols in the patched library: /' | tee "$LOGS/kernels.txt"
+
+BASE="base=$B/bin"
+RT="patched=$W/var/lib-rt"
+NVAR=0
+EXPLORE_BUILDS=()
+if [ "$MODE" != final ]; then
+    NVAR=$(grep -c "return mul_mat_vec_q4_0_q8_1_rt_try<" "$W/var/mmvq-explore.cu")
+    NVAR=$((NVAR - 1)) # the default case
+    for i in $(seq 1 "$NVAR"); do
+        EXPLORE_BUILDS+=(--build "v$i=$W/var/lib-explore,MMVQ_Q4_0_RT_VARIANT=$i")
+    done
+fi
+
+run_stage() { # name, seconds it needs at least, command...
+    local name=$1 need=$2; shift 2
+    if [ "$(left)" -lt "$need" ]; then
+        log "SKIPPED $name: $(left) s left"
+        return 1
+    fi
+    log "start $name"
+    timeout "$(left)" "$@" > "$LOGS/$name.log" 2>&1
+    local rc=$?
+    log "$name exit $rc"
+    return $rc
+}
+
+export PYTHONUNBUFFERED=1
+GROUPS_ARG=()
+[ "$MODE" = explore1 ] && GROUPS_ARG=(--groups base40,oddrows)
+run_stage check 60 python3 "$HERE/check_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" --build "$RT" \
+    "${EXPLORE_BUILDS[@]}" "${GROUPS_ARG[@]}" --workdir "$W" --table "$OUT/check.md" "${SEED_ARG[@]}"
+tail -3 "$LOGS/check.log"
+
+run_stage bandwidth 20 python3 "$HERE/copy_bandwidth.py" 2 20
+BW=$(awk '/^bandwidth_gbs/ {print $2}' "$LOGS/bandwidth.log")
+head -1 "$LOGS/bandwidth.log"
+BW_ARG=()
+[ -n "$BW" ] && BW_ARG=(--bandwidth-gbs "$BW")
+
+ROUNDS=3
+[ "$MODE" = explore1 ] && ROUNDS=2
+run_stage perf 40 python3 "$HERE/perf_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" --build "$RT" \
+    --rounds "$ROUNDS" --reps 50 "${BW_ARG[@]}" --json "$OUT/perf.json" --table "$OUT/perf.md"
+tail -30 "$LOGS/perf.log"
+
+if [ "$MODE" != final ]; then
+    run_stage explore 60 python3 "$HERE/perf_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" "${EXPLORE_BUILDS[@]}" \
+        --ns 5,6,7,8 --rounds "$((ROUNDS - 1))" --reps 30 "${BW_ARG[@]}" --json "$OUT/explore.json" --table "$OUT/explore.md"
+    tail -14 "$LOGS/explore.log"
+fi
