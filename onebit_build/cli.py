@@ -87,6 +87,7 @@ def make_parser() -> argparse.ArgumentParser:
     lk = plsub.add_parser("lock", help="resolve abbreviated pins and record them in pins.lock")
     lk.add_argument("sources", nargs="*", help="only these sources (default: all abbreviated pins)")
     _common(lk, top=False)
+    _bench_parser(sub)
     return p
 
 
@@ -141,6 +142,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _dry_run(root, recipe_name, args)
     if command == "doctor":
         return _doctor(root, recipe_name, args)
+    if command == "bench":
+        return _bench(root, recipe_name, args)
     ws = Workspace(root=Path(getattr(args, "workspace", None) or default_workspace()).resolve())
     label = command if command not in ("patches", "pins") else f"{command}-{getattr(args, 'patches_command', None) or getattr(args, 'pins_command', None)}"
     with WorkspaceLock(ws.lock_file, f"onebit-build {label}"):
@@ -306,7 +309,8 @@ def _smoke(ctx, recipe, builds, manifest_file: Path, args: argparse.Namespace, v
     manifest = read_manifest(manifest_file)
     commit = next(s["commit"] for s in manifest["sources"] if s["name"] == src)
     with ui.stage("smoke") as st:
-        result = smoke_mod.run_smoke(recipe=_with_runtime_env(ctx, recipe), server_bin=server, model=mf, run_dir=ctx.run_dir, expect_commit=commit[:7])
+        result = smoke_mod.run_smoke(recipe=_with_runtime_env(ctx, recipe), server_bin=server, model=mf, run_dir=ctx.run_dir,
+                                     expect_commit=commit[:7], threads=recipe.smoke.threads)
         st["note"] = "all checks passed" if result.passed else "CHECKS FAILED"
     json_path, md_path = report_mod.write_report(ctx.run_dir, recipe=recipe, smoke=result, manifest=manifest, extra={"verify": verified} if verified else None)
     report_mod.print_summary(result)
@@ -424,6 +428,135 @@ def _patches_export(ctx, args: argparse.Namespace) -> int:
         ui.info(f"  {p}")
     ui.info(f"wrote {len(written)} patch(es) to {ctx.patches_dir / args.source}")
     return 0
+
+
+# --------------------------------------------------------------------------- bench
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _bench_parser(sub) -> None:
+    bp = sub.add_parser("bench", help="benchmark llama-server configs, builds or devices: interleaved, answer-checked, locked; table, JSON and plot")
+    bp.add_argument("--config", metavar="NAME=ARGS", action="append", dest="bench_configs",
+                    help="extra llama-server arguments under a name, e.g. t1='-t 1' (repeatable; the first is the baseline)")
+    bp.add_argument("--server", metavar="[NAME=]PATH", action="append", dest="bench_builds",
+                    help="a llama-server binary to benchmark as it is, without the build pipeline (repeatable)")
+    bp.add_argument("--build", metavar="[NAME=]DIR", action="append", dest="bench_builds",
+                    help="a build folder holding bin/llama-server (repeatable; default: the recipe's latest build)")
+    bp.add_argument("--device", metavar="NAME", action="append", dest="bench_devices",
+                    help="device to serve on: CPU, Vulkan0, CUDA0, HRX20..., or 'all' for the CPU and every device the build lists (repeatable; default CPU)")
+    bp.add_argument("--rounds", type=_positive_int, default=3, help="rounds of every variant, interleaved (default 3)")
+    bp.add_argument("--decode-tokens", type=_positive_int, default=64, metavar="N", help="tokens generated per request (default 64)")
+    bp.add_argument("--prefix-tokens", type=_positive_int, default=16, metavar="K",
+                    help="answers must match the baseline's first K generated tokens (default 16)")
+    bp.add_argument("--expect", metavar="FILE", help="expected answer prefixes: an earlier bench.json or a YAML 'prompt: text' mapping")
+    bp.add_argument("--prompts", metavar="DIR", help="folder with code.txt, prose.txt, short.txt (default: smoke/prompts)")
+    bp.add_argument("--ctx-size", type=_positive_int, default=2048, metavar="N", help="server context size (default 2048)")
+    bp.add_argument("--lock", metavar="FILE", dest="bench_lock", help="the bench lock file (default: bench.lock in the workspace)")
+    bp.add_argument("--wait", metavar="SECONDS", type=float, nargs="?", const=3600.0, default=0.0,
+                    help="when another bench holds the lock, wait for it (default: fail at once; --wait alone: up to an hour)")
+    bp.add_argument("--out", metavar="DIR", help="write the results here (default: a new run folder in the workspace)")
+    _common(bp, top=False)
+
+
+def _bench(root: Path, recipe_name: str, args: argparse.Namespace) -> int:
+    """Benchmark: parse and check everything first, then take the bench lock and run."""
+    from . import bench
+    from . import model as model_mod
+    from .errors import SmokeError
+
+    ws = Workspace(root=Path(getattr(args, "workspace", None) or default_workspace()).resolve())
+    configs = bench.parse_configs(args.bench_configs or [])
+    builds = bench.parse_builds(args.bench_builds or [])
+    prompts = bench.load_prompts(Path(args.prompts) if args.prompts else root / "smoke" / "prompts")
+    given = bench.load_expectations(Path(args.expect), tuple(p.name for p in prompts)) if args.expect else ()
+    recipe = None
+    env: tuple[tuple[str, str], ...] = ()
+    if not builds or not getattr(args, "model", None):
+        recipe = _bench_recipe(root, recipe_name)
+    if not builds:
+        builds = (_bench_recipe_build(ws, recipe, bench),)
+        env = _bench_env(recipe, args)
+    lock_path = Path(args.bench_lock).resolve() if args.bench_lock else ws.root / "bench.lock"
+    names = ", ".join(c.name for c in configs)
+    with bench.BenchLock(lock_path, f"onebit-build bench {names}", wait_s=max(0.0, args.wait)):
+        if args.out:
+            run_dir = Path(args.out).resolve()
+            run_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            run_dir = ws.new_run_dir(recipe.name if recipe is not None and not args.bench_builds else "local", "bench")
+        if getattr(args, "model", None):
+            mf = model_mod.local_model(Path(args.model))
+        elif recipe.model is None:
+            raise NotAvailableError(f"recipe {recipe.name} names no model", hint="pass --model PATH")
+        elif recipe.model.path_env:
+            mf = _user_model(recipe.model, model_mod)
+        else:
+            mf = model_mod.ensure_model(recipe.model, cache_dir=ws.models, offline=bool(getattr(args, "offline", False)), log=run_dir / "model.log")
+        devices = bench.resolve_devices(builds, tuple(args.bench_devices or ()), env=env, log_dir=run_dir / "logs")
+        variants = bench.make_variants(configs, builds, devices)
+        ui.info(f"bench: {len(variants)} variant(s) x {args.rounds} round(s) x {len(prompts)} prompts, {args.decode_tokens} tokens each; "
+                f"baseline {variants[0].name}; model {mf.path.name}; lock {lock_path}")
+        req = bench.BenchRequest(
+            variants=variants, model=mf, prompts=prompts, run_dir=run_dir, rounds=args.rounds,
+            decode_tokens=args.decode_tokens, prefix_tokens=args.prefix_tokens, ctx_size=args.ctx_size,
+            given=given, env=env, lock=lock_path,
+        )
+        result = bench.run_bench(req)
+        outputs = bench.write_outputs(result, run_dir)
+    sys.stdout.write("\n" + bench.render_table(result) + "\n")
+    ui.info(f"table: {outputs.table}")
+    ui.info(f"plot: {outputs.plot}")
+    ui.info(f"json: {outputs.json}")
+    bad = [c for c in result.cells if not c.valid]
+    if bad:
+        ui.warn(f"{len(bad)} of {len(result.cells)} figures are INVALID (their answers did not hold); first: {bad[0].variant} {bad[0].prompt}: {bad[0].reason}")
+        return SmokeError.exit_code
+    return 0
+
+
+def _bench_recipe(root: Path, recipe_name: str):
+    from .config import apply_lock, find_recipe, load_pins, load_recipe, read_lock
+
+    pins = load_pins(root / "pins.yaml")
+    pins = apply_lock(pins, read_lock(pins.lock_path), locked=False)
+    return load_recipe(find_recipe(root / "recipes", recipe_name), pins)
+
+
+def _bench_recipe_build(ws: Workspace, recipe, bench):
+    """The llama-server of the recipe's latest build in the workspace (no build is started)."""
+    from .manifest import read_manifest
+    from .pipeline import manifest_path
+
+    path = manifest_path(ws, recipe.name)
+    try:
+        doc = read_manifest(path)
+    except FileNotFoundError:
+        raise NotAvailableError(
+            f"no build of recipe {recipe.name} in {ws.root} (no {path.name} manifest)",
+            hint=f"run 'onebit-build --recipe {recipe.name} build' first, or pass --server PATH",
+        ) from None
+    for comp in doc.get("components", []):
+        for o in comp.get("outputs", []):
+            if o.get("name") == "llama-server":
+                return bench.Build(name=recipe.name, server=bench.server_in(Path(o["path"])))
+    raise NotAvailableError(f"the {recipe.name} build lists no llama-server output ({path})", hint="pass --server PATH")
+
+
+def _bench_env(recipe, args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+    """The recipe's runtime environment for its own build (e.g. the HSA library for HRX)."""
+    from .plan import resolve_toolchain, runtime_env
+
+    tc = resolve_toolchain(recipe.toolchain, override=getattr(args, "toolchain_root", None)) if recipe.toolchain else None
+    return runtime_env(recipe, tc)
 
 
 def entry() -> None:

@@ -412,6 +412,7 @@ class SmokeSpec:
     tolerance: float = 0.25
     env: tuple[tuple[str, str], ...] = ()
     gpu: str | None = None  # GPU architecture the device list must show (doctor checks it)
+    threads: int | None = None  # server threads (-t); None: llama.cpp's default
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -587,7 +588,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
     if snode is not None:
         snode.only({
             "devices", "prompts", "ctx_size", "answer_tokens", "speed_tokens", "speed_repeats",
-            "health_timeout_s", "reference_tok_s", "tolerance", "env", "gpu",
+            "health_timeout_s", "reference_tok_s", "tolerance", "env", "threads", "gpu",
         })
         prompts = []
         for i, p in enumerate(snode.get("prompts", list, required=False, default=[])):
@@ -611,6 +612,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
             tolerance=float(snode.get("tolerance", (int, float), required=False, default=0.25)),
             env=_str_map(snode, "env"),
             gpu=snode.get("gpu", str, required=False),
+            threads=snode.get("threads", int, required=False),
         )
         _check_toolchain_refs(snode, smoke.env, toolchain)
     return Recipe(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -51,7 +52,7 @@ class ServerSpec:
     extra_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     health_timeout_s: float = 60.0
-    stop_timeout_s: float = 10.0
+    stop_timeout_s: float = 5.0  # grace after the first SIGTERM
 
 
 # --------------------------------------------------------------------------- pure decisions
@@ -124,12 +125,16 @@ def is_bind_failure(log_text: str) -> bool:
     return any(marker in low for marker in BIND_ERRORS)
 
 
-def last_error_line(log_text: str) -> str:
-    """The most telling line of a log tail: the last one that reads like an error."""
-    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
-    for line in reversed(lines):
-        low = line.lower()
-        if any(w in low for w in ("error", "failed", "invalid", "cannot", "couldn't", "unable")):
+_LOG_PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ [A-Z] ")
+_ERROR_WORDS = ("error", "failed", "invalid", "cannot", "couldn't", "unable", "not within")
+
+
+def first_error_line(log_text: str) -> str:
+    """The most telling line of a log tail: the first one that reads like an error (the
+    cause; later ones tend to be its consequences), without llama.cpp's time prefix."""
+    lines = [_LOG_PREFIX.sub("", ln.strip()) for ln in log_text.splitlines() if ln.strip() and not ln.startswith("$ ")]
+    for line in lines:
+        if any(w in line.lower() for w in _ERROR_WORDS):
             return line
     return lines[-1] if lines else "(the log is empty)"
 
@@ -200,6 +205,7 @@ class Server:
         self.argv = argv
         self.url = f"http://{HOST}:{port}"
         self.ready_s: float | None = None  # seconds from start to healthy
+        self.stopped_by: str | None = None  # the last signal stop() had to send
         self._http = requests.Session()
         self._http.trust_env = False  # never route loopback traffic through a proxy
 
@@ -257,27 +263,33 @@ class Server:
     def _gone_message(self, what: str) -> str:
         rc = self.returncode()
         if rc is not None:
-            return f"{what}; llama-server exited with code {rc}: {last_error_line(self.log_tail())}; log: {self.log}"
+            return f"{what}; llama-server exited with code {rc}: {first_error_line(self.log_tail())}; log: {self.log}"
         return f"{what}; log: {self.log}"
 
     # ---- stopping
 
     def stop(self) -> int | None:
-        """SIGTERM to the server's process group, then SIGKILL after ``stop_timeout_s``.
-        Safe to call more than once; returns the exit code."""
+        """Stop the server and its process group; safe to call more than once; returns the
+        exit code. Our HTTP connections are closed first; then SIGTERM and ``stop_timeout_s``
+        of grace; then a second SIGTERM (llama-server then exits at once: its shutdown can
+        hang while a request is in flight) and 2 s; then SIGKILL."""
         try:
+            self._http.close()
             if self.popen.poll() is None:
-                for sig, wait in ((signal.SIGTERM, self.spec.stop_timeout_s), (signal.SIGKILL, 10.0)):
+                steps = ((signal.SIGTERM, self.spec.stop_timeout_s, "SIGTERM"),
+                         (signal.SIGTERM, 2.0, "second SIGTERM"),
+                         (signal.SIGKILL, 10.0, "SIGKILL"))
+                for sig, wait, label in steps:
                     try:
                         os.killpg(self.popen.pid, sig)
                     except ProcessLookupError:
                         break
+                    self.stopped_by = label
                     try:
                         self.popen.wait(timeout=wait)
                         break
                     except subprocess.TimeoutExpired:
-                        ui.detail(f"llama-server {self.popen.pid} ignored {sig.name}")
-                        continue
+                        ui.detail(f"llama-server {self.popen.pid} still runs {wait:g} s after {label}")
             # Nothing of its group may outlive it.
             try:
                 os.killpg(self.popen.pid, signal.SIGKILL)
@@ -285,7 +297,6 @@ class Server:
                 pass
             self.popen.wait(timeout=10.0)
         finally:
-            self._http.close()
             _LIVE.discard(self)
         return self.popen.returncode
 
@@ -330,7 +341,7 @@ def _wait_healthy(server: Server, timeout_s: float, t0: float) -> None:
         if rc is not None:
             tail = server.log_tail()
             raise SmokeError(
-                f"llama-server exited with code {rc} before it became healthy: {last_error_line(tail)}; log: {server.log}",
+                f"llama-server exited with code {rc} before it became healthy: {first_error_line(tail)}; log: {server.log}",
                 hint="read the log tail below; a damaged model file or a bad device is the usual cause",
                 detail=tail,
             )

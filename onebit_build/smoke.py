@@ -12,6 +12,7 @@ does the I/O, never raises for a failed check and always stops its servers.
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import time
@@ -84,6 +85,7 @@ class DeviceResult:
     log: Path | None
     seconds: float
     port: int | None = None
+    stopped_by: str | None = None  # the signal that ended the server: SIGTERM, second SIGTERM, SIGKILL
 
     @property
     def passed(self) -> bool:
@@ -421,12 +423,14 @@ def _speed_on(server: srvmod.Server, device: str, spec: SmokeSpec, answers: dict
     first = spec.prompts[0]
     answer, answer_passed = answers.get(first.name, ("", False))
 
-    def timed() -> SpeedSample:
-        data = server.complete(first.prompt, n_predict=spec.speed_tokens, ignore_eos=True)
-        return judge_speed_sample(data, answer=answer, expect=first.expect, tokens=spec.speed_tokens)
+    def timed(tokens: int) -> SpeedSample:
+        data = server.complete(first.prompt, n_predict=tokens, ignore_eos=True)
+        return judge_speed_sample(data, answer=answer, expect=first.expect, tokens=tokens)
 
-    warmup = timed()
-    samples = tuple(timed() for _ in range(spec.speed_repeats))
+    # The warm-up runs the same prompt through the same paths (prompt batch, then one-token
+    # decode steps); a short one is enough and keeps the stage fast on slow devices.
+    warmup = timed(min(spec.speed_tokens, max(spec.answer_tokens, 8)))
+    samples = tuple(timed(spec.speed_tokens) for _ in range(spec.speed_repeats))
     return summarize_speed(
         device=device, prompt=first.name, tokens=spec.speed_tokens, warmup=warmup, samples=samples,
         answer_passed=answer_passed, reference=reference_for(spec, device), tolerance=spec.tolerance,
@@ -434,12 +438,12 @@ def _speed_on(server: srvmod.Server, device: str, spec: SmokeSpec, answers: dict
 
 
 def _smoke_device(
-    *, device: str, spec: SmokeSpec, server_bin: Path, model: ModelFile, log: Path, expect_commit: str
+    *, device: str, spec: SmokeSpec, server_bin: Path, model: ModelFile, log: Path, expect_commit: str, threads: int | None
 ) -> DeviceResult:
     t0 = time.monotonic()
     sspec = srvmod.ServerSpec(
         binary=server_bin, model=model.path, log=log, device=device, ctx_size=spec.ctx_size,
-        env=spec.env, health_timeout_s=spec.health_timeout_s,
+        env=spec.env, health_timeout_s=spec.health_timeout_s, threads=threads,
     )
     try:
         server = srvmod.start(sspec)
@@ -480,7 +484,10 @@ def _smoke_device(
             ui.detail(f"  {device} {'pass' if checks[-1].passed else 'FAIL'} {checks[-1].summary}")
     finally:
         server.stop()
-    return DeviceResult(device=device, checks=tuple(checks), speed=speed, log=log, seconds=time.monotonic() - t0, port=server.port)
+    return DeviceResult(
+        device=device, checks=tuple(checks), speed=speed, log=log, seconds=time.monotonic() - t0,
+        port=server.port, stopped_by=server.stopped_by,
+    )
 
 
 def run_smoke(
@@ -491,18 +498,24 @@ def run_smoke(
     run_dir: Path,
     expect_commit: str,
     devices: tuple[str, ...] | None = None,
+    threads: int | None = None,
 ) -> SmokeResult:
     """Smoke-test ``server_bin`` serving ``model`` on each device (the recipe's by default).
 
-    Failed checks are results, not exceptions; this raises only on misuse (no devices, no
-    commit to expect). Every server it starts is stopped before it returns or raises,
-    Ctrl-C included. Server logs go to ``run_dir/logs``."""
+    Failed checks are results, not exceptions; this raises only on misuse: ValueError for
+    no devices or no commit to expect, SmokeError for a missing server binary. Every server
+    it starts is stopped before it returns or raises, Ctrl-C included. Server logs go to
+    ``run_dir/logs``; each device's speed is measured on the recipe's first prompt.
+    ``threads`` is passed to the server as ``-t`` (None: llama.cpp's default)."""
     spec = recipe.smoke
     wanted = tuple(devices) if devices is not None else spec.devices
     if not wanted:
         raise ValueError("run_smoke: no devices to test")
     if not expect_commit.strip():
         raise ValueError("run_smoke: expect_commit is empty")
+    server_bin = Path(server_bin)
+    if not server_bin.is_file() or not os.access(server_bin, os.X_OK):
+        raise SmokeError(f"llama-server not found or not executable: {server_bin}", hint="build it first with 'onebit-build build'")
     run_dir = Path(run_dir)
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -532,7 +545,7 @@ def run_smoke(
             continue
         results.append(_smoke_device(
             device=device, spec=spec, server_bin=Path(server_bin), model=model,
-            log=logs / log_name(device), expect_commit=expect_commit,
+            log=logs / log_name(device), expect_commit=expect_commit, threads=threads,
         ))
     return SmokeResult(
         recipe=recipe.name,

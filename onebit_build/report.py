@@ -1,0 +1,270 @@
+"""The smoke report: ``report.json`` (versioned, for tools) and ``report.md`` (for a person),
+plus a short summary on the terminal."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+from . import __version__, ui
+from .config import Recipe
+from .fsutil import atomic_write_text, write_state
+from .smoke import Check, DeviceResult, SmokeResult, Speed, SpeedSample
+
+REPORT_KIND = "onebit-smoke-report"
+REPORT_SCHEMA = 1
+PASS_MARK = "✅ pass"
+FAIL_MARK = "❌ FAIL"
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def _rel(path: Path | None, base: Path) -> str | None:
+    if path is None:
+        return None
+    try:
+        return Path(os.path.relpath(path, base)).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _check_doc(c: Check) -> dict[str, Any]:
+    return {"name": c.name, "device": c.device, "passed": c.passed, "summary": c.summary, "evidence": c.evidence}
+
+
+def _sample_doc(s: SpeedSample | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {
+        "prompt_tok_s": s.prompt_tok_s,
+        "decode_tok_s": s.decode_tok_s,
+        "prompt_n": s.prompt_n,
+        "predicted_n": s.predicted_n,
+        "answer_ok": s.answer_ok,
+        "why": s.why,
+        "text": s.text,
+    }
+
+
+def _speed_doc(s: Speed | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {
+        "prompt": s.prompt,
+        "tokens": s.tokens,
+        "valid": s.valid,
+        "reason": s.reason,
+        "prompt_tok_s": s.prompt_tok_s,
+        "decode_tok_s": s.decode_tok_s,
+        "reference_tok_s": s.reference_tok_s,
+        "tolerance": s.tolerance,
+        "on_par": s.on_par,
+        "warmup": _sample_doc(s.warmup),
+        "samples": [_sample_doc(x) for x in s.samples],
+    }
+
+
+def environment(recipe: Recipe) -> dict[str, Any]:
+    return {
+        "onebit_build": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "smoke_env": dict(recipe.smoke.env),
+    }
+
+
+def report_doc(run_dir: Path, *, recipe: Recipe, smoke: SmokeResult, manifest: dict | None, extra: dict | None) -> dict[str, Any]:
+    """The payload of report.json (without ``kind``/``schema``, which write_state adds)."""
+    checks = smoke.all_checks
+    return {
+        "result": "pass" if smoke.passed else "fail",
+        "passed": smoke.passed,
+        "checks_passed": sum(c.passed for c in checks),
+        "checks_total": len(checks),
+        "started_at": smoke.started_at,
+        "seconds": round(smoke.seconds, 3),
+        "recipe": {
+            "name": recipe.name,
+            "description": recipe.description,
+            "backends": list(recipe.backends),
+            "devices": list(recipe.smoke.devices),
+            "prompts": [{"name": p.name, "prompt": p.prompt, "expect": p.expect} for p in recipe.smoke.prompts],
+            "answer_tokens": recipe.smoke.answer_tokens,
+            "speed_tokens": recipe.smoke.speed_tokens,
+            "speed_repeats": recipe.smoke.speed_repeats,
+            "reference_tok_s": dict(recipe.smoke.reference_tok_s),
+            "tolerance": recipe.smoke.tolerance,
+        },
+        "server": {"binary": str(smoke.server_bin), "expect_commit": smoke.expect_commit},
+        "model": {"path": str(smoke.model.path), "sha256": smoke.model.sha256, "source": smoke.model.source},
+        "manifest": manifest,
+        "devices_expected": list(smoke.devices_expected),
+        "devices_listed": None if smoke.devices_listed is None else list(smoke.devices_listed),
+        "checks": [_check_doc(c) for c in checks],
+        "devices": [
+            {
+                "device": d.device,
+                "passed": d.passed,
+                "seconds": round(d.seconds, 3),
+                "port": d.port,
+                "server_stopped_by": d.stopped_by,
+                "log": _rel(d.log, run_dir),
+                "speed": _speed_doc(d.speed),
+            }
+            for d in smoke.device_results
+        ],
+        "logs": {"list_devices": "logs/list-devices.log"},
+        "environment": environment(recipe),
+        "extra": extra or {},
+    }
+
+
+# --------------------------------------------------------------------------- Markdown
+
+
+def md_cell(value: Any) -> str:
+    """Text safe inside one Markdown table cell."""
+    text = "" if value is None else str(value)
+    text = text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", "")
+    return text.replace("\n", "⏎")
+
+
+def _mark(ok: bool) -> str:
+    return PASS_MARK if ok else FAIL_MARK
+
+
+def _fmt(v: float | None) -> str:
+    return "—" if v is None else f"{v:.1f}"
+
+
+def _speed_cells(d: DeviceResult) -> tuple[str, str, str]:
+    s = d.speed
+    if s is None:
+        return "—", "—", "not measured"
+    if not s.valid:
+        return "invalid", "invalid", md_cell(s.reason)
+    ref = "no reference" if s.reference_tok_s is None else (
+        f"{'on par with' if s.on_par else 'below'} {s.reference_tok_s:g} (±{s.tolerance:.0%})"
+    )
+    return _fmt(s.prompt_tok_s), _fmt(s.decode_tok_s), ref
+
+
+def render_markdown(run_dir: Path, *, recipe: Recipe, smoke: SmokeResult, manifest: dict | None) -> str:
+    checks = smoke.all_checks
+    n_ok = sum(c.passed for c in checks)
+    out: list[str] = []
+    out.append(f"# Smoke report: recipe `{recipe.name}`: {'PASS' if smoke.passed else 'FAIL'}")
+    out.append("")
+    out.append(f"{n_ok} of {len(checks)} checks passed in {smoke.seconds:.1f} s (started {smoke.started_at}).")
+    out.append("")
+    out.append(f"- llama-server: `{smoke.server_bin}` (expected commit `{smoke.expect_commit}`)")
+    out.append(f"- model: `{smoke.model.path.name}` sha256 `{smoke.model.sha256}` from {smoke.model.source}")
+    out.append(f"- devices expected: {', '.join(smoke.devices_expected)}; listed by the binary: "
+               + ("(--list-devices failed)" if smoke.devices_listed is None else (', '.join(smoke.devices_listed) or 'none besides the CPU')))
+    out.append("- logs: [list-devices](logs/list-devices.log)"
+               + "".join(f", [{d.device}]({_rel(d.log, run_dir)})" for d in smoke.device_results if d.log is not None))
+    if manifest:
+        flat = {k: v for k, v in manifest.items() if isinstance(v, (str, int, float, bool))}
+        if flat:
+            out.append("- manifest: " + ", ".join(f"{k} `{v}`" for k, v in flat.items()))
+    out.append("")
+    out.append("## Devices")
+    out.append("")
+    out.append("| device | result | prompt tok/s | decode tok/s | speed note | log |")
+    out.append("|---|---|---:|---:|---|---|")
+    for d in smoke.device_results:
+        pps, dps, note = _speed_cells(d)
+        log = f"[log]({_rel(d.log, run_dir)})" if d.log is not None else "—"
+        out.append(f"| {md_cell(d.device)} | {_mark(d.passed)} | {pps} | {dps} | {note} | {log} |")
+    out.append("")
+    out.append("## Run checks")
+    out.append("")
+    out.append("| check | result | evidence |")
+    out.append("|---|---|---|")
+    for c in smoke.checks:
+        out.append(f"| {md_cell(c.name)} | {_mark(c.passed)} | {md_cell(c.summary)} |")
+    for d in smoke.device_results:
+        out.append("")
+        out.append(f"## {d.device}: {'pass' if d.passed else 'FAIL'} ({d.seconds:.1f} s)")
+        out.append("")
+        out.append("| check | result | evidence |")
+        out.append("|---|---|---|")
+        for c in d.checks:
+            out.append(f"| {md_cell(c.name)} | {_mark(c.passed)} | {md_cell(c.summary)} |")
+        tails = [c for c in d.checks if not c.passed and c.evidence.get("log_tail")]
+        for c in tails:
+            out.append("")
+            out.append(f"Log tail for `{c.name}`:")
+            out.append("")
+            out.append("```")
+            out.extend(str(c.evidence["log_tail"]).splitlines()[-20:])
+            out.append("```")
+        if d.speed is not None and d.speed.samples:
+            out.append("")
+            out.append(f"Timed requests (prompt `{d.speed.prompt}`, {d.speed.tokens} tokens each, after one warm-up):")
+            out.append("")
+            out.append("| # | prompt tok/s | decode tok/s | tokens | answer | text |")
+            out.append("|---:|---:|---:|---:|---|---|")
+            for i, s in enumerate(d.speed.samples, 1):
+                ans = "ok" if s.answer_ok else f"FAIL: {s.why}"
+                out.append(f"| {i} | {_fmt(s.prompt_tok_s)} | {_fmt(s.decode_tok_s)} | {s.predicted_n} | {md_cell(ans)} | {md_cell(s.text[:80])} |")
+    out.append("")
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def write_report(
+    run_dir: Path,
+    *,
+    recipe: Recipe,
+    smoke: SmokeResult,
+    manifest: dict | None,
+    extra: dict | None = None,
+) -> tuple[Path, Path]:
+    """Write ``run_dir/report.json`` and ``run_dir/report.md``; return their paths."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    json_path = run_dir / "report.json"
+    md_path = run_dir / "report.md"
+    write_state(json_path, REPORT_KIND, REPORT_SCHEMA, report_doc(run_dir, recipe=recipe, smoke=smoke, manifest=manifest, extra=extra))
+    atomic_write_text(md_path, render_markdown(run_dir, recipe=recipe, smoke=smoke, manifest=manifest))
+    return json_path, md_path
+
+
+def summary_lines(smoke: SmokeResult) -> list[str]:
+    """A few lines for the terminal: one per device, the failed checks, the verdict."""
+    lines: list[str] = []
+    for c in smoke.checks:
+        if not c.passed:
+            lines.append(f"  FAIL {c.summary}")
+    for d in smoke.device_results:
+        answers = [c for c in d.checks if c.name.startswith("answer:")]
+        n_ans = sum(c.passed for c in answers)
+        s = d.speed
+        if s is not None and s.valid:
+            speed = f"decode {s.decode_tok_s:.1f} tok/s, prompt {s.prompt_tok_s:.1f} tok/s"
+        elif s is not None:
+            speed = "speed invalid"
+        else:
+            speed = "speed not measured"
+        lines.append(f"  {d.device:<8} {'pass' if d.passed else 'FAIL'}  answers {n_ans}/{len(answers)}, {speed}")
+        for c in d.checks:
+            if not c.passed:
+                lines.append(f"    FAIL {c.summary}")
+    checks = smoke.all_checks
+    lines.append(
+        f"smoke {'PASS' if smoke.passed else 'FAIL'}: {sum(c.passed for c in checks)}/{len(checks)} checks in {smoke.seconds:.1f} s"
+    )
+    return lines
+
+
+def print_summary(smoke: SmokeResult) -> None:
+    for line in summary_lines(smoke):
+        ui.info(line)
