@@ -69,6 +69,8 @@ def make_parser() -> argparse.ArgumentParser:
         ("all", "the whole job (the default): fetch, patch, build, smoke, report"),
     ):
         sp = sub.add_parser(name, help=help_)
+        if name == "smoke":
+            sp.add_argument("--server", metavar="PATH", help="smoke this llama-server binary (built elsewhere) instead of building the recipe")
         _common(sp, top=False)
     vp = sub.add_parser("verify", help="compare the build's kernel artifacts with a reference (builds first if needed)")
     vp.add_argument("--reference", metavar="FILE|BUILD_DIR", help="reference file or build folder (default: the matching one in references/<recipe>/)")
@@ -168,6 +170,8 @@ def _job(ctx, command: str, args: argparse.Namespace) -> int:
 
     t_start = time.monotonic()
     pins, recipe = pipeline.load(ctx)
+    if command == "smoke" and getattr(args, "server", None):
+        return _smoke(ctx, recipe, [], None, args)
     names = pipeline.recipe_sources(recipe)
     with ui.stage("fetch") as st:
         fetched = pipeline.run_fetch(ctx, pins, names)
@@ -279,6 +283,25 @@ def _verify(ctx, pins, recipe, fetched, trees, builds, manifest_file: Path, args
     return 0
 
 
+def _smoke_devices(ctx, recipe, server: Path) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The recipe's devices plus those optional devices this build lists; the others are
+    skipped with the recipe's reason."""
+    from .server import list_devices
+
+    spec = recipe.smoke
+    if not spec.optional_devices:
+        return spec.devices, {}
+    listed = list_devices(server, env=spec.env, log=ctx.run_dir / "logs" / "list-devices-optional.log")
+    run = list(spec.devices)
+    skipped = {}
+    for dev in spec.optional_devices:
+        if dev in listed:
+            run.append(dev)
+        else:
+            skipped[dev] = f"not listed by --list-devices (lists: {', '.join(listed) or 'none'}). {spec.skip_reason}".strip()
+    return tuple(run), skipped
+
+
 def _smoke(ctx, recipe, builds, manifest_file: Path, args: argparse.Namespace, verified: dict | None = None) -> int:
     try:
         from . import model as model_mod
@@ -288,7 +311,7 @@ def _smoke(ctx, recipe, builds, manifest_file: Path, args: argparse.Namespace, v
         raise NotAvailableError("the smoke stage is not available in this version yet", hint="use 'onebit-build build'") from None
     from .manifest import read_manifest
 
-    server = None
+    server = getattr(args, "server", None) and Path(args.server).resolve()
     for b in builds:
         for o in b.outputs:
             if o.name == "llama-server":
@@ -306,16 +329,30 @@ def _smoke(ctx, recipe, builds, manifest_file: Path, args: argparse.Namespace, v
             mf = model_mod.ensure_model(recipe.model, cache_dir=ctx.workspace.models, offline=ctx.offline, log=ctx.run_dir / "model.log")
         st["note"] = f"{mf.path.name} sha256 {mf.sha256[:16]}"
     src = recipe.server_component.source
-    manifest = read_manifest(manifest_file)
-    commit = next(s["commit"] for s in manifest["sources"] if s["name"] == src)
+    if manifest_file is not None:
+        manifest = read_manifest(manifest_file)
+        commit = next(s["commit"] for s in manifest["sources"] if s["name"] == src)
+    else:  # --server: a binary built elsewhere; it must still name the pinned commit
+        manifest = None
+        commit = _pins_for_smoke(ctx).get(src).commit
+    devices, skipped = _smoke_devices(ctx, _with_runtime_env(ctx, recipe), server)
+    for dev, why in skipped.items():
+        ui.warn(f"smoke on {dev} skipped: {why}")
     with ui.stage("smoke") as st:
         result = smoke_mod.run_smoke(recipe=_with_runtime_env(ctx, recipe), server_bin=server, model=mf, run_dir=ctx.run_dir,
-                                     expect_commit=commit[:7], threads=recipe.smoke.threads)
+                                     expect_commit=commit[:7], threads=recipe.smoke.threads, devices=devices)
         st["note"] = "all checks passed" if result.passed else "CHECKS FAILED"
-    json_path, md_path = report_mod.write_report(ctx.run_dir, recipe=recipe, smoke=result, manifest=manifest, extra={"verify": verified} if verified else None)
+    json_path, md_path = report_mod.write_report(ctx.run_dir, recipe=recipe, smoke=result, manifest=manifest, extra={"verify": verified, "skipped_devices": skipped})
     report_mod.print_summary(result)
     ui.info(f"report: {md_path}")
     return 0 if result.passed else 10
+
+
+def _pins_for_smoke(ctx):
+    from .config import apply_lock, load_pins, read_lock
+
+    pins = load_pins(ctx.pins_path)
+    return apply_lock(pins, read_lock(pins.lock_path), locked=False)
 
 
 def _user_model(spec, model_mod):

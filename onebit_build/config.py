@@ -413,6 +413,10 @@ class SmokeSpec:
     env: tuple[tuple[str, str], ...] = ()
     gpu: str | None = None  # GPU architecture the device list must show (doctor checks it)
     threads: int | None = None  # server threads (-t); None: llama.cpp's default
+    # Devices tested when this build's --list-devices shows them, skipped with the reason
+    # printed when it does not (e.g. Vulkan0 on a machine without a Vulkan GPU).
+    optional_devices: tuple[str, ...] = ()
+    skip_reason: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -588,7 +592,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
     if snode is not None:
         snode.only({
             "devices", "prompts", "ctx_size", "answer_tokens", "speed_tokens", "speed_repeats",
-            "health_timeout_s", "reference_tok_s", "tolerance", "env", "threads", "gpu",
+            "health_timeout_s", "reference_tok_s", "tolerance", "env", "threads", "gpu", "optional_devices", "skip_reason",
         })
         prompts = []
         for i, p in enumerate(snode.get("prompts", list, required=False, default=[])):
@@ -613,6 +617,8 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
             env=_str_map(snode, "env"),
             gpu=snode.get("gpu", str, required=False),
             threads=snode.get("threads", int, required=False),
+            optional_devices=snode.str_list("optional_devices", required=False),
+            skip_reason=snode.get("skip_reason", str, required=False, default=""),
         )
         _check_toolchain_refs(snode, smoke.env, toolchain)
     return Recipe(
