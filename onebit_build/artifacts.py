@@ -101,10 +101,31 @@ def collect_spirv(build_dir: Path) -> ArtifactSet:
     cache = read_cmake_cache(build_dir)
     glslc = cache.get("Vulkan_GLSLC_EXECUTABLE") or shutil.which("glslc") or "glslc"
     facts = {"glslc": _version_line([glslc, "--version"])}
-    for k in sorted(cache):
-        if k.startswith("GGML_VULKAN_") and k.endswith("_GLSLC_SUPPORT"):
-            facts[k] = cache[k]
+    facts.update(glslc_probes(build_dir, Path(cache.get("CMAKE_HOME_DIRECTORY", "")) if cache.get("CMAKE_HOME_DIRECTORY") else None))
     return ArtifactSet(kind="spirv", root=str(root), items=_files("spirv", root, names), facts=facts)
+
+
+PROBE_RE = re.compile(r"GGML_VULKAN_[A-Z0-9_]+_GLSLC_SUPPORT")
+
+
+def glslc_probes(build_dir: Path, source_dir: Path | None) -> dict[str, str]:
+    """Which glslc feature probes passed: each probe the source's CMake knows is ON when
+    its define reaches the build (build.ninja), else OFF. (This source does not keep the
+    probe results in CMakeCache.txt.)"""
+    names: set[str] = set()
+    if source_dir is not None:
+        cml = source_dir / "ggml" / "src" / "ggml-vulkan" / "CMakeLists.txt"
+        if cml.exists():
+            names |= set(PROBE_RE.findall(cml.read_text(errors="replace")))
+    ninja = build_dir / "build.ninja"
+    seen: set[str] = set()
+    if ninja.exists():
+        seen = set(PROBE_RE.findall(ninja.read_text(errors="replace")))
+    cache = read_cmake_cache(build_dir)
+    out = {}
+    for n in sorted(names | seen):
+        out[n] = "ON" if n in seen or cache.get(n, "").upper() in ("ON", "1", "TRUE") else "OFF"
+    return out
 
 
 def loombc_expected(source_dir: Path) -> list[str]:

@@ -122,13 +122,20 @@ def manifest_sets(manifest: dict[str, Any]) -> dict[tuple[str, str], ArtifactSet
 
 
 def reference_doc(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What a reference keeps: the artifacts, their facts and the outputs' hashes; no paths
+    of the machine that made it (except facts that are paths, which verify warns about)."""
+    host = {k: v for k, v in manifest.get("host", {}).items() if k != "hostname"}
     return {
         "recipe": manifest["recipe"]["name"],
         "created": manifest.get("created"),
-        "host": manifest.get("host", {}),
-        "sources": [{"name": s["name"], "commit": s["commit"], "patch_digest": s.get("patch_digest"), "tree": s.get("tree")} for s in manifest.get("sources", [])],
+        "host": host,
+        "toolchain": {k: v for k, v in manifest.get("toolchain", {}).items() if k in ("cmake", "ninja", "glslc", "nvcc")},
+        "sources": [{"name": s["name"], "commit": s["commit"], "patch_digest": s.get("patch_digest"),
+                     "patches": s.get("patches", [])} for s in manifest.get("sources", [])],
         "components": [
-            {"name": c["name"], "artifacts": c.get("artifacts", []), "outputs": c.get("outputs", [])}
+            {"name": c["name"],
+             "artifacts": [{**a, "root": ""} for a in c.get("artifacts", [])],
+             "outputs": [{k: v for k, v in o.items() if k != "path"} for o in c.get("outputs", [])]}
             for c in manifest.get("components", [])
         ],
     }
