@@ -495,6 +495,8 @@ def _bench_parser(sub) -> None:
     bp.add_argument("--prefix-tokens", type=_positive_int, default=16, metavar="K",
                     help="answers must match the baseline's first K generated tokens (default 16)")
     bp.add_argument("--expect", metavar="FILE", help="expected answer prefixes: an earlier bench.json or a YAML 'prompt: text' mapping")
+    bp.add_argument("--tie-margin", type=float, default=0.1, metavar="NATS",
+                    help="excuse a divergence where the baseline's two likeliest tokens were closer than this in log-probability and the variant took the second (default 0.1)")
     bp.add_argument("--prompts", metavar="DIR", help="folder with code.txt, prose.txt, short.txt (default: smoke/prompts)")
     bp.add_argument("--ctx-size", type=_positive_int, default=2048, metavar="N", help="server context size (default 2048)")
     bp.add_argument("--lock", metavar="FILE", dest="bench_lock", help="the bench lock file (default: bench.lock in the workspace)")
@@ -544,7 +546,7 @@ def _bench(root: Path, recipe_name: str, args: argparse.Namespace) -> int:
                 f"baseline {variants[0].name}; model {mf.path.name}; lock {lock_path}")
         req = bench.BenchRequest(
             variants=variants, model=mf, prompts=prompts, run_dir=run_dir, rounds=args.rounds,
-            decode_tokens=args.decode_tokens, prefix_tokens=args.prefix_tokens, ctx_size=args.ctx_size,
+            decode_tokens=args.decode_tokens, prefix_tokens=args.prefix_tokens, tie_margin=max(0.0, args.tie_margin), ctx_size=args.ctx_size,
             given=given, env=env, lock=lock_path,
         )
         result = bench.run_bench(req)
