@@ -931,8 +931,8 @@ def plot(result: BenchResult, path: Path) -> Path:
     prompts = [p.name for p in req.prompts]
     names = [v.name for v in req.variants]
     ncols = len(prompts)
-    width = max(7.5, min(16.0, 1.0 + ncols * max(2.4, 0.75 * len(names) + 0.8)))
-    fig = Figure(figsize=(width, 6.4), dpi=100, layout="constrained")
+    width = max(8.5, min(16.0, 1.0 + ncols * max(2.4, 0.75 * len(names) + 0.8)))
+    fig = Figure(figsize=(width, 6.8), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(2, ncols, squeeze=False)
     metrics = (("decode", "decode tok/s", "decode_vs_base_pct"), ("prompt_speed", "prompt tok/s", "prompt_vs_base_pct"))
@@ -955,7 +955,7 @@ def plot(result: BenchResult, path: Path) -> Path:
                 ax.errorbar(i, s.median, yerr=[[s.median - s.low], [s.high - s.median]], fmt="none", ecolor="black",
                             elinewidth=1.0, capsize=4)
                 pct = getattr(c, pct_attr)
-                note = _fmt(s.median) + ("" if i == 0 or pct is None else f"\n{pct:+.0f}%")
+                note = _fmt(s.median) + ("*" if c.note else "") + ("" if i == 0 or pct is None else f"\n{pct:+.0f}%")
                 ax.text(i, s.high + ymax * 0.02, note, ha="center", va="bottom", fontsize=8)
             ax.set_ylim(0, ymax)
             ax.set_xlim(-0.6, len(names) - 0.4)
@@ -970,9 +970,11 @@ def plot(result: BenchResult, path: Path) -> Path:
                 ax.set_ylabel(label)
             ax.grid(axis="y", alpha=0.3)
             ax.set_axisbelow(True)
+    tie_note = "; * valid after a near tie" if any(c.note for c in result.cells) else ""
     fig.suptitle(
         f"llama-server bench: {req.model.path.name}, {req.decode_tokens} generated tokens, {req.rounds} rounds\n"
-        f"bars: median, whiskers: min-max; labels: median and change vs the baseline {names[0]!r} (blue); red INVALID: answer diverged",
+        f"bars: median, whiskers: min-max; labels: median and change vs the baseline {names[0]!r} (blue)\n"
+        f"red INVALID: the answer diverged, no figure{tie_note}",
         fontsize=10,
     )
     path = Path(path)
