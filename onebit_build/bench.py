@@ -21,8 +21,6 @@ I/O (:func:`run_bench`, :func:`write_outputs`, :class:`BenchLock`).
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import platform
 import re
@@ -30,7 +28,7 @@ import shlex
 import socket
 import statistics
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -42,6 +40,7 @@ from . import ui
 from .errors import ConfigError, LockError, SmokeError
 from .fsutil import atomic_write_text, read_state, sha256_bytes, sha256_file, StateError, write_state
 from .model import ModelFile
+from .workspace import FileLock
 
 BENCH_KIND = "onebit-bench"
 BENCH_SCHEMA = 1
@@ -424,19 +423,9 @@ def schedule(n_variants: int, rounds: int) -> list[tuple[int, int]]:
 
 
 def completion_body(prompt: str, n_predict: int) -> dict[str, Any]:
-    """A greedy /completion request: temperature 0, top-k 1, fixed seed, prompt cache off,
-    exactly ``n_predict`` tokens (end of text ignored), token ids returned."""
-    return {
-        "prompt": prompt,
-        "n_predict": n_predict,
-        "temperature": 0.0,
-        "top_k": 1,
-        "seed": 0,
-        "cache_prompt": False,
-        "ignore_eos": True,
-        "stream": False,
-        "return_tokens": True,
-    }
+    """A greedy /completion request (see :func:`server.completion_body`): exactly
+    ``n_predict`` tokens (end of text ignored), token ids returned."""
+    return srvmod.completion_body(prompt, n_predict, ignore_eos=True, return_tokens=True)
 
 
 # --------------------------------------------------------------------------- judging
@@ -593,13 +582,6 @@ def summarize(variants: tuple[Variant, ...], prompts: tuple[str, ...], samples: 
 
 
 # --------------------------------------------------------------------------- the run
-
-
-def _post(server: srvmod.Server, path: str, body: dict[str, Any]) -> tuple[int, Any]:
-    try:
-        return server.post_json(path, body, timeout=60)
-    except requests.RequestException as exc:
-        raise SmokeError(f"{path} failed: {type(exc).__name__}; log: {server.log}") from None
 
 
 def steps_from_probs(probs: Any, ids: list[int]) -> list[Step]:
@@ -1007,70 +989,22 @@ def write_outputs(result: BenchResult, run_dir: Path) -> BenchOutputs:
 # --------------------------------------------------------------------------- the lock
 
 
-def _describe_holder(doc: dict[str, Any]) -> str:
-    if not doc:
-        return "another process (the lock file names no holder yet)"
-    return f"pid {doc.get('pid', '?')} on {doc.get('host', '?')} ({doc.get('command', '?')}, since {doc.get('since', '?')})"
-
-
-def _read_holder(fd: int) -> dict[str, Any]:
-    try:
-        os.lseek(fd, 0, os.SEEK_SET)
-        doc = json.loads(os.read(fd, 8192).decode() or "{}")
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
-
-
-@dataclass
-class BenchLock:
+class BenchLock(FileLock):
     """An exclusive lock for a whole benchmark, so that two benchmarks never share the
     machine. The lock file names its holder. When it is held, fail at once naming the
     holder (``wait_s`` 0) or wait up to ``wait_s`` seconds for it."""
 
-    path: Path
-    command: str
-    wait_s: float = 0.0
-    poll_s: float = 0.5
-    on_wait: Callable[[str], None] | None = None
-    _fd: int | None = field(default=None, init=False, repr=False)
+    def __init__(self, path: Path, command: str, *, wait_s: float = 0.0, poll_s: float = 0.5,
+                 on_wait: Callable[[str], None] | None = None):
+        super().__init__(path, command, wait_s=wait_s, poll_s=poll_s, on_wait=on_wait or ui.info)
 
-    def __enter__(self) -> "BenchLock":
-        path = Path(self.path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + max(0.0, self.wait_s)
-        told = False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                holder = _describe_holder(_read_holder(fd))
-                if self.wait_s <= 0:
-                    os.close(fd)
-                    raise LockError(f"bench lock {path} is held by {holder}",
-                                    hint="wait for that benchmark to finish, or pass --wait SECONDS to wait for it") from None
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise LockError(f"bench lock {path} is still held by {holder} after waiting {self.wait_s:g} s",
-                                    hint="try again later or wait longer with --wait SECONDS") from None
-                if not told:
-                    (self.on_wait or ui.info)(f"waiting for the bench lock {path}: held by {holder} (up to {self.wait_s:g} s)")
-                    told = True
-                time.sleep(self.poll_s)
-        os.ftruncate(fd, 0)
-        holder_doc = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command,
-                      "since": time.strftime("%Y-%m-%d %H:%M:%S")}
-        os.pwrite(fd, json.dumps(holder_doc).encode(), 0)
-        self._fd = fd
-        return self
+    def busy(self, holder: str) -> LockError:
+        return LockError(f"bench lock {self.path} is held by {holder}",
+                         hint="wait for that benchmark to finish, or pass --wait SECONDS to wait for it")
 
-    def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:
-            try:
-                os.ftruncate(self._fd, 0)
-            finally:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-                os.close(self._fd)
-                self._fd = None
+    def timed_out(self, holder: str) -> LockError:
+        return LockError(f"bench lock {self.path} is still held by {holder} after waiting {self.wait_s:g} s",
+                         hint="try again later or wait longer with --wait SECONDS")
+
+    def waiting(self, holder: str) -> str:
+        return f"waiting for the bench lock {self.path}: held by {holder} (up to {self.wait_s:g} s)"

@@ -242,16 +242,7 @@ class Server:
     def complete(self, prompt: str, *, n_predict: int, ignore_eos: bool = False, timeout: float = 300.0) -> dict[str, Any]:
         """One greedy /completion without the prompt cache; returns the JSON answer.
         Raises SmokeError when the server does not answer with 200 JSON."""
-        body = {
-            "prompt": prompt,
-            "n_predict": n_predict,
-            "temperature": 0.0,
-            "top_k": 1,
-            "seed": 0,
-            "cache_prompt": False,
-            "ignore_eos": ignore_eos,
-            "stream": False,
-        }
+        body = completion_body(prompt, n_predict, ignore_eos=ignore_eos)
         try:
             status, data = self.post_json("/completion", body, timeout=timeout)
         except requests.RequestException as exc:
@@ -299,6 +290,23 @@ class Server:
         finally:
             _LIVE.discard(self)
         return self.popen.returncode
+
+
+def completion_body(prompt: str, n_predict: int, *, ignore_eos: bool = False, return_tokens: bool = False) -> dict[str, Any]:
+    """A greedy /completion request: temperature 0, top-k 1, fixed seed, prompt cache off."""
+    body: dict[str, Any] = {
+        "prompt": prompt,
+        "n_predict": n_predict,
+        "temperature": 0.0,
+        "top_k": 1,
+        "seed": 0,
+        "cache_prompt": False,
+        "ignore_eos": ignore_eos,
+        "stream": False,
+    }
+    if return_tokens:
+        body["return_tokens"] = True
+    return body
 
 
 def _json_or_text(r: requests.Response) -> Any:

@@ -6,9 +6,11 @@ import fcntl
 import json
 import os
 import re
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from .errors import LockError
 
@@ -72,29 +74,51 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
 
-class WorkspaceLock:
-    """An exclusive lock on the workspace for the whole run. The lock file names its holder."""
+class FileLock:
+    """An exclusive ``flock`` on ``path`` whose file names its holder (pid, host, command,
+    since when). When it is held: fail at once naming the holder (``wait_s`` 0), or wait up
+    to ``wait_s`` seconds, telling ``on_wait`` once. Subclasses word the errors."""
 
-    def __init__(self, path: Path, command: str):
-        self.path = path
+    def __init__(self, path: Path, command: str, *, wait_s: float = 0.0, poll_s: float = 0.5,
+                 on_wait: Callable[[str], None] | None = None):
+        self.path = Path(path)
         self.command = command
+        self.wait_s = wait_s
+        self.poll_s = poll_s
+        self.on_wait = on_wait
         self._fd: int | None = None
 
-    def __enter__(self) -> "WorkspaceLock":
+    def busy(self, holder: str) -> LockError:
+        return LockError(f"{self.path} is held by {holder}", hint="wait for that run to finish")
+
+    def timed_out(self, holder: str) -> LockError:
+        return LockError(f"{self.path} is still held by {holder} after waiting {self.wait_s:g} s", hint="try again later")
+
+    def waiting(self, holder: str) -> str:
+        return f"waiting for {self.path}: held by {holder} (up to {self.wait_s:g} s)"
+
+    def __enter__(self):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read_holder(fd)
-            os.close(fd)
-            who = f"pid {holder.get('pid', '?')} ({holder.get('command', '?')}, since {holder.get('since', '?')})"
-            raise LockError(
-                f"workspace {self.path.parent} is in use by {who}",
-                hint="wait for that run to finish, or use another --workspace",
-            ) from None
+        deadline = time.monotonic() + max(0.0, self.wait_s)
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = describe_holder(_read_holder(fd))
+                if self.wait_s <= 0 or time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise (self.busy(holder) if self.wait_s <= 0 else self.timed_out(holder)) from None
+                if not told:
+                    if self.on_wait is not None:
+                        self.on_wait(self.waiting(holder))
+                    told = True
+                time.sleep(self.poll_s)
         os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "command": self.command, "since": time.strftime("%Y-%m-%d %H:%M:%S")}).encode())
+        doc = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command, "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+        os.pwrite(fd, json.dumps(doc).encode(), 0)
         self._fd = fd
         return self
 
@@ -108,11 +132,23 @@ class WorkspaceLock:
                 self._fd = None
 
 
+class WorkspaceLock(FileLock):
+    """The workspace lock, held for a whole run so that two runs never share a workspace."""
+
+    def busy(self, holder: str) -> LockError:
+        return LockError(f"workspace {self.path.parent} is in use by {holder}", hint="wait for that run to finish, or use another --workspace")
+
+
+def describe_holder(doc: dict[str, object]) -> str:
+    if not doc:
+        return "another process (the lock file names no holder yet)"
+    return f"pid {doc.get('pid', '?')} on {doc.get('host', '?')} ({doc.get('command', '?')}, since {doc.get('since', '?')})"
+
+
 def _read_holder(fd: int) -> dict[str, object]:
     try:
         os.lseek(fd, 0, os.SEEK_SET)
-        data = os.read(fd, 4096)
-        doc = json.loads(data.decode() or "{}")
-        return doc if isinstance(doc, dict) else {}
+        doc = json.loads(os.read(fd, 8192).decode() or "{}")
     except (OSError, ValueError):
         return {}
+    return doc if isinstance(doc, dict) else {}
