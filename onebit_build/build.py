@@ -10,6 +10,7 @@ import platform
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
@@ -81,6 +82,7 @@ class BuildResult:
     configure_argv: tuple[str, ...]
     build_argv: tuple[str, ...]
     seconds: float
+    defines: tuple[tuple[str, str], ...] = ()  # exactly what the initial cache set
 
 
 # --------------------------------------------------------------------------- pure decisions
@@ -216,8 +218,6 @@ def _tree_digest(root: Path) -> str:
 
 
 def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
-    import time
-
     t0 = time.monotonic()
     tools = tools or find_tools()
     env = dict(req.env)
@@ -239,7 +239,8 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
             recorded = {o["name"]: o["sha256"] for o in stamp.get("outputs", [])}
             if all(recorded.get(o.name) == o.sha256 for o in outs):
                 return BuildResult(component=req.component.name, build_dir=bdir, key=key, reused=True, outputs=outs,
-                                   toolchain=toolchain, configure_argv=tuple(conf), build_argv=tuple(bld), seconds=time.monotonic() - t0)
+                                   toolchain=toolchain, configure_argv=tuple(conf), build_argv=tuple(bld), seconds=time.monotonic() - t0,
+                       defines=tuple(defines))
     except (FileNotFoundError, StateError, BuildError):
         pass
 
@@ -268,7 +269,8 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
         "outputs": [{"name": o.name, "path": str(o.path), "sha256": o.sha256, "size": o.size} for o in outs],
     })
     return BuildResult(component=req.component.name, build_dir=bdir, key=key, reused=False, outputs=outs,
-                       toolchain=toolchain, configure_argv=tuple(conf), build_argv=tuple(bld), seconds=time.monotonic() - t0)
+                       toolchain=toolchain, configure_argv=tuple(conf), build_argv=tuple(bld), seconds=time.monotonic() - t0,
+                       defines=tuple(defines))
 
 
 def _assemble_digest(req: BuildRequest) -> str | None:

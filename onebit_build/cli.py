@@ -33,7 +33,6 @@ def repo_root() -> Path:
 
 
 def _common(p: argparse.ArgumentParser, top: bool) -> None:
-    d = None if not top else argparse.SUPPRESS
     kw = {"default": argparse.SUPPRESS} if not top else {}
     p.add_argument("--recipe", metavar="NAME", help="recipe from recipes/ (default: default)", **kw)
     p.add_argument("--hrx", choices=["on", "off"], help="on: the HRX + Vulkan Strix Halo recipe", **kw)
@@ -45,7 +44,6 @@ def _common(p: argparse.ArgumentParser, top: bool) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="echo every command and show full output", **kw)
     p.add_argument("--model", metavar="PATH", help="smoke: use this local GGUF instead of the recipe's model", **kw)
     _common_strix_halo(p, kw)
-    del d
 
 
 def _common_strix_halo(p: argparse.ArgumentParser, kw: dict) -> None:

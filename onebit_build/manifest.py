@@ -51,7 +51,7 @@ def make_manifest(recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[s
         comps.append({
             "name": b.component, "source": comp.source, "build_dir": str(b.build_dir), "key": b.key,
             "build_type": comp.build_type, "targets": list(comp.targets),
-            "defines": dict(_defines_from_argv(b)), "configure_argv": list(b.configure_argv),
+            "defines": dict(b.defines), "configure_argv": list(b.configure_argv),
             "build_argv": list(b.build_argv), "toolchain": b.toolchain.as_dict(),
             "outputs": [{"name": o.name, "path": str(o.path), "sha256": o.sha256, "size": o.size} for o in b.outputs],
             "artifacts": [a.to_dict() for a in (artifacts or {}).get(b.component, [])],
@@ -71,19 +71,6 @@ def make_manifest(recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[s
         "sources": sources,
         "components": comps,
     }
-
-
-def _defines_from_argv(b: BuildResult) -> list[tuple[str, str]]:
-    init = b.build_dir / "CMakeInit.txt"
-    out = []
-    if init.exists():
-        import re
-
-        for line in init.read_text().splitlines():
-            m = re.match(r"set\((\S+) \[===\[(.*)\]===\]", line) or re.match(r"set\((\S+) (ON|OFF) CACHE BOOL", line)
-            if m:
-                out.append((m.group(1), m.group(2)))
-    return out
 
 
 def write_manifest(path: Path, doc: dict[str, Any]) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import ui
@@ -123,8 +123,6 @@ def run_build(ctx: Context, pins: Pins, recipe: Recipe, fetched: dict[str, Fetch
     results: list[BuildResult] = []
     resolved_pins = {n: pins.get(n) for n in pins.sources}
     for n, f in fetched.items():  # abbreviated pins: use the resolved SHA in references
-        from dataclasses import replace
-
         resolved_pins[n] = replace(resolved_pins[n], commit=f.commit)
     fields.update(toolchain_fields(ctx, recipe))
     for comp in recipe.components:
