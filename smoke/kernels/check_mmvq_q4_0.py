@@ -75,6 +75,13 @@ def build_cases() -> list[Case]:
     for mode in MODES:
         for rows, blocks, n in odd:
             cases.append(Case("oddrows", rows, blocks, n, mode))
+    # at or just below the patch's minimum row count: 4100 and 4108 are multiples of 4 but not of 8,
+    # so the last block of the row-tiled grid (2 row groups of 4) has an empty row group; 4092 stays
+    # on the old path
+    tail = [(4100, 96, n) for n in range(5, 9)] + [(4108, 40, 7), (4092, 96, 8)]
+    for mode in MODES:
+        for rows, blocks, n in tail:
+            cases.append(Case("tailrows", rows, blocks, n, mode))
     # the timed shapes, every column count
     for mode in MODES:
         for rows, blocks in ((4096, 128), (4096, 448), (14336, 128)):
@@ -191,9 +198,11 @@ def main() -> int:
     ap.add_argument("--backend", default="CUDA0")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--rows-per-warp", type=int, default=4, help="only labels which path a case takes")
+    ap.add_argument("--min-rows", type=int, default=4096,
+                    help="only labels which path a case takes: the patch's MMVQ_Q4_0_RT_MIN_ROWS (0 for builds without it)")
     ap.add_argument("--q8-model", choices=("q8_1", "none"), default="q8_1",
                     help="activation quantization to emulate for the tight check (none: backends that use another)")
-    ap.add_argument("--groups", default="base40,oddrows,perfshape")
+    ap.add_argument("--groups", default="base40,oddrows,tailrows,perfshape")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--table", default=None, help="also write the table (markdown) here")
     args = ap.parse_args()
@@ -260,7 +269,8 @@ def main() -> int:
         outs = {}
         for name, _, _ in builds:
             outs[name] = np.fromfile(work / f"o{ci}-{name}.bin", dtype=np.float32).reshape(c.ncols, c.rows)
-        path = "row-tiled" if c.ncols >= 5 and c.rows % args.rows_per_warp == 0 else "unpatched"
+        tiled = c.ncols >= 5 and c.rows % args.rows_per_warp == 0 and c.rows >= args.min_rows
+        path = "row-tiled" if tiled else "unpatched"
         row = [c.group, str(c.rows), str(c.k), str(c.ncols), c.mode, path]
         base_bits = outs[ref_name].view(np.uint32)
         for name, _, _ in builds[1:]:
