@@ -11,16 +11,19 @@ be explained.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import ui
 from .errors import VerifyError
-from .fsutil import sha256_bytes, sha256_file
+from .fsutil import StateError, read_state, sha256_bytes, sha256_file, write_state
 
 LABELS = {"spirv": "Vulkan SPIR-V", "loombc": "HRX2 Loom bytecode", "cubin": "CUDA cubins"}
 SPIRV_DIR = "ggml/src/ggml-vulkan/vulkan-shaders.spv"
@@ -170,27 +173,76 @@ def find_cuda_library(build_dir: Path) -> Path | None:
     return None
 
 
-def collect_cubin(build_dir: Path) -> ArtifactSet:
+CUBIN_CACHE = "onebit-cubins.json"  # in the build dir: the set of the library it was read from
+CUBIN_CACHE_KIND = "onebit-build/cubin-artifacts"
+CUBIN_CACHE_SCHEMA = 1
+
+
+def sass_code_digest(sass: str) -> str:
+    """sha256 of ``cuobjdump -sass`` output without the lines that carry file names, so that
+    it depends on the code only (nvcc can embed random temporary names)."""
+    kept = (line for line in sass.splitlines()
+            if not line.lstrip().startswith(("Fatbin", "code for", "arch =", "Function :")) or line.lstrip().startswith("Function :"))
+    return sha256_bytes("\n".join(kept).encode())
+
+
+def _cubin_item(cuobjdump: str, path: Path) -> Artifact:
+    r = subprocess.run([cuobjdump, "-sass", str(path)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise VerifyError(f"cuobjdump -sass {path.name} failed (exit {r.returncode}): {r.stderr.strip()[-300:]}",
+                          hint="is this cuobjdump from the CUDA toolkit that built the library?")
+    return Artifact(name=path.name, size=path.stat().st_size, sha256=sha256_file(path),
+                    extra=(("sass_sha256", sass_code_digest(r.stdout)),))
+
+
+def _cached_cubins(cache: Path, lib_sha256: str, facts: dict[str, str]) -> ArtifactSet | None:
+    try:
+        doc = read_state(cache, CUBIN_CACHE_KIND, CUBIN_CACHE_SCHEMA)
+        if doc.get("library_sha256") != lib_sha256:
+            return None
+        aset = ArtifactSet.from_dict(doc["set"], str(cache))
+    except (FileNotFoundError, StateError, VerifyError, KeyError, TypeError):
+        return None
+    return aset if aset.facts == facts else None
+
+
+def collect_cubin(build_dir: Path, *, jobs: int | None = None) -> ArtifactSet:
+    """Every cubin in libggml-cuda.so with its SASS digest. Listing the SASS of a full build
+    takes minutes on one core, so it runs ``jobs`` cuobjdumps at a time and the result is kept
+    in the build dir, keyed by the library's sha256: an unchanged library is not read again."""
     lib = find_cuda_library(build_dir)
     if lib is None:
         raise VerifyError(f"no libggml-cuda.so under {build_dir}", hint="is GGML_CUDA=ON in the recipe?")
-    cuobjdump = shutil.which("cuobjdump")
     cache = read_cmake_cache(build_dir)
     facts = {
         "nvcc": cache.get("CMAKE_CUDA_COMPILER_VERSION", "unknown"),
         "architectures": cache.get("CMAKE_CUDA_ARCHITECTURES", "unknown"),
     }
+    lib_sha256 = sha256_file(lib)
+    cache_path = build_dir / CUBIN_CACHE
+    cached = _cached_cubins(cache_path, lib_sha256, facts)
+    if cached is not None:
+        return cached
+    cuobjdump = shutil.which("cuobjdump")
     if cuobjdump is None:
         raise VerifyError("cuobjdump not found: CUDA kernels cannot be listed", hint="install the CUDA toolkit (cuobjdump) or skip artifact collection for CUDA")
-    items = []
     with tempfile.TemporaryDirectory(prefix="onebit-cubin-") as tmp:
-        subprocess.run([cuobjdump, "-xelf", "all", str(lib)], cwd=tmp, check=True, capture_output=True)
-        for p in sorted(Path(tmp).iterdir()):
-            sass = subprocess.run([cuobjdump, "-sass", str(p)], capture_output=True, text=True).stdout
-            # Drop lines that carry the file name so the SASS hash depends on code only.
-            sass_code = "\n".join(line for line in sass.splitlines() if not line.lstrip().startswith(("Fatbin", "code for", "arch =", "Function :")) or line.lstrip().startswith("Function :"))
-            items.append(Artifact(name=p.name, size=p.stat().st_size, sha256=sha256_file(p), extra=(("sass_sha256", sha256_bytes(sass_code.encode())),)))
-    return ArtifactSet(kind="cubin", root=str(lib), items=tuple(items), facts=facts)
+        r = subprocess.run([cuobjdump, "-xelf", "all", str(lib)], cwd=tmp, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise VerifyError(f"cuobjdump -xelf all {lib.name} failed (exit {r.returncode}): {r.stderr.strip()[-300:]}",
+                              hint="is this cuobjdump from the CUDA toolkit that built the library?")
+        cubins = sorted(Path(tmp).iterdir())
+        ui.info(f"  listing the SASS of {len(cubins)} CUDA cubins ({lib.name})")
+        done = 0
+        with ui.StepProgress("cubins") as bar, ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:
+            futures = [pool.submit(_cubin_item, cuobjdump, p) for p in cubins]
+            for _ in as_completed(futures):
+                done += 1
+                bar.update(done, len(cubins))
+            items = tuple(f.result() for f in futures)  # in the sorted order; re-raises the first failure
+    aset = ArtifactSet(kind="cubin", root=str(lib), items=items, facts=facts)
+    write_state(cache_path, CUBIN_CACHE_KIND, CUBIN_CACHE_SCHEMA, {"library_sha256": lib_sha256, "set": aset.to_dict()})
+    return aset
 
 
 def collect(kind: str, *, build_dir: Path, source_dir: Path) -> ArtifactSet:
