@@ -8,6 +8,7 @@ Order of places tried: the bare mirror already in the cache, a local mirror dire
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tarfile
@@ -68,23 +69,37 @@ def _pinned_ref(sha: str) -> str:
     return f"refs/onebit/pinned/{sha}"
 
 
-def _try_fetch(bare: Git, source: str, pin: Pin, *, is_bundle: bool) -> bool:
+def _try_fetch(bare: Git, source: str, pin: Pin, *, is_bundle: bool) -> tuple[bool, str]:
     """Fetch the pinned commit from ``source`` into ``bare``: exact SHA shallowly first,
     then every ref as a fallback. Returns whether the commit (or, for an abbreviated pin,
-    at least one object) arrived."""
+    at least one object) arrived, and git's last complaint when it did not."""
+    complaint = ""
     if pin.resolved and not is_bundle:
-        r = bare.run("fetch", "--no-tags", "--depth=1", source, pin.commit, check=False)
-        if r.status == 0 and bare.has_commit(pin.commit):
-            return True
-        r = bare.run("fetch", "--no-tags", source, pin.commit, check=False)
-        if r.status == 0 and bare.has_commit(pin.commit):
-            return True
+        for depth in (("--depth=1",), ()):
+            r = bare.run("fetch", "--no-tags", *depth, source, pin.commit, check=False)
+            if r.status == 0 and bare.has_commit(pin.commit):
+                return True, ""
+            complaint = last_line(r.err) or complaint
     r = bare.run("fetch", "--no-tags", source, f"+refs/*:refs/onebit/from/{safe_name(pin.name)}/*", check=False)
     if r.status != 0:
-        return False
+        return False, last_line(r.err) or complaint
     if pin.resolved:
-        return bare.has_commit(pin.commit)
-    return True
+        return (True, "") if bare.has_commit(pin.commit) else (False, f"{pin.commit[:12]} is not among its refs")
+    return True, ""
+
+
+def last_line(text: str) -> str:
+    """The last non-empty line of git's stderr, without its 'fatal:'/'error:' prefix."""
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    return re.sub(r"^(fatal|error):\s*", "", lines[-1])
+
+
+def _bundle_hint(cand: Path, complaint: str) -> str:
+    if cand.suffix == ".bundle" and ("did not send all necessary objects" in complaint or "prerequisite" in complaint):
+        return f"{complaint}; a bundle made from a shallow clone lacks the parents it names: use a bare {cand.stem}.git mirror instead"
+    return complaint
 
 
 def resolve_prefix(bare: Git, pin: Pin) -> str:
@@ -137,11 +152,12 @@ def fetch(req: FetchRequest) -> FetchResult:
     # 2. Local mirror directories.
     for cand in local_mirror_candidates(pin.name, req.mirror_dirs):
         ui.detail(f"fetch {pin.name}: trying mirror {cand}")
-        if _try_fetch(bare, str(cand), pin, is_bundle=cand.suffix == ".bundle"):
+        ok, complaint = _try_fetch(bare, str(cand), pin, is_bundle=cand.suffix == ".bundle")
+        if ok:
             sha = pin.commit if pin.resolved else resolve_prefix(bare, pin)
             if bare.has_commit(sha):
                 return done(sha, f"mirror-dir:{cand}", None)
-        tried.append(f"mirror {cand}")
+        tried.append(f"mirror {cand}" + (f" ({_bundle_hint(cand, complaint)})" if complaint else ""))
 
     # 3. PyPI sdists that carry the commit.
     for m in pin.mirrors:
@@ -150,7 +166,7 @@ def fetch(req: FetchRequest) -> FetchResult:
             tried.append(f"{m.label} (not cached; offline)")
             continue
         ui.detail(f"fetch {pin.name}: trying {m.label}")
-        if _try_fetch(bare, str(store), pin, is_bundle=False):
+        if _try_fetch(bare, str(store), pin, is_bundle=False)[0]:
             sha = pin.commit if pin.resolved else resolve_prefix(bare, pin)
             if bare.has_commit(sha):
                 return done(sha, m.label, archive_sha)
@@ -163,7 +179,7 @@ def fetch(req: FetchRequest) -> FetchResult:
             hint=f"run once without --offline, or put {pin.name}.git / {pin.name}.bundle in a --mirror-dir",
         )
     ui.detail(f"fetch {pin.name}: trying {pin.url}")
-    if _try_fetch(bare, pin.url, pin, is_bundle=False):
+    if _try_fetch(bare, pin.url, pin, is_bundle=False)[0]:
         sha = pin.commit if pin.resolved else resolve_prefix(bare, pin)
         if bare.has_commit(sha):
             return done(sha, pin.url, None)

@@ -49,6 +49,21 @@ def test_fetch_from_bundle(tmp_path, upstream):
     assert res.commit == second and res.mirror_used.endswith("src.bundle")
 
 
+def test_bundle_of_a_shallow_clone_is_explained(tmp_path, upstream):
+    repo, _, second = upstream
+    shallow = tmp_path / "shallow"
+    git(tmp_path, "clone", "-q", "--depth=1", f"file://{repo}", str(shallow))
+    mirrors = tmp_path / "mirrors"
+    mirrors.mkdir()
+    # git writes such a bundle without complaint; fetching from it fails for want of the parent
+    subprocess.run(["git", "-C", str(shallow), "bundle", "create", str(mirrors / "src.bundle"), "--all"], capture_output=True)
+    assert (mirrors / "src.bundle").exists()
+    with pytest.raises(FetchError) as e:
+        fetch(FetchRequest(pin=pin_for("src", second), workspace=Workspace(root=tmp_path / "ws"), mirror_dirs=(mirrors,), offline=True))
+    msg = str(e.value)
+    assert "src.bundle (" in msg and "shallow clone" in msg and "src.git" in msg
+
+
 def test_commit_not_in_repository(tmp_path, upstream):
     repo, _, _ = upstream
     mirrors = tmp_path / "mirrors"
