@@ -7,7 +7,9 @@ For a recipe it checks, in order:
   runtime library the smoke stage loads;
 - CMake and Ninja, with their versions;
 - for Vulkan: glslc and Vulkan headers recent enough for ggml-vulkan;
-- each pinned source: cached, in a mirror dir, or reachable over the network;
+- for CUDA: nvcc, and cuobjdump and nvdisasm where the recipe lists cubin artifacts;
+- each pinned source: in a mirror dir, cached, its sdist mirror cached or listed by the
+  package index, or its git URL reachable;
 - the GPU: once the recipe is built, ``llama-server --list-devices`` must show every smoke
   device and the recipe's GPU architecture (with ``vulkaninfo`` as an earlier hint).
 
@@ -20,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -27,7 +30,7 @@ from typing import Mapping
 from .build import resolve_refs
 from .config import Pins, Recipe
 from .errors import OnebitError
-from .fetch import local_mirror_candidates
+from .fetch import local_mirror_candidates, sdist_store_cached
 from .gitops import Git
 from .plan import ToolchainSettings, resolve_toolchain, runtime_env, toolchain_refs
 from .workspace import Workspace
@@ -206,6 +209,59 @@ def vulkan_checks(environ: Mapping[str, str]) -> list[Check]:
     return checks
 
 
+def index_lists(package: str, version: str, environ: Mapping[str, str]) -> bool:
+    """Whether the package index pip is configured with lists ``package==version``."""
+    try:
+        out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check", package],
+                             capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=dict(environ))
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and version in listed_versions(out.stdout)
+
+
+def listed_versions(text: str) -> list[str]:
+    """The versions of ``pip index versions`` output ('Available versions: a, b, ...')."""
+    for line in text.splitlines():
+        if line.startswith("Available versions:"):
+            return [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
+    return []
+
+
+CUDA_TOOLS = (
+    ("nvcc", "the CUDA compiler", "install the CUDA toolkit and put its bin folder on PATH (or set CUDACXX)"),
+    ("cuobjdump", "lists the recipe's cubin artifacts",
+     "install the CUDA toolkit, or the nvidia-cuda-cuobjdump wheel and put its bin folder on PATH"),
+    ("nvdisasm", "cuobjdump -sass needs it for the cubin digests",
+     "install the CUDA toolkit, or the nvidia-cuda-nvdisasm wheel and put its bin folder on PATH"),
+)
+
+
+def cuda_checks(recipe: Recipe, environ: Mapping[str, str]) -> list[Check]:
+    checks = []
+    needs_cubins = any("cubin" in c.artifacts for c in recipe.components)
+    for tool, why, fix in CUDA_TOOLS:
+        if tool != "nvcc" and not needs_cubins:
+            continue
+        path = environ.get("CUDACXX") if tool == "nvcc" and environ.get("CUDACXX") else shutil.which(tool, path=environ.get("PATH"))
+        text = version_text([path, "--version"], environ) if path else None
+        if text is None:
+            checks.append(Check(name=tool, ok=False, detail=f"{tool} not found or not working ({why})", fix=fix))
+            continue
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        release = next((ln for ln in lines if "release" in ln), lines[0] if lines else "")
+        checks.append(Check(name=tool, ok=True, detail=f"{path}: {release}"))
+    return checks
+
+
+def version_text(argv: list[str], environ: Mapping[str, str]) -> str | None:
+    """Standard output of a short probe, or None when it cannot run or fails."""
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=dict(environ))
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
 def source_checks(req: DoctorRequest, environ: Mapping[str, str]) -> list[Check]:
     checks = []
     names = []
@@ -226,9 +282,17 @@ def source_checks(req: DoctorRequest, environ: Mapping[str, str]) -> list[Check]
             if any(g.has_commit(c) for c in cached):
                 checks.append(Check(name=label, ok=True, detail=f"cached in {bare}"))
                 continue
+        cached_sdist = next((m for m in pin.mirrors if sdist_store_cached(m, ws=req.workspace)), None)
+        if cached_sdist is not None:
+            checks.append(Check(name=label, ok=True, detail=f"{cached_sdist.label} cached in {req.workspace.downloads}"))
+            continue
         if req.offline:
             checks.append(Check(name=label, ok=False, detail=f"{pin.commit} is neither cached nor in a mirror dir (offline)",
                                 fix=f"run once with network access, or put {name}.git / {name}.bundle in a --mirror-dir"))
+            continue
+        listed = [m for m in pin.mirrors if index_lists(m.package, m.version, environ)]
+        if listed:
+            checks.append(Check(name=label, ok=True, detail=f"{listed[0].label} listed by the package index (downloaded on first fetch)"))
             continue
         try:
             out = subprocess.run(["git", "ls-remote", "--exit-code", pin.url, "HEAD"], capture_output=True, text=True,
@@ -240,7 +304,10 @@ def source_checks(req: DoctorRequest, environ: Mapping[str, str]) -> list[Check]
         if reached:
             checks.append(Check(name=label, ok=True, detail=f"{pin.url} answers"))
         else:
-            checks.append(Check(name=label, ok=False, detail=f"{pin.url} is not reachable ({why})",
+            where = f"{pin.url} is not reachable ({why})"
+            if pin.mirrors:
+                where = f"neither {', '.join(m.label for m in pin.mirrors)} on the package index nor {where}"
+            checks.append(Check(name=label, ok=False, detail=where,
                                 fix=f"check the network, or provide {name}.git / {name}.bundle with --mirror-dir"))
     return checks
 
@@ -315,6 +382,8 @@ def run_doctor(req: DoctorRequest) -> DoctorReport:
     checks += build_tool_checks()
     if "vulkan" in recipe.backends:
         checks += vulkan_checks(environ)
+    if "cuda" in recipe.backends:
+        checks += cuda_checks(recipe, environ)
     checks += source_checks(req, environ)
     checks += gpu_checks(req, tc, environ)
     return DoctorReport(recipe=recipe.name, checks=tuple(checks))

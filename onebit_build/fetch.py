@@ -256,6 +256,12 @@ def safe_extract(archive: Path, dest: Path, *, only_prefix: str | None = None) -
     return count
 
 
+def sdist_store_cached(m: SdistMirror, *, ws: Workspace) -> bool:
+    """Whether the git store of an sdist mirror is already unpacked in the workspace."""
+    base = _sdist_dir(ws, m)
+    return (base / "store" / m.git_dir).is_dir() and (base / "archive.sha256").exists()
+
+
 def sdist_git_store(m: SdistMirror, *, ws: Workspace, offline: bool, log: Path | None) -> tuple[Path | None, str | None]:
     """Download (with pip) and unpack the git store of an sdist mirror; cached."""
     base = _sdist_dir(ws, m)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 from pathlib import Path
+
+import pytest
 
 from _support import REPO, make_repo, run_cli
 from onebit_build.config import load_pins, load_recipe
-from onebit_build.doctor import DoctorRequest, listed_devices, render, run_doctor, vulkan_header_version
-from onebit_build.workspace import Workspace
+from onebit_build.doctor import DoctorRequest, listed_devices, listed_versions, render, run_doctor, vulkan_header_version
+from onebit_build.workspace import Workspace, safe_name
 from test_hrx_standins import bare, fake_toolchain
 
 HEADER = """\
@@ -108,3 +112,54 @@ def test_cli_doctor_exit_code(tmp_path):
     assert out.returncode == 7, out.stderr
     assert "doctor for recipe strix-halo" in out.stdout and "FAIL  amdclang" in out.stdout
     assert not (tmp_path / "ws").exists()
+
+
+def cuda_recipe():
+    pins = load_pins(REPO / "pins.yaml")
+    return pins, load_recipe(REPO / "recipes" / "cuda.yaml", pins)
+
+
+def test_listed_versions():
+    text = "llama-cpp-python (0.3.36)\nAvailable versions: 0.3.36, 0.3.35, 0.2.90\n"
+    assert listed_versions(text) == ["0.3.36", "0.3.35", "0.2.90"]
+    assert listed_versions("WARNING: no index\n") == []
+
+
+def test_cuda_tools_missing_are_named_with_fixes(tmp_path):
+    pins, recipe = cuda_recipe()
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    checks = by_name(run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=Workspace(root=tmp_path / "ws"),
+                                              offline=True, environ={"PATH": str(empty)})))
+    for tool in ("nvcc", "cuobjdump", "nvdisasm"):
+        assert checks[tool].ok is False and checks[tool].fix, tool
+    assert "nvidia-cuda-cuobjdump" in checks["cuobjdump"].fix
+    # Offline with nothing cached: the source is a problem, with the mirror-dir remedy.
+    assert checks["source llama.cpp"].ok is False and "--mirror-dir" in checks["source llama.cpp"].fix
+
+
+def test_cuda_tools_present(tmp_path):
+    bins = [d for d in (Path(p).parent for p in (shutil.which("nvcc"), shutil.which("cuobjdump"), shutil.which("nvdisasm")) if p)]
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        bins += sorted(Path(root).glob("cu*/bin"))
+    path = os.pathsep.join(str(b) for b in bins)
+    missing = [t for t in ("nvcc", "cuobjdump", "nvdisasm") if shutil.which(t, path=path) is None]
+    if missing:
+        pytest.skip(f"not on this machine: {', '.join(missing)}")
+    pins, recipe = cuda_recipe()
+    checks = by_name(run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=Workspace(root=tmp_path / "ws"),
+                                              offline=True, environ={"PATH": path})))
+    for tool in ("nvcc", "cuobjdump", "nvdisasm"):
+        assert checks[tool].ok is True and "release" in checks[tool].detail, checks[tool]
+
+
+def test_cached_sdist_store_counts_as_cached(tmp_path):
+    pins, recipe = cuda_recipe()
+    m = pins.get("llama.cpp").mirrors[0]
+    ws = Workspace(root=tmp_path / "ws")
+    base = ws.downloads / f"{safe_name(m.package)}-{safe_name(m.version)}"
+    (base / "store" / m.git_dir).mkdir(parents=True)
+    (base / "archive.sha256").write_text(m.sha256 + "\n")
+    checks = by_name(run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=ws, offline=True, environ={"PATH": os.environ["PATH"]})))
+    assert checks["source llama.cpp"].ok is True and m.label in checks["source llama.cpp"].detail
