@@ -185,8 +185,12 @@ def _job(ctx, command: str, args: argparse.Namespace) -> int:
         return 0
     with ui.stage("build") as st:
         builds = pipeline.run_build(ctx, pins, recipe, fetched, trees)
+        t_manifest = time.monotonic()
         man = pipeline.write_manifests(ctx, recipe, fetched, trees, builds)
+        manifest_s = time.monotonic() - t_manifest
         st["note"] = "; ".join(f"{b.component}{' (up to date)' if b.reused else f' built in {b.seconds:.0f} s'}" for b in builds)
+        if manifest_s >= 1.0:
+            st["note"] += f"; artifacts and manifest in {manifest_s:.0f} s"
     for b in builds:
         for o in b.outputs:
             ui.info(f"  {o.name}: {o.path}  sha256 {o.sha256[:16]}")
