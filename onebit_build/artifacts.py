@@ -213,10 +213,10 @@ def collect_cubin(build_dir: Path, *, jobs: int | None = None) -> ArtifactSet:
     lib = find_cuda_library(build_dir)
     if lib is None:
         raise VerifyError(f"no libggml-cuda.so under {build_dir}", hint="is GGML_CUDA=ON in the recipe?")
-    cache = read_cmake_cache(build_dir)
+    cmake_cache = read_cmake_cache(build_dir)
     facts = {
-        "nvcc": cache.get("CMAKE_CUDA_COMPILER_VERSION", "unknown"),
-        "architectures": cache.get("CMAKE_CUDA_ARCHITECTURES", "unknown"),
+        "nvcc": cmake_cache.get("CMAKE_CUDA_COMPILER_VERSION", "unknown"),
+        "architectures": cmake_cache.get("CMAKE_CUDA_ARCHITECTURES", "unknown"),
     }
     lib_sha256 = sha256_file(lib)
     cache_path = build_dir / CUBIN_CACHE

@@ -75,8 +75,9 @@ class DoctorReport:
 # --------------------------------------------------------------------------- probes
 
 
-def first_line(argv: list[str], env: Mapping[str, str] | None = None) -> str | None:
-    """First output line of a short command, or None when it cannot run."""
+def probe_output(argv: list[str], env: Mapping[str, str] | None = None) -> str | None:
+    """Output (stdout, else stderr) of a short command that succeeded, or None when it cannot
+    run or fails. ``env`` overrides entries of this process's environment."""
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
                              env=None if env is None else {**os.environ, **env})
@@ -84,7 +85,15 @@ def first_line(argv: list[str], env: Mapping[str, str] | None = None) -> str | N
         return None
     if out.returncode != 0:
         return None
-    lines = (out.stdout or out.stderr).strip().splitlines()
+    return out.stdout or out.stderr
+
+
+def first_line(argv: list[str], env: Mapping[str, str] | None = None) -> str | None:
+    """First output line of a short command, or None when it cannot run."""
+    text = probe_output(argv, env)
+    if text is None:
+        return None
+    lines = text.strip().splitlines()
     return lines[0].strip() if lines else ""
 
 
@@ -211,12 +220,8 @@ def vulkan_checks(environ: Mapping[str, str]) -> list[Check]:
 
 def index_lists(package: str, version: str, environ: Mapping[str, str]) -> bool:
     """Whether the package index pip is configured with lists ``package==version``."""
-    try:
-        out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check", package],
-                             capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=dict(environ))
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.returncode == 0 and version in listed_versions(out.stdout)
+    text = probe_output([sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check", package], environ)
+    return text is not None and version in listed_versions(text)
 
 
 def listed_versions(text: str) -> list[str]:
@@ -243,7 +248,7 @@ def cuda_checks(recipe: Recipe, environ: Mapping[str, str]) -> list[Check]:
         if tool != "nvcc" and not needs_cubins:
             continue
         path = environ.get("CUDACXX") if tool == "nvcc" and environ.get("CUDACXX") else shutil.which(tool, path=environ.get("PATH"))
-        text = version_text([path, "--version"], environ) if path else None
+        text = probe_output([path, "--version"], environ) if path else None
         if text is None:
             checks.append(Check(name=tool, ok=False, detail=f"{tool} not found or not working ({why})", fix=fix))
             continue
@@ -251,15 +256,6 @@ def cuda_checks(recipe: Recipe, environ: Mapping[str, str]) -> list[Check]:
         release = next((ln for ln in lines if "release" in ln), lines[0] if lines else "")
         checks.append(Check(name=tool, ok=True, detail=f"{path}: {release}"))
     return checks
-
-
-def version_text(argv: list[str], environ: Mapping[str, str]) -> str | None:
-    """Standard output of a short probe, or None when it cannot run or fails."""
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=dict(environ))
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout if out.returncode == 0 else None
 
 
 def source_checks(req: DoctorRequest, environ: Mapping[str, str]) -> list[Check]:

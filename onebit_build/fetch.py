@@ -267,7 +267,7 @@ def sdist_git_store(m: SdistMirror, *, ws: Workspace, offline: bool, log: Path |
     base = _sdist_dir(ws, m)
     store = base / "store" / m.git_dir
     marker = base / "archive.sha256"
-    if store.is_dir() and marker.exists():
+    if sdist_store_cached(m, ws=ws):
         return store, marker.read_text().strip()
     if offline:
         return None, None

@@ -3,6 +3,7 @@ default build/model shared by the slow tests."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import textwrap
@@ -19,6 +20,16 @@ GIT_ENV = {
     "GIT_COMMITTER_DATE": "2024-01-02T03:04:05+0000",
     "GIT_CONFIG_NOSYSTEM": "1",
 }
+
+
+def cuda_wheel_bin() -> Path | None:
+    """The bin folder of the nvidia-cuda-cuobjdump / -nvdisasm wheels of the test extra."""
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for d in sorted(Path(root).glob("cu*/bin")):
+            if (d / "cuobjdump").exists() and (d / "nvdisasm").exists():
+                return d
+    return None
 
 
 def git(cwd: Path, *args: str) -> str:

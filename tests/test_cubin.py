@@ -6,7 +6,6 @@ GPU is needed. Where either tool is missing they are skipped with that reason.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from _support import cuda_wheel_bin
 from onebit_build.artifacts import CUBIN_CACHE, collect_cubin, sass_code_digest
 from onebit_build.errors import VerifyError
 
@@ -43,17 +43,7 @@ def test_sass_digest_sees_code_and_function_names():
     assert sass_code_digest(SASS.replace("_Z5scalePfi", "_Z5shiftPfi")) != sass_code_digest(SASS)
 
 
-def _wheel_bin() -> Path | None:
-    """The bin folder of the nvidia-cuda-cuobjdump / -nvdisasm wheels of the test extra."""
-    spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        for d in sorted(Path(root).glob("cu*/bin")):
-            if (d / "cuobjdump").exists() and (d / "nvdisasm").exists():
-                return d
-    return None
-
-
-WHEEL_BIN = _wheel_bin()
+WHEEL_BIN = cuda_wheel_bin()
 NVCC = shutil.which("nvcc")
 CUOBJDUMP = shutil.which("cuobjdump") or (str(WHEEL_BIN / "cuobjdump") if WHEEL_BIN else None)
 needs_cuda_tools = pytest.mark.skipif(

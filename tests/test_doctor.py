@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from _support import REPO, make_repo, run_cli
+from _support import REPO, cuda_wheel_bin, make_repo, run_cli
 from onebit_build.config import load_pins, load_recipe
 from onebit_build.doctor import DoctorRequest, listed_devices, listed_versions, render, run_doctor, vulkan_header_version
 from onebit_build.workspace import Workspace, safe_name
@@ -139,10 +138,9 @@ def test_cuda_tools_missing_are_named_with_fixes(tmp_path):
 
 
 def test_cuda_tools_present(tmp_path):
-    bins = [d for d in (Path(p).parent for p in (shutil.which("nvcc"), shutil.which("cuobjdump"), shutil.which("nvdisasm")) if p)]
-    spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        bins += sorted(Path(root).glob("cu*/bin"))
+    bins = [Path(p).parent for p in (shutil.which("nvcc"), shutil.which("cuobjdump"), shutil.which("nvdisasm")) if p]
+    if cuda_wheel_bin() is not None:
+        bins.append(cuda_wheel_bin())
     path = os.pathsep.join(str(b) for b in bins)
     missing = [t for t in ("nvcc", "cuobjdump", "nvdisasm") if shutil.which(t, path=path) is None]
     if missing:

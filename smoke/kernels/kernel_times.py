@@ -15,7 +15,6 @@ import argparse
 import csv
 import io
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -68,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = ["| M x K | n | build | quantize us | mat-vec us | mat-vec kernel | kernels profiled |", "|---|---|---|---|---|---|---|"]
     base_mv: dict[tuple, float] = {}
     for shape in a.shapes.split(","):
-        m, k = (int(x) for x in re.split("x", shape))
+        m, k = (int(x) for x in shape.split("x"))
         for n in (int(x) for x in a.ns.split(",")):
             for name, lib in builds:
                 try:
