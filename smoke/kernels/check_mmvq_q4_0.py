@@ -42,6 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mdtable import md_table
+
 MODES = ("normal", "scales", "edges", "saturated")
 QK = 32
 
@@ -297,11 +299,7 @@ def main() -> int:
         row.append(f"{(np.linalg.norm(o - ref64) / den) if den > 0 else float(np.linalg.norm(o)):.2e}")
         rows_out.append(row)
 
-    widths = [max(len(h), *(len(r[i]) for r in rows_out)) for i, h in enumerate(header)]
-    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    lines += ["| " + " | ".join(v.ljust(w) for v, w in zip(r, widths)) + " |" for r in rows_out]
-    table = "\n".join(lines)
+    table = md_table(header, rows_out)
     print(table)
     verdict = (f"{len(cases)} cases x {len(builds)} builds, seed {seed}: "
                + ("all bit-identical to " + ref_name + " and within bound" if failures == 0 else f"{failures} FAILURES"))

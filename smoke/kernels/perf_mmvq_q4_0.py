@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mdtable import md_table
+
 
 def parse_build(spec: str):
     name, _, rest = spec.partition("=")
@@ -105,11 +107,7 @@ def main() -> int:
             result.append({"m": m, "k": k, "n": n, "median_us": med,
                            "rounds_us": {b: samples[(b, m, k, n)] for b, _, _ in builds}})
 
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    lines += ["| " + " | ".join(v.ljust(w) for v, w in zip(r, widths)) + " |" for r in rows]
-    table = "\n".join(lines)
+    table = md_table(header, rows)
     print(table)
     if args.table:
         Path(args.table).write_text(table + "\n")
