@@ -408,6 +408,11 @@ class SmokeSpec:
     speed_tokens: int = 128
     speed_repeats: int = 3
     health_timeout_s: float = 60.0
+    # Deadlines: a request gets request_base_s plus its tokens at min_tok_s; the whole
+    # smoke stage (every device) gets stage_timeout_s. Both are reported when hit.
+    request_base_s: float = 30.0
+    min_tok_s: float = 2.0
+    stage_timeout_s: float = 900.0
     reference_tok_s: tuple[tuple[str, float], ...] = ()
     tolerance: float = 0.25
     env: tuple[tuple[str, str], ...] = ()
@@ -447,6 +452,13 @@ class Recipe:
 
 KNOWN_BACKENDS = {"cpu", "vulkan", "cuda", "hrx"}
 KNOWN_COLLECTORS = {"spirv", "loombc", "cubin"}
+
+
+def _positive(node: "_Node", key: str, default: float) -> float:
+    value = float(node.get(key, (int, float), required=False, default=default))
+    if value <= 0:
+        node.fail(f"{key} must be above 0, not {value:g}", f"give a positive number of {'tokens per second' if key.endswith('tok_s') else 'seconds'}", key=key)
+    return value
 
 
 def _str_map(node: _Node, key: str) -> tuple[tuple[str, str], ...]:
@@ -593,6 +605,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
         snode.only({
             "devices", "prompts", "ctx_size", "answer_tokens", "speed_tokens", "speed_repeats",
             "health_timeout_s", "reference_tok_s", "tolerance", "env", "threads", "gpu", "optional_devices", "skip_reason",
+            "request_base_s", "min_tok_s", "stage_timeout_s",
         })
         prompts = []
         for i, p in enumerate(snode.get("prompts", list, required=False, default=[])):
@@ -612,6 +625,9 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
             speed_tokens=snode.get("speed_tokens", int, required=False, default=128),
             speed_repeats=snode.get("speed_repeats", int, required=False, default=3),
             health_timeout_s=float(snode.get("health_timeout_s", (int, float), required=False, default=60)),
+            request_base_s=_positive(snode, "request_base_s", 30.0),
+            min_tok_s=_positive(snode, "min_tok_s", 2.0),
+            stage_timeout_s=_positive(snode, "stage_timeout_s", 900.0),
             reference_tok_s=tuple(refs),
             tolerance=float(snode.get("tolerance", (int, float), required=False, default=0.25)),
             env=_str_map(snode, "env"),

@@ -58,6 +58,10 @@ class ServerSpec:
 # --------------------------------------------------------------------------- pure decisions
 
 
+class RequestTimeout(SmokeError):
+    """A request got no answer in its time; the caller says which deadline that was."""
+
+
 def device_args(device: str) -> list[str]:
     """Arguments that put the whole model on ``device``; "CPU" means no GPU offload."""
     if device == CPU_DEVICE:
@@ -245,6 +249,8 @@ class Server:
         body = completion_body(prompt, n_predict, ignore_eos=ignore_eos)
         try:
             status, data = self.post_json("/completion", body, timeout=timeout)
+        except requests.Timeout:
+            raise RequestTimeout(f"/completion gave no answer within {timeout:.0f} s") from None
         except requests.RequestException as exc:
             raise SmokeError(self._gone_message(f"/completion failed: {exc}"), detail=self.log_tail()) from None
         if status != 200 or not isinstance(data, dict):

@@ -397,6 +397,48 @@ def log_name(device: str) -> str:
 # --------------------------------------------------------------------------- the run
 
 
+@dataclass
+class Deadlines:
+    """The recipe's deadlines: one per request (from its tokens) and one for the stage."""
+
+    spec: SmokeSpec
+    t0: float
+    hung: set[int] = field(default_factory=set)  # ports of servers that missed a deadline
+
+    def request_s(self, tokens: int) -> float:
+        return self.spec.request_base_s + tokens / self.spec.min_tok_s
+
+    def left_s(self) -> float:
+        return self.t0 + self.spec.stage_timeout_s - time.monotonic()
+
+    def for_request(self, tokens: int) -> tuple[float, str]:
+        """The timeout of the next request and the rule that sets it; SmokeError when the
+        stage deadline has already passed."""
+        own = self.request_s(tokens)
+        left = self.left_s()
+        if left <= 0:
+            raise SmokeError(self.stage_hit())
+        if left < own:
+            return left, f"the smoke stage deadline (smoke.stage_timeout_s {self.spec.stage_timeout_s:g} s)"
+        return own, (f"the request deadline ({self.spec.request_base_s:g} s + {tokens} tokens at "
+                     f"smoke.min_tok_s {self.spec.min_tok_s:g} = {own:g} s)")
+
+    def stage_hit(self) -> str:
+        return f"smoke stage deadline reached: smoke.stage_timeout_s is {self.spec.stage_timeout_s:g} s"
+
+
+def _complete(server: srvmod.Server, deadlines: Deadlines, prompt: str, *, n_predict: int, ignore_eos: bool = False) -> dict[str, Any]:
+    if server.port in deadlines.hung:
+        raise SmokeError("not asked: the server missed an earlier deadline")
+    timeout, rule = deadlines.for_request(n_predict)
+    try:
+        return server.complete(prompt, n_predict=n_predict, ignore_eos=ignore_eos, timeout=timeout)
+    except srvmod.RequestTimeout:
+        deadlines.hung.add(server.port)
+        raise SmokeError(f"no answer within {timeout:.0f} s, {rule}; no more requests go to this server",
+                         hint="raise it in the recipe's smoke section if the device is this slow, else read the server log") from None
+
+
 def _failed(name: str, device: str | None, exc: BaseException, server: srvmod.Server | None = None) -> Check:
     evidence: dict[str, Any] = {"error": str(exc)}
     detail = getattr(exc, "detail", None)
@@ -419,12 +461,12 @@ def _guarded(name: str, device: str, server: srvmod.Server, fn: Callable[[], Che
     return check
 
 
-def _speed_on(server: srvmod.Server, device: str, spec: SmokeSpec, answers: dict[str, tuple[str, bool]]) -> Speed:
+def _speed_on(server: srvmod.Server, device: str, spec: SmokeSpec, answers: dict[str, tuple[str, bool]], deadlines: Deadlines) -> Speed:
     first = spec.prompts[0]
     answer, answer_passed = answers.get(first.name, ("", False))
 
     def timed(tokens: int) -> SpeedSample:
-        data = server.complete(first.prompt, n_predict=tokens, ignore_eos=True)
+        data = _complete(server, deadlines, first.prompt, n_predict=tokens, ignore_eos=True)
         return judge_speed_sample(data, answer=answer, expect=first.expect, tokens=tokens)
 
     # The warm-up runs the same prompt through the same paths (prompt batch, then one-token
@@ -438,7 +480,8 @@ def _speed_on(server: srvmod.Server, device: str, spec: SmokeSpec, answers: dict
 
 
 def _smoke_device(
-    *, device: str, spec: SmokeSpec, server_bin: Path, model: ModelFile, log: Path, expect_commit: str, threads: int | None
+    *, device: str, spec: SmokeSpec, server_bin: Path, model: ModelFile, log: Path, expect_commit: str, threads: int | None,
+    deadlines: Deadlines,
 ) -> DeviceResult:
     t0 = time.monotonic()
     sspec = srvmod.ServerSpec(
@@ -467,7 +510,7 @@ def _smoke_device(
         answers: dict[str, tuple[str, bool]] = {}
         for prompt in spec.prompts:
             def ask(prompt: PromptCheck = prompt) -> Check:
-                data = server.complete(prompt.prompt, n_predict=spec.answer_tokens)
+                data = _complete(server, deadlines, prompt.prompt, n_predict=spec.answer_tokens)
                 check = check_answer(device, prompt, data, n_predict=spec.answer_tokens)
                 answers[prompt.name] = (str(data.get("content", "")), check.passed)
                 return check
@@ -477,7 +520,7 @@ def _smoke_device(
             checks.append(Check(name="speed", device=device, passed=False, summary="speed invalid: no prompt to check the timed answers against", evidence={}))
         else:
             try:
-                speed = _speed_on(server, device, spec, answers)
+                speed = _speed_on(server, device, spec, answers, deadlines)
                 checks.append(check_speed(speed))
             except (SmokeError, requests.RequestException) as exc:
                 checks.append(_failed("speed", device, exc, server))
@@ -533,7 +576,16 @@ def run_smoke(
     missing = srvmod.missing_devices(wanted, listed or ())
 
     results: list[DeviceResult] = []
+    deadlines = Deadlines(spec=spec, t0=t0)
     for device in wanted:
+        if deadlines.left_s() <= 0:
+            results.append(DeviceResult(
+                device=device,
+                checks=(Check(name="start", device=device, passed=False, summary=f"{device} not started: {deadlines.stage_hit()}",
+                              evidence={"stage_timeout_s": spec.stage_timeout_s}),),
+                speed=None, log=None, seconds=0.0,
+            ))
+            continue
         if device in missing:
             results.append(DeviceResult(
                 device=device,
@@ -545,7 +597,7 @@ def run_smoke(
             continue
         results.append(_smoke_device(
             device=device, spec=spec, server_bin=Path(server_bin), model=model,
-            log=logs / log_name(device), expect_commit=expect_commit, threads=threads,
+            log=logs / log_name(device), expect_commit=expect_commit, threads=threads, deadlines=deadlines,
         ))
     return SmokeResult(
         recipe=recipe.name,
