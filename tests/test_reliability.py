@@ -248,3 +248,16 @@ def test_disk_full_through_the_cli_is_one_line(tmp_path, big_index, monkeypatch)
         assert "no space left on device" in one_line_error(r)
         assert time.monotonic() - t0 < 120
         assert _left_behind(disk) == []
+
+
+def test_a_stage_with_failed_checks_does_not_say_ok(capsys):
+    from onebit_build import ui
+
+    with ui.stage("smoke") as st:
+        st["note"] = "CHECKS FAILED"
+        st["status"] = "FAILED"
+    with ui.stage("model") as st:
+        st["note"] = "m.gguf"
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("smoke    FAILED (") and lines[0].endswith("CHECKS FAILED")
+    assert lines[1].startswith("model    ok (")
