@@ -1,7 +1,8 @@
 """Kernel-artifact collectors, one per backend: what a build compiled for the GPU, hashed.
 
 - ``spirv``: every ``.spv`` under the build's ``vulkan-shaders.spv`` folder;
-- ``loombc``: the ``.loombc`` files the source's ``catalog/artifacts.json`` lists (HRX2);
+- ``loombc``: the ``.loombc`` files the source's ``catalog/artifacts.json`` lists (HRX2), by
+  each entry's ``path`` under the build's artifact root;
 - ``cubin``: the per-kernel cubins inside ``libggml-cuda.so`` (needs ``cuobjdump``).
 
 Each set also records the toolchain facts that shape its bytes, so that a difference can
@@ -27,7 +28,8 @@ from .fsutil import StateError, read_state, sha256_bytes, sha256_file, write_sta
 
 LABELS = {"spirv": "Vulkan SPIR-V", "loombc": "HRX2 Loom bytecode", "cubin": "CUDA cubins"}
 SPIRV_DIR = "ggml/src/ggml-vulkan/vulkan-shaders.spv"
-LOOMBC_DIR = "ggml/src/ggml-hrx2/generated/catalog/artifacts"
+# The fork links each catalog entry to <artifact root>/<entry path> (artifacts/<name>.loombc).
+LOOMBC_ROOT = "ggml/src/ggml-hrx2/generated/catalog"
 LOOMBC_LIST = "ggml/src/ggml-hrx2/catalog/artifacts.json"
 
 
@@ -131,8 +133,55 @@ def glslc_probes(build_dir: Path, source_dir: Path | None) -> dict[str, str]:
     return out
 
 
+LOOMBC_FORMAT = "loom-bytecode"
+# Formats the fork's catalog validation accepts; only Loom bytecode is linked by loom-link.
+CATALOG_FORMATS = (LOOMBC_FORMAT, "amdgpu-hsaco")
+CATALOG_SHAPE = ('one JSON object mapping each artifact id to {"path": "artifacts/<name>.loombc", '
+                 '"format": "loom-bytecode", ...}')
+
+
+def _catalog_error(path: Path, problem: str) -> VerifyError:
+    return VerifyError(f"{path}: {problem}; expected the HRX2 artifact catalog format: {CATALOG_SHAPE}",
+                       hint="check that the pinned fork is the ggml-hrx2 one and that its catalog format has not changed")
+
+
+def parse_loombc_catalog(doc: object, path: Path) -> list[str]:
+    """The Loom bytecode paths (relative to the artifact root) that the fork's
+    ``catalog/artifacts.json`` lists. Pure: ``path`` only names the file in errors.
+
+    The format (ggml-hrx2): one object, ``{"<id>_bc": {"path": "artifacts/<name>.loombc",
+    "format": "loom-bytecode", "storage": "embedded", ...}, ...}``. Entries of another
+    format the fork knows (``amdgpu-hsaco``) are not linked by loom-link and are left out;
+    anything else is an error, never skipped silently."""
+    if not isinstance(doc, dict):
+        found = "a list" if isinstance(doc, list) else f"a JSON {type(doc).__name__}"
+        raise _catalog_error(path, f"found {found}")
+    names: list[str] = []
+    for key, entry in doc.items():
+        if not isinstance(entry, dict):
+            raise _catalog_error(path, f"entry {key!r} is a JSON {type(entry).__name__}, not an artifact object")
+        if not isinstance(entry.get("path"), str) or not entry["path"]:
+            raise _catalog_error(path, f"entry {key!r} has no \"path\" string")
+        fmt = entry.get("format")
+        if fmt not in CATALOG_FORMATS:
+            raise _catalog_error(path, f"entry {key!r} has format {fmt!r} (known: {', '.join(CATALOG_FORMATS)})")
+        if fmt != LOOMBC_FORMAT:
+            continue
+        rel = entry["path"]
+        parts = Path(rel).parts
+        if rel.startswith("/") or ".." in parts or not rel.endswith(".loombc"):
+            raise _catalog_error(path, f"entry {key!r} path {rel!r} is not a .loombc file inside the artifact root")
+        if rel in names:
+            raise _catalog_error(path, f"entry {key!r} repeats path {rel!r}")
+        names.append(rel)
+    if not names:
+        raise _catalog_error(path, "it lists no loom-bytecode artifact")
+    return names
+
+
 def loombc_expected(source_dir: Path) -> list[str]:
-    """The artifact names the source's catalog lists (the expected set)."""
+    """The artifact paths the source's catalog lists (the expected set), relative to the
+    artifact root ``<build>/ggml/src/ggml-hrx2/generated/catalog``."""
     path = source_dir / LOOMBC_LIST
     try:
         doc = json.loads(path.read_text())
@@ -140,20 +189,11 @@ def loombc_expected(source_dir: Path) -> list[str]:
         raise VerifyError(f"no artifact catalog at {path}", hint="is this the HRX fork with GGML_HRX2?") from None
     except ValueError as exc:
         raise VerifyError(f"{path}: not valid JSON ({exc})", hint="check the fork's catalog") from None
-    entries = doc.get("artifacts") if isinstance(doc, dict) else doc
-    if not isinstance(entries, list):
-        raise VerifyError(f"{path}: expected a list of artifacts", hint="check the fork's catalog format")
-    names = []
-    for e in entries:
-        name = e.get("name") if isinstance(e, dict) else e
-        if not isinstance(name, str) or not name:
-            raise VerifyError(f"{path}: entry without a name: {e!r}", hint="check the fork's catalog format")
-        names.append(name if name.endswith(".loombc") else f"{name}.loombc")
-    return names
+    return parse_loombc_catalog(doc, path)
 
 
 def collect_loombc(build_dir: Path, source_dir: Path) -> ArtifactSet:
-    root = build_dir / LOOMBC_DIR
+    root = build_dir / LOOMBC_ROOT
     expected = loombc_expected(source_dir)
     missing = [n for n in expected if not (root / n).is_file()]
     if missing:
@@ -162,7 +202,8 @@ def collect_loombc(build_dir: Path, source_dir: Path) -> ArtifactSet:
             hint="the HRX2 kernel build did not produce them; check the build log for loom-link errors",
         )
     cache = read_cmake_cache(build_dir)
-    facts = {"source_dir": str(source_dir), "loom_link": cache.get("GGML_HRX2_LOOM_LINK_EXECUTABLE", "")}
+    facts = {"source_dir": str(source_dir), "loom_link": cache.get("GGML_HRX2_LOOM_LINK_EXECUTABLE", ""),
+             "catalog": f"{len(expected)} loom-bytecode entries in {LOOMBC_LIST}"}
     return ArtifactSet(kind="loombc", root=str(root), items=_files("loombc", root, sorted(expected)), facts=facts)
 
 

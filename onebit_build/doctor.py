@@ -3,15 +3,17 @@
 For a recipe it checks, in order:
 
 - the toolchain of its ``toolchain:`` section: the root folder, every compiler its
-  components name (e.g. TheRock's amdclang and amdclang++), the archiver and the HSA
-  runtime library the smoke stage loads;
+  components name (e.g. TheRock's amdclang and amdclang++, and amdclang for assembly),
+  the archiver and the HSA runtime library the smoke stage loads;
 - CMake and Ninja, with their versions;
 - for Vulkan: glslc and Vulkan headers recent enough for ggml-vulkan;
 - for CUDA: nvcc, and cuobjdump and nvdisasm where the recipe lists cubin artifacts;
 - each pinned source: in a mirror dir, cached, its sdist mirror cached or listed by the
   package index, or its git URL reachable;
-- the GPU: once the recipe is built, ``llama-server --list-devices`` must show every smoke
-  device and the recipe's GPU architecture (with ``vulkaninfo`` as an earlier hint).
+- once the recipe is built: each component's CMake cache holds the recipe's fixed defines
+  (a build made before the recipe changed, e.g. without ``IREE_HAL_DRIVER_AMDGPU=ON``, is
+  named), and ``llama-server --list-devices`` shows every smoke device and the recipe's
+  GPU architecture (before that, ``vulkaninfo`` gives an earlier hint).
 
 Nothing is installed or changed; reading and short probes only.
 """
@@ -27,12 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from .artifacts import read_cmake_cache
 from .build import resolve_refs
 from .config import Pins, Recipe
 from .errors import OnebitError
 from .fetch import local_mirror_candidates, sdist_store_cached
 from .gitops import Git
-from .plan import ToolchainSettings, resolve_toolchain, runtime_env, toolchain_refs
+from .plan import ToolchainSettings, join_lists, resolve_toolchain, runtime_env, toolchain_refs
 from .workspace import Workspace
 
 VULKAN_MIN_HEADER = 261  # 1.3.261: VK_EXT_layer_settings, used by ggml-vulkan
@@ -130,6 +133,10 @@ def listed_devices(text: str) -> list[str]:
 # --------------------------------------------------------------------------- checks
 
 
+# Compiler defines checked in the toolchain, with the check's name (None: the program's name).
+COMPILER_DEFINES = {"CMAKE_C_COMPILER": None, "CMAKE_CXX_COMPILER": None, "CMAKE_ASM_COMPILER": "ASM compiler"}
+
+
 def toolchain_checks(recipe: Recipe, tc: ToolchainSettings, environ: Mapping[str, str]) -> list[Check]:
     spec = tc.spec
     where = f"--toolchain-root DIR or ${spec.root_env}"
@@ -140,20 +147,23 @@ def toolchain_checks(recipe: Recipe, tc: ToolchainSettings, environ: Mapping[str
         checks.append(Check(name="toolchain root", ok=False, detail=f"{tc.root} does not exist (from {tc.root_from})",
                             fix=f"install TheRock there, or point {where} at the folder that holds bin/amdclang"))
     fields = {"toolchain": {**tc.fields(), "ar": tc.ar or "", "libhsa": tc.libhsa or ""}}
-    seen: list[str] = []
+    seen: list[tuple[str, str]] = []
     for comp in recipe.components:
         for key, value in comp.defines:
-            if key in ("CMAKE_C_COMPILER", "CMAKE_CXX_COMPILER") and "toolchain." in value:
+            if key in COMPILER_DEFINES and "toolchain." in value:
                 path = resolve_refs(value, pins={}, components=fields)
-                if path in seen:
+                # The assembler gets a check of its own even when it is the C compiler.
+                label = COMPILER_DEFINES[key] or Path(path).name
+                if (label, path) in seen:
                     continue
-                seen.append(path)
+                seen.append((label, path))
                 name = Path(path).name
                 version = first_line([path, "--version"]) if os.access(path, os.X_OK) else None
+                where_from = f" ({key})" if COMPILER_DEFINES[key] else ""
                 if version is not None:
-                    checks.append(Check(name=name, ok=True, detail=f"{path}: {version}"))
+                    checks.append(Check(name=label, ok=True, detail=f"{path}{where_from}: {version}"))
                 else:
-                    checks.append(Check(name=name, ok=False, detail=f"{path} is missing or does not run",
+                    checks.append(Check(name=label, ok=False, detail=f"{path}{where_from} is missing or does not run",
                                         fix=f"install TheRock (it provides bin/{name}) or point {where} at it"))
     if any("ar" in toolchain_refs(c.defines) for c in recipe.components):
         if tc.ar:
@@ -308,14 +318,75 @@ def source_checks(req: DoctorRequest, environ: Mapping[str, str]) -> list[Check]
     return checks
 
 
-def _built_server(req: DoctorRequest) -> Path | None:
+def _built_manifest(req: DoctorRequest) -> dict | None:
     from .fsutil import StateError
     from .manifest import read_manifest
 
     path = req.workspace.root / "manifests" / f"{req.recipe.name}.json"
     try:
-        doc = read_manifest(path)
+        return read_manifest(path)
     except (FileNotFoundError, StateError):
+        return None
+
+
+TRUE_WORDS = ("ON", "TRUE", "YES", "Y", "1")
+FALSE_WORDS = ("OFF", "FALSE", "NO", "N", "0", "")
+
+
+def same_cmake_value(want: str, have: str | None) -> bool:
+    """Whether a CMake cache value is the value a recipe gives (booleans in any spelling). Pure."""
+    if have is None:
+        return False
+    for words in (TRUE_WORDS, FALSE_WORDS):
+        if want.upper() in words and want != "":
+            return have.upper() in words
+    return want == have
+
+
+def stale_defines(fixed: tuple[tuple[str, str], ...], cache: Mapping[str, str]) -> list[str]:
+    """``KEY=VALUE`` of the recipe's fixed defines that a build's CMake cache does not hold,
+    with what it holds instead. Pure."""
+    out = []
+    for key, want in fixed:
+        have = cache.get(key)
+        if not same_cmake_value(want, have):
+            out.append(f"{key}={want} (built with {'no value' if have is None else have})")
+    return out
+
+
+def built_checks(req: DoctorRequest) -> list[Check]:
+    """Each built component against the recipe: its CMake cache must hold every define the
+    recipe fixes (no ``${...}`` reference). A build made before the recipe changed is named,
+    so that e.g. a runtime built without its AMDGPU driver explains a missing device."""
+    doc = _built_manifest(req)
+    if doc is None:
+        return []
+    built = {c.get("name"): c for c in doc.get("components", [])}
+    checks = []
+    for comp in req.recipe.components:
+        entry = built.get(comp.name)
+        if entry is None or not entry.get("build_dir"):
+            continue
+        build_dir = Path(entry["build_dir"])
+        cache = read_cmake_cache(build_dir)
+        label = f"built {comp.name}"
+        if not cache:
+            checks.append(Check(name=label, ok=None, detail=f"no CMake cache in {build_dir}",
+                                fix=f"run 'onebit-build --recipe {req.recipe.name} build' again"))
+            continue
+        fixed = tuple((k, join_lists(v, comp.list_separator)) for k, v in comp.defines if "${" not in v)
+        stale = stale_defines(fixed, cache)
+        if stale:
+            checks.append(Check(name=label, ok=None, detail=f"{build_dir} predates the recipe: it lacks {'; '.join(stale)}",
+                                fix=f"run 'onebit-build --recipe {req.recipe.name} build' to build what the recipe says"))
+        else:
+            checks.append(Check(name=label, ok=True, detail=f"{build_dir}: all {len(fixed)} fixed defines of the recipe in effect"))
+    return checks
+
+
+def _built_server(req: DoctorRequest) -> Path | None:
+    doc = _built_manifest(req)
+    if doc is None:
         return None
     for comp in doc.get("components", []):
         for o in comp.get("outputs", []):
@@ -356,7 +427,7 @@ def gpu_checks(req: DoctorRequest, tc: ToolchainSettings | None, environ: Mappin
     missing = [d for d in devices if d not in listed]
     if missing:
         checks.append(Check(name="GPU devices", ok=False, detail=f"--list-devices lacks {', '.join(missing)} (lists: {', '.join(listed) or 'none'})",
-                            fix="HRX needs TheRock's HSA runtime (IREE_HAL_AMDGPU_LIBHSA_PATH); Vulkan needs the Mesa RADV driver"))
+                            fix="HRX needs TheRock's HSA runtime (IREE_HAL_AMDGPU_LIBHSA_PATH) and a runtime built with its AMDGPU driver (IREE_HAL_DRIVER_AMDGPU=ON); Vulkan needs the Mesa RADV driver"))
     elif devices:
         checks.append(Check(name="GPU devices", ok=True, detail=f"--list-devices shows {', '.join(devices)}"))
     if gpu:
@@ -381,6 +452,7 @@ def run_doctor(req: DoctorRequest) -> DoctorReport:
     if "cuda" in recipe.backends:
         checks += cuda_checks(recipe, environ)
     checks += source_checks(req, environ)
+    checks += built_checks(req)
     checks += gpu_checks(req, tc, environ)
     return DoctorReport(recipe=recipe.name, checks=tuple(checks))
 

@@ -38,7 +38,7 @@ def test_project_pins_and_default_recipe_load():
     up = pins.sources["llama.cpp"]
     assert up.commit == "0c1e57098bba43ac29e6e3b677cdceebdd22334f" and up.resolved
     assert up.mirrors[0].package == "llama-cpp-python" and up.mirrors[0].version == "0.3.36"
-    assert not pins.sources["hrx"].resolved and pins.sources["hrx"].abbreviated
+    assert pins.sources["hrx"].resolved and not pins.sources["hrx-system"].resolved and pins.sources["hrx-system"].abbreviated
     recipe = load_recipe(REPO / "recipes" / "default.yaml", pins)
     defines = dict(recipe.components[0].defines)
     assert defines["GGML_NATIVE"] == "OFF" and defines["LLAMA_BUILD_UI"] == "OFF"

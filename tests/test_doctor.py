@@ -10,8 +10,11 @@ import pytest
 
 from _support import REPO, cuda_wheel_bin, make_repo, run_cli
 from onebit_build.config import load_pins, load_recipe
-from onebit_build.doctor import DoctorRequest, listed_devices, listed_versions, render, run_doctor, vulkan_header_version
-from onebit_build.workspace import Workspace, safe_name
+from onebit_build.doctor import (DoctorRequest, listed_devices, listed_versions, render, run_doctor, same_cmake_value, stale_defines,
+                                 vulkan_header_version)
+from onebit_build.fetch import _sdist_dir
+from onebit_build.manifest import write_manifest
+from onebit_build.workspace import Workspace
 from test_hrx_standins import bare, fake_toolchain
 
 HEADER = """\
@@ -56,10 +59,12 @@ def test_everything_present(tmp_path):
     report = run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=Workspace(root=tmp_path / "ws"),
                                       mirror_dirs=(mirrors,), toolchain_root=str(root), environ=env))
     checks = by_name(report)
-    for name in ("toolchain root", "amdclang", "amdclang++", "archiver (CMAKE_AR)", "HSA runtime", "CMake", "Ninja",
+    for name in ("toolchain root", "amdclang", "amdclang++", "ASM compiler", "archiver (CMAKE_AR)", "HSA runtime", "CMake", "Ninja",
                  "Vulkan headers", "source hrx", "source hrx-system", "source llama.cpp-hrx"):
         assert checks[name].ok is True, (name, checks[name])
     assert "1.3.275" in checks["Vulkan headers"].detail
+    # The recipe assembles with amdclang too (as the hand-written build did).
+    assert checks["ASM compiler"].detail.startswith(f"{root}/bin/amdclang (CMAKE_ASM_COMPILER): ")
     assert checks["source hrx"].detail.startswith("mirror ")
     # Not built: the GPU cannot be listed yet, which is said, not counted as a failure.
     assert checks["GPU"].ok is None and "not built yet" in checks["GPU"].detail
@@ -74,7 +79,7 @@ def test_each_missing_item_has_its_fix(tmp_path):
                                       toolchain_root=str(tmp_path / "no-therock"), environ=env))
     checks = by_name(report)
     assert not report.ok
-    for name in ("toolchain root", "amdclang", "amdclang++", "HSA runtime", "Vulkan headers", "source hrx"):
+    for name in ("toolchain root", "amdclang", "amdclang++", "ASM compiler", "HSA runtime", "Vulkan headers", "source hrx"):
         assert checks[name].ok is False and checks[name].fix, name
     assert "--toolchain-root" in checks["toolchain root"].fix
     assert "older than 1.3.261" in checks["Vulkan headers"].detail
@@ -156,8 +161,37 @@ def test_cached_sdist_store_counts_as_cached(tmp_path):
     pins, recipe = cuda_recipe()
     m = pins.get("llama.cpp").mirrors[0]
     ws = Workspace(root=tmp_path / "ws")
-    base = ws.downloads / f"{safe_name(m.package)}-{safe_name(m.version)}"
+    base = _sdist_dir(ws, m)
     (base / "store" / m.git_dir).mkdir(parents=True)
     (base / "archive.sha256").write_text(m.sha256 + "\n")
     checks = by_name(run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=ws, offline=True, environ={"PATH": os.environ["PATH"]})))
     assert checks["source llama.cpp"].ok is True and m.label in checks["source llama.cpp"].detail
+
+
+def test_cmake_values_and_stale_defines():
+    assert same_cmake_value("ON", "TRUE") and same_cmake_value("OFF", "0") and not same_cmake_value("ON", "OFF")
+    assert same_cmake_value("pinned", "pinned") and not same_cmake_value("ON", None)
+    assert stale_defines((("IREE_HAL_DRIVER_AMDGPU", "ON"), ("BUILD_SHARED_LIBS", "ON")),
+                         {"IREE_HAL_DRIVER_AMDGPU": "OFF", "BUILD_SHARED_LIBS": "ON"}) == ["IREE_HAL_DRIVER_AMDGPU=ON (built with OFF)"]
+
+
+def test_a_build_that_predates_the_recipe_is_named(tmp_path):
+    """A runtime built before the recipe passed IREE_HAL_DRIVER_AMDGPU=ON has no GPU driver:
+    doctor says so (and how to fix it) instead of only finding HRX20 missing."""
+    pins, recipe = strix_halo()
+    ws = Workspace(root=tmp_path / "ws")
+    comps = []
+    for c in recipe.components:
+        bdir = tmp_path / "build" / c.name
+        bdir.mkdir(parents=True)
+        lines = [f"{k}:STRING={v.replace('|', ';')}" for k, v in c.defines if "${" not in v]
+        if c.name == "hrx-runtime":
+            lines = [ln for ln in lines if not ln.startswith("IREE_HAL_DRIVER_AMDGPU:")] + ["IREE_HAL_DRIVER_AMDGPU:BOOL=OFF"]
+        (bdir / "CMakeCache.txt").write_text("# cache\n" + "\n".join(lines) + "\n")
+        comps.append({"name": c.name, "build_dir": str(bdir), "outputs": []})
+    write_manifest(ws.root / "manifests" / "strix-halo.json", {"recipe": {"name": "strix-halo"}, "components": comps})
+    checks = by_name(run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=ws, offline=True,
+                                              toolchain_root=str(tmp_path / "none"), environ={"PATH": os.environ["PATH"]})))
+    stale = checks["built hrx-runtime"]
+    assert stale.ok is None and "IREE_HAL_DRIVER_AMDGPU=ON (built with OFF)" in stale.detail and "build" in stale.fix
+    assert checks["built loom-link"].ok is True and checks["built llama"].ok is True

@@ -1,58 +1,200 @@
 """The Strix Halo build end to end on small real stand-ins for its three sources.
 
-They are tiny CMake projects in real git repositories, with real patch series, shaped
-like the real sources where the build tool touches them:
+The stand-ins are tiny CMake projects in real git repositories, with real patch series.
+They model the upstream sources where the build depends on them, as
+docs/strix-halo-upstream.md records them (written here from those facts; no upstream code):
 
-- ``hrx``: libhrx (a shared library with install/export rules and a PM4-probe that fails
-  like gfx1151's), libloomc (linked with an export version script that hides a function
-  the AMDGPU binding calls) and the AMDGPU binding as an object library. Its series turns
-  the install/export rules off, drops the version script, and treats the failed probe as
-  native AQL: without the series the llama stand-in cannot link or list HRX20.
-- ``hrx-system``: the same tree plus ``loom-link``, which turns a ``.loom`` file into a
-  deterministic ``.loombc`` that records the input's absolute path like the real tool.
-  A later commit removes ``--mode=selective`` (the commit the pin must stay before).
-- ``llama.cpp-hrx``: finds the ``hrx`` package, runs loom-link once per entry of
-  ``ggml/src/ggml-hrx2/catalog/artifacts.json`` into
-  ``<build>/ggml/src/ggml-hrx2/generated/catalog/artifacts/``, and builds a
-  ``llama-server`` whose ``--list-devices`` shows HRX20 (when the HSA runtime is given and
-  the probe is patched) and Vulkan0.
+- ``hrx`` (ROCm/hrx): options with upstream's defaults. ``IREE_HAL_DRIVER_AMDGPU`` is OFF
+  unless passed, and only with it does libhrx link the AMDGPU driver (whose PM4 probe
+  fails like gfx1151's until patch 0003). ``IREE_ENABLE_WERROR_FLAG`` is ON unless passed
+  and adds ``-Werror`` to ``-Wall``, and one source warns the way a newer compiler than
+  upstream's CI does, so the build stops without OFF. libhrx and libloomc carry the
+  install/export rules and the export version script that the series removes, and the
+  AMDGPU target list is checked selector by selector.
+- ``hrx-system`` (ROCm/hrx-system): the same tree; its ``loom-link`` takes only the
+  command line the fork's link script uses (``<input> --mode=selective --root=@<symbol>
+  --to=bytecode --output=<file>``), selects the root symbol from the module, and writes
+  deterministic bytecode that records the input's path like the real tool. A later commit
+  removes ``--mode=selective`` (the commit the pin must stay before).
+- ``llama.cpp-hrx`` (the fork): ``LLAMA_USE_PREBUILT_UI`` ON by default (the stand-in
+  stops where the fork would download the web UI), ``GGML_NATIVE``'s default flipped by
+  ``SOURCE_DATE_EPOCH``, and a ggml-hrx2 whose CMake needs what the fork's needs:
+  ``find_package(hrx CONFIG REQUIRED)``, ``find_program(GGML_HRX2_LOOM_LINK_EXECUTABLE
+  ... REQUIRED)``, the targets ``loom::binding::c::loomc`` and
+  ``loom::binding::c::target::amdgpu``. Its catalog is split like the fork's (sources,
+  48 artifacts in the real ``artifacts.json`` format, routes with an index) and is
+  assembled, validated, linked with loom-link once per route, validated again with every
+  artifact required, and embedded into a shared ``ggml-hrx2`` library. The CMake output
+  list names fewer artifacts than the catalog, as the fork's does.
 
-Each stand-in also checks the configure defines the real recipe passes, so the real
-``recipes/strix-halo.yaml`` is what the tests build.
+The real ``recipes/strix-halo.yaml`` is what the tests build. Each upstream requirement
+the recipe meets is shown to be needed: without it a test fails and says which one.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import stat
 import subprocess
 from pathlib import Path
 
-from _support import GIT_ENV, REPO, git
+import pytest
 
-KERNELS = ("add_rms_norm_mul", "get_rows", "mul_mat_f32", "mul_mat_q4_0", "quantize_q8_1", "rms_norm")
+from _support import GIT_ENV, REPO, git, run_cli
+from onebit_build.artifacts import parse_loombc_catalog, read_cmake_cache
+from onebit_build.errors import VerifyError
+from onebit_build.fsutil import sha256_file
+from onebit_build.manifest import read_manifest
+
+# --------------------------------------------------------------------------- the catalog
+
+# 12 kernel sources with 4 entry points each: 48 artifacts, as at the fork's pin.
+OPS = ("rms_norm", "add_rms_norm_mul", "get_rows", "mul_mat_q4_0", "mul_mat_q8_0", "quantize_q8_1",
+       "rope_neox", "soft_max", "swiglu", "set_rows", "cont", "sum_rows")
+VARIANTS = ("f32", "f32_static", "f32_tiled", "f32_wide")
+ARTIFACTS = tuple(f"{op}_{v}" for op in OPS for v in VARIANTS)
+CATALOG_SCHEMA = "ggml-hrx2-catalog-v1"
+
+# What the recipe must give, and what goes wrong upstream without it. A failing test
+# names the requirement with these lines.
+MISSED = {
+    "IREE_HAL_DRIVER_AMDGPU": (
+        "IREE_HAL_DRIVER_AMDGPU=ON is missing: ROCm/hrx builds its AMDGPU HAL driver only when asked "
+        "(default OFF, runtime/project.cmake), so libhrx registers no GPU and HRX20 never appears"),
+    "IREE_ENABLE_WERROR_FLAG": (
+        "IREE_ENABLE_WERROR_FLAG=OFF is missing: ROCm/hrx compiles with -Werror by default (CMakeLists.txt, "
+        "build_tools/cmake/iree_copts.cmake), so one warning of TheRock's newer amdclang stops the build"),
+    "loom-link": (
+        "loom-link was not run the way the fork runs it, '<absolute .loom> --mode=selective --root=@<symbol> "
+        "--to=bytecode --output=<file>' (tools/link_hrx2_artifacts.py), or it no longer supports that"),
+    "LLAMA_USE_PREBUILT_UI": (
+        "LLAMA_USE_PREBUILT_UI=OFF is missing: the fork downloads its prebuilt web UI at build time by default "
+        "(CMakeLists.txt), which breaks --offline and mirrors"),
+}
+
+
+def missed_requirements(text: str) -> list[str]:
+    """The upstream requirements a failed stand-in build shows it missed. Pure."""
+    found = []
+    if "-Werror" in text and "unused variable" in text:
+        found.append(MISSED["IREE_ENABLE_WERROR_FLAG"])
+    if re.search(r"loom-link: (unknown option|unknown --mode|unsupported --to|--root must|missing)", text):
+        found.append(MISSED["loom-link"])
+    if "would download the prebuilt web UI" in text:
+        found.append(MISSED["LLAMA_USE_PREBUILT_UI"])
+    return found
+
+
+def failure_report(out: subprocess.CompletedProcess, ws: Path) -> str:
+    """What a failed build says, led by the upstream requirements it missed."""
+    logs = "\n".join(p.read_text(errors="replace") for p in sorted(ws.rglob("*.log"))) if ws.exists() else ""
+    missed = missed_requirements(out.stderr + "\n" + logs)
+    head = "\n".join(f"upstream requirement missed: {m}" for m in missed) or "no known upstream requirement matched"
+    return f"{head}\n--- onebit-build said:\n{out.stderr[-4000:]}"
+
+
+# --------------------------------------------------------------------------- hrx stand-in
 
 HRX_TOP = """\
 cmake_minimum_required(VERSION 3.20)
 project(hrx_standin C)
-# The real recipe passes these; a list must arrive as a CMake list.
-list(LENGTH IREE_HAL_AMDGPU_TARGETS _targets)
-if(NOT _targets EQUAL 7)
-  message(FATAL_ERROR "IREE_HAL_AMDGPU_TARGETS is not a list of 7: '${IREE_HAL_AMDGPU_TARGETS}'")
+# The options this build depends on, with the defaults ROCm/hrx gives them.
+option(BUILD_SHARED_LIBS "Build libraries as shared where possible." OFF)
+option(IREE_ENABLE_WERROR_FLAG "Treat warnings as errors." ON)
+option(LIBHRX_BUILD "Build libhrx." ON)
+set(IREE_DEPENDENCY_MODE "pinned" CACHE STRING "pinned, package or auto")
+set(IREE_ROCM_PATH "" CACHE PATH "ROCm SDK root: selects package mode for the ROCm headers")
+if(IREE_ROCM_PATH)
+  message(FATAL_ERROR "hrx stand-in: IREE_ROCM_PATH selects package mode, which needs the SDK's aqlprofile headers")
 endif()
-if(NOT LOOM_TARGET_AMDGPU OR NOT IREE_DEPENDENCY_MODE STREQUAL "pinned" OR NOT BUILD_SHARED_LIBS)
-  message(FATAL_ERROR "the HRX configure flags did not arrive")
-endif()
-if(DEFINED IREE_ROCM_PATH)
-  message(FATAL_ERROR "IREE_ROCM_PATH must stay unset")
-endif()
-option(LIBHRX_BUILD "build libhrx" ON)
+include(build_tools/cmake/iree_copts.cmake)
+include(runtime/project.cmake)
+include(loom/project.cmake)
+add_subdirectory(runtime/src)
 add_subdirectory(loom/binding/c)
 add_subdirectory(loom/src/loom/tools/loom-link)
 if(LIBHRX_BUILD)
   add_subdirectory(libhrx)
 endif()
+"""
+
+IREE_COPTS = """\
+# Every target: -Wall, and -Werror unless IREE_ENABLE_WERROR_FLAG is OFF.
+if(CMAKE_C_COMPILER_ID MATCHES "Clang|GNU")
+  add_compile_options(-Wall)
+  if(IREE_ENABLE_WERROR_FLAG)
+    add_compile_options(-Werror)
+  endif()
+endif()
+"""
+
+RUNTIME_PROJECT = """\
+option(IREE_HAL_DRIVER_DEFAULTS "Default value for opt-in runtime HAL drivers." OFF)
+option(IREE_HAL_DRIVER_AMDGPU "Enables the amdgpu runtime HAL driver." ${IREE_HAL_DRIVER_DEFAULTS})
+set(IREE_HAL_AMDGPU_TARGETS
+  "gfx9-generic;gfx90a;gfx9-4-generic;gfx10-1-generic;gfx10-3-generic;gfx11-generic;gfx12-generic"
+  CACHE STRING "AMDGPU target selectors of this runtime build.")
+foreach(_selector IN LISTS IREE_HAL_AMDGPU_TARGETS)
+  if(NOT _selector MATCHES "^gfx[0-9a-z]+(-[0-9a-z]+)*$")
+    message(FATAL_ERROR "hrx stand-in: unknown AMDGPU target selector '${_selector}'")
+  endif()
+endforeach()
+"""
+
+LOOM_PROJECT = """\
+option(LOOM_TARGET_DEFAULTS "Default value for the Loom targets." ON)
+option(LOOM_TARGET_AMDGPU "Enables Loom AMDGPU target support." ${LOOM_TARGET_DEFAULTS})
+set(LOOM_TARGET_AMDGPU_TARGETS "loom_defaults" CACHE STRING "Loom AMDGPU target selectors.")
+"""
+
+RUNTIME_SRC_CMAKE = """\
+add_subdirectory(iree/base)
+add_subdirectory(iree/hal/drivers)
+"""
+
+IREE_BASE_CMAKE = """\
+add_library(iree_base STATIC status.c)
+set_target_properties(iree_base PROPERTIES POSITION_INDEPENDENT_CODE ON)
+"""
+
+# Stands for upstream code that a newer compiler than upstream's CI warns about.
+IREE_STATUS_C = """\
+int iree_status_code_count(void) {
+  int left_over_from_a_refactoring;
+  return 17;
+}
+"""
+
+DRIVERS_CMAKE = """\
+if(IREE_HAL_DRIVER_AMDGPU)
+  add_subdirectory(amdgpu)
+endif()
+"""
+
+AMDGPU_DRIVER_CMAKE = """\
+add_library(iree_hal_drivers_amdgpu STATIC util/aql_ring.c)
+set_target_properties(iree_hal_drivers_amdgpu PROPERTIES POSITION_INDEPENDENT_CODE ON)
+target_link_libraries(iree_hal_drivers_amdgpu PRIVATE iree_base)
+"""
+
+AQL_RING_C = """\
+/* Stand-in for HSA_AMD_AGENT_INFO_PM4_EMULATION: gfx1151's runtime rejects it. */
+static int query_pm4_emulation(int *out) {
+  (void)out;
+  return -1;
+}
+
+/* 0: native AQL, 1: PM4-emulated, negative: the device cannot be used. */
+int iree_hal_amdgpu_aql_queue_mode(void) {
+  int pm4_emulation = 0;
+  if (query_pm4_emulation(&pm4_emulation) != 0) {
+    return -1;
+  }
+  return pm4_emulation;
+}
 """
 
 LIBHRX_CMAKE = """\
@@ -69,8 +211,13 @@ export(EXPORT hrx-targets
 """
 
 LIBHRX_SRC_CMAKE = """\
-add_library(libhrx_src_libhrx_hrx SHARED hrx.c
-  ${PROJECT_SOURCE_DIR}/runtime/src/iree/hal/drivers/amdgpu/util/aql_ring.c)
+add_library(libhrx_src_libhrx_hrx SHARED hrx.c)
+target_link_libraries(libhrx_src_libhrx_hrx PRIVATE iree_base)
+# The AMDGPU driver is linked (and registered) only when it is built.
+if(IREE_HAL_DRIVER_AMDGPU)
+  target_link_libraries(libhrx_src_libhrx_hrx PRIVATE iree_hal_drivers_amdgpu)
+  target_compile_definitions(libhrx_src_libhrx_hrx PRIVATE HRX_HAS_IREE_AMDGPU_DRIVER)
+endif()
 set_target_properties(libhrx_src_libhrx_hrx PROPERTIES OUTPUT_NAME hrx VERSION 0.1.0 SOVERSION 0)
 target_include_directories(libhrx_src_libhrx_hrx PUBLIC ${PROJECT_SOURCE_DIR}/libhrx/include)
 """
@@ -78,39 +225,37 @@ target_include_directories(libhrx_src_libhrx_hrx PUBLIC ${PROJECT_SOURCE_DIR}/li
 HRX_H = """\
 #ifndef HRX_RUNTIME_H
 #define HRX_RUNTIME_H
-/* 0: native AQL, 1: PM4-emulated, negative: the device cannot be used. */
-int hrx_queue_mode(void);
+/* GPUs the runtime can use: none without the AMDGPU driver or the HSA runtime. */
+int hrx_gpu_device_count(void);
 const char *hrx_version(void);
 #endif
 """
 
 HRX_C = """\
-#include "hrx_runtime.h"
-const char *hrx_version(void) { return "hrx stand-in 0.1.0"; }
-"""
-
-AQL_RING_C = """\
+#include <stdlib.h>
+#include <unistd.h>
 #include "hrx_runtime.h"
 
-/* Stand-in for HSA_AMD_AGENT_INFO_PM4_EMULATION: gfx1151's runtime rejects it. */
-static int query_pm4_emulation(int *out) {
-  (void)out;
-  return -1;
-}
+int iree_status_code_count(void);
+#if defined(HRX_HAS_IREE_AMDGPU_DRIVER)
+int iree_hal_amdgpu_aql_queue_mode(void);
+#endif
 
-int hrx_queue_mode(void) {
-  int pm4_emulation = 0;
-  if (query_pm4_emulation(&pm4_emulation) != 0) {
-    return -1;
-  }
-  return pm4_emulation;
+const char *hrx_version(void) { return iree_status_code_count() > 0 ? "hrx stand-in 0.1.0" : "?"; }
+
+int hrx_gpu_device_count(void) {
+#if defined(HRX_HAS_IREE_AMDGPU_DRIVER)
+  const char *hsa = getenv("IREE_HAL_AMDGPU_LIBHSA_PATH");
+  if (!hsa || !*hsa || access(hsa, R_OK) != 0) return 0;
+  return iree_hal_amdgpu_aql_queue_mode() >= 0 ? 1 : 0;
+#else
+  return 0;
+#endif
 }
 """
 
-LOOMC_CMAKE = """\
-add_library(loomc_shared SHARED src/loomc.c)
-set_target_properties(loomc_shared PROPERTIES OUTPUT_NAME loomc VERSION 0.1.0 SOVERSION 0)
-target_include_directories(loomc_shared PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include)
+# libloomc: the export version script and the export rules form one block (patch 0002).
+LOOMC_EXPORTS = """\
 target_link_options(loomc_shared PRIVATE
   "-Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/cmake/loomc_exports.lds")
 install(TARGETS loomc_shared EXPORT loomc-targets LIBRARY DESTINATION lib)
@@ -120,7 +265,17 @@ install(EXPORT loomc-targets
 export(EXPORT loomc-targets
   NAMESPACE loomc::
   FILE "${CMAKE_CURRENT_BINARY_DIR}/cmake/loomc/loomc-targets.cmake")
-add_subdirectory(target/amdgpu)
+"""
+
+LOOMC_CMAKE = """\
+add_library(loomc_shared SHARED src/loomc.c)
+set_target_properties(loomc_shared PROPERTIES OUTPUT_NAME loomc VERSION 0.1.0 SOVERSION 0)
+target_include_directories(loomc_shared PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include)
+target_link_libraries(loomc_shared PRIVATE iree_base)
+""" + LOOMC_EXPORTS + """\
+if(LOOM_TARGET_AMDGPU)
+  add_subdirectory(target/amdgpu)
+endif()
 """
 
 LOOMC_H = """\
@@ -140,13 +295,13 @@ int loomc_link_module(const char *name) { return (int)strlen(name); }
 
 LOOMC_LDS = "{ global: loomc_version; local: *; };\n"
 
-AMDGPU_CMAKE = """\
+AMDGPU_BINDING_CMAKE = """\
 add_library(loom_binding_c_target_amdgpu_amdgpu.objects OBJECT amdgpu.c)
 set_target_properties(loom_binding_c_target_amdgpu_amdgpu.objects PROPERTIES POSITION_INDEPENDENT_CODE ON)
 target_include_directories(loom_binding_c_target_amdgpu_amdgpu.objects PRIVATE ${PROJECT_SOURCE_DIR}/loom/binding/c/include)
 """
 
-AMDGPU_C = """\
+AMDGPU_BINDING_C = """\
 #include "loomc/loomc.h"
 int loomc_amdgpu_target_count(void) { return loomc_link_module("gfx1151") > 0 ? 1 : 0; }
 """
@@ -154,151 +309,102 @@ int loomc_amdgpu_target_count(void) { return loomc_link_module("gfx1151") > 0 ? 
 LOOM_LINK_CMAKE = """\
 add_executable(loom_tools_loom-link_loom-link loom_link.c)
 set_target_properties(loom_tools_loom-link_loom-link PROPERTIES OUTPUT_NAME loom-link)
+target_link_libraries(loom_tools_loom-link_loom-link PRIVATE iree_base)
 """
 
 LOOM_LINK_C = """\
 #include <stdio.h>
-#include <string.h>
-
-/* loom-link --mode=selective -o OUT IN: bytecode that records IN's path, like the real tool. */
-int main(int argc, char **argv) {
-  const char *mode = NULL, *out = NULL, *in = NULL;
-  for (int i = 1; i < argc; ++i) {
-    if (strncmp(argv[i], "--mode=", 7) == 0) mode = argv[i] + 7;
-    else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) out = argv[++i];
-    else in = argv[i];
-  }
-  if (!mode || strcmp(mode, "selective") != 0) {
-    fprintf(stderr, "loom-link: unknown mode '%s'\\n", mode ? mode : "");
-    return 2;
-  }
-  if (!out || !in) { fprintf(stderr, "usage: loom-link --mode=selective -o OUT IN\\n"); return 2; }
-  FILE *fi = fopen(in, "rb");
-  FILE *fo = fopen(out, "wb");
-  if (!fi || !fo) { perror("loom-link"); return 1; }
-  unsigned long h = 1469598103UL;
-  unsigned char buf[4096];
-  size_t n;
-  fprintf(fo, "LOOMBC1\\nsource %s\\n", in);
-  while ((n = fread(buf, 1, sizeof buf, fi)) > 0) {
-    for (size_t i = 0; i < n; ++i) { h = (h ^ buf[i]) * 16777619UL; buf[i] ^= 0x5a; }
-    fwrite(buf, 1, n, fo);
-  }
-  fprintf(fo, "\\nhash %08lx\\n", h & 0xffffffffUL);
-  return fclose(fo) != 0 || fclose(fi) != 0;
-}
-"""
-
-LLAMA_TOP = """\
-cmake_minimum_required(VERSION 3.20)
-project(llama_standin C)
-option(GGML_HRX2 "HRX backend" OFF)
-option(GGML_VULKAN "Vulkan backend" OFF)
-if(NOT GGML_HRX2 OR NOT GGML_VULKAN OR NOT LLAMA_BUILD_SERVER)
-  message(FATAL_ERROR "GGML_HRX2, GGML_VULKAN and LLAMA_BUILD_SERVER must be ON")
-endif()
-if(NOT EXISTS "${GGML_HRX2_LOOM_LINK_EXECUTABLE}")
-  message(FATAL_ERROR "no loom-link at '${GGML_HRX2_LOOM_LINK_EXECUTABLE}'")
-endif()
-find_package(hrx CONFIG REQUIRED)
-set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
-set(CMAKE_LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
-add_subdirectory(ggml/src/ggml-hrx2)
-add_executable(llama-server tools/server/server.c)
-target_compile_definitions(llama-server PRIVATE BUILD_COMMIT="${LLAMA_BUILD_COMMIT}")
-target_link_libraries(llama-server PRIVATE ggml-hrx2 hrx::hrx loom::binding::c::target::amdgpu)
-add_executable(llama-bench tools/bench/bench.c)
-"""
-
-HRX2_CMAKE = """\
-file(READ "${CMAKE_CURRENT_SOURCE_DIR}/catalog/artifacts.json" _catalog)
-string(JSON _count LENGTH "${_catalog}" artifacts)
-set(_dir "${CMAKE_CURRENT_BINARY_DIR}/generated/catalog/artifacts")
-file(MAKE_DIRECTORY "${_dir}")
-set(_outputs)
-math(EXPR _last "${_count} - 1")
-foreach(_i RANGE ${_last})
-  string(JSON _name GET "${_catalog}" artifacts ${_i} name)
-  string(REGEX REPLACE "\\\\.loombc$" "" _name "${_name}")
-  add_custom_command(
-    OUTPUT "${_dir}/${_name}.loombc"
-    COMMAND "${GGML_HRX2_LOOM_LINK_EXECUTABLE}" --mode=selective -o "${_dir}/${_name}.loombc"
-            "${CMAKE_CURRENT_SOURCE_DIR}/kernels/${_name}.loom"
-    DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/kernels/${_name}.loom" "${GGML_HRX2_LOOM_LINK_EXECUTABLE}"
-    VERBATIM)
-  list(APPEND _outputs "${_dir}/${_name}.loombc")
-endforeach()
-add_custom_target(ggml-hrx2-catalog DEPENDS ${_outputs})
-add_library(ggml-hrx2 SHARED ggml-hrx2.c)
-add_dependencies(ggml-hrx2 ggml-hrx2-catalog)
-target_compile_definitions(ggml-hrx2 PRIVATE GGML_HRX2_ARTIFACTS=${_count})
-"""
-
-HRX2_C = """\
-int ggml_hrx2_artifact_count(void) { return GGML_HRX2_ARTIFACTS; }
-"""
-
-SERVER_C = """\
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include "hrx_runtime.h"
 
-int ggml_hrx2_artifact_count(void);
-int loomc_amdgpu_target_count(void);
+/* loom-link INPUT --mode=selective --root=@SYMBOL --to=bytecode --output=FILE
+   Links the kernel SYMBOL of the module INPUT into deterministic bytecode that records
+   INPUT as it was given, like the real tool. */
+static int usage(const char *problem, const char *arg) {
+  fprintf(stderr, "loom-link: %s '%s'\\n", problem, arg);
+  return 2;
+}
+
+static char *read_all(const char *path, long *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = NULL;
+  if (fseek(f, 0, SEEK_END) == 0 && (*size = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+    buf = malloc((size_t)*size + 1);
+    if (buf && fread(buf, 1, (size_t)*size, f) != (size_t)*size) { free(buf); buf = NULL; }
+    if (buf) buf[*size] = 0;
+  }
+  fclose(f);
+  return buf;
+}
 
 int main(int argc, char **argv) {
-  if (argc > 1 && strcmp(argv[1], "--list-devices") == 0) {
-    const char *hsa = getenv("IREE_HAL_AMDGPU_LIBHSA_PATH");
-    printf("Available devices:\\n");
-    if (hsa && *hsa && access(hsa, R_OK) == 0 && hrx_queue_mode() >= 0)
-      printf("  HRX20: Stand-in Radeon 8060S Graphics (gfx1151)\\n");
-    printf("  Vulkan0: Stand-in Radeon 8060S Graphics (RADV STRIX_HALO)\\n");
-    return 0;
+  const char *in = NULL, *mode = NULL, *root = NULL, *to = NULL, *out = NULL;
+  for (int i = 1; i < argc; ++i) {
+    const char *a = argv[i];
+    if (strncmp(a, "--mode=", 7) == 0) mode = a + 7;
+    else if (strncmp(a, "--root=", 7) == 0) root = a + 7;
+    else if (strncmp(a, "--to=", 5) == 0) to = a + 5;
+    else if (strncmp(a, "--output=", 9) == 0) out = a + 9;
+    else if (strcmp(a, "--strip-check") == 0) continue;
+    else if (a[0] == '-') return usage("unknown option", a);
+    else if (in) return usage("more than one input", a);
+    else in = a;
   }
-  printf("llama-server stand-in %s: %d kernels, %d amdgpu target, %s\\n", BUILD_COMMIT,
-         ggml_hrx2_artifact_count(), loomc_amdgpu_target_count(), hrx_version());
-  return 0;
+  if (!in) return usage("missing input", "");
+  if (!mode || strcmp(mode, "selective") != 0) return usage("unknown --mode", mode ? mode : "");
+  if (!root || root[0] != '@') return usage("--root must name a symbol", root ? root : "");
+  if (!to || strcmp(to, "bytecode") != 0) return usage("unsupported --to", to ? to : "");
+  if (!out || !*out) return usage("missing --output", "");
+  long size = 0;
+  char *text = read_all(in, &size);
+  if (!text) { perror(in); return 1; }
+  char *wanted = malloc(strlen(root) + 2);
+  if (!wanted) return 1;
+  strcpy(wanted, root);
+  strcat(wanted, "(");
+  if (!strstr(text, wanted)) { fprintf(stderr, "loom-link: no symbol %s in %s\\n", root, in); return 1; }
+  FILE *fo = fopen(out, "wb");
+  if (!fo) { perror(out); return 1; }
+  unsigned long h = 2166136261UL;
+  int ok = fprintf(fo, "LOOMBC1\\nsource %s\\nroot %s\\n", in, root) > 0;
+  for (long i = 0; i < size; ++i) {
+    h = ((h ^ (unsigned char)text[i]) * 16777619UL) & 0xffffffffUL;
+    ok = ok && fputc(text[i] ^ 0x5a, fo) != EOF;
+  }
+  ok = ok && fprintf(fo, "\\nhash %08lx\\n", h) > 0;
+  free(wanted);
+  free(text);
+  return (fclose(fo) == 0 && ok) ? 0 : 1;
 }
 """
 
-BENCH_C = "int main(void) { return 0; }\n"
-
-
-def write_files(root: Path, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-
-
-def commit(repo: Path, files: dict[str, str], message: str, remove: tuple[str, ...] = ()) -> str:
-    repo.mkdir(parents=True, exist_ok=True)
-    if not (repo / ".git").exists():
-        git(repo, "init", "-q", "-b", "main")
-    write_files(repo, files)
-    for rel in remove:
-        (repo / rel).unlink()
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
+# The commit the hrx-system pin must stay before: --mode=selective is gone.
+SELECTIVE_CHECK = 'strcmp(mode, "selective") != 0'
 
 
 def hrx_tree() -> dict[str, str]:
     return {
         "CMakeLists.txt": HRX_TOP,
+        "build_tools/cmake/iree_copts.cmake": IREE_COPTS,
+        "runtime/project.cmake": RUNTIME_PROJECT,
+        "loom/project.cmake": LOOM_PROJECT,
+        "runtime/src/CMakeLists.txt": RUNTIME_SRC_CMAKE,
+        "runtime/src/iree/base/CMakeLists.txt": IREE_BASE_CMAKE,
+        "runtime/src/iree/base/status.c": IREE_STATUS_C,
+        "runtime/src/iree/hal/drivers/CMakeLists.txt": DRIVERS_CMAKE,
+        "runtime/src/iree/hal/drivers/amdgpu/CMakeLists.txt": AMDGPU_DRIVER_CMAKE,
+        "runtime/src/iree/hal/drivers/amdgpu/util/aql_ring.c": AQL_RING_C,
         "libhrx/CMakeLists.txt": LIBHRX_CMAKE,
         "libhrx/src/libhrx/CMakeLists.txt": LIBHRX_SRC_CMAKE,
         "libhrx/src/libhrx/hrx.c": HRX_C,
         "libhrx/include/hrx_runtime.h": HRX_H,
-        "runtime/src/iree/hal/drivers/amdgpu/util/aql_ring.c": AQL_RING_C,
         "loom/binding/c/CMakeLists.txt": LOOMC_CMAKE,
         "loom/binding/c/cmake/loomc_exports.lds": LOOMC_LDS,
         "loom/binding/c/include/loomc/loomc.h": LOOMC_H,
         "loom/binding/c/src/loomc.c": LOOMC_C,
-        "loom/binding/c/target/amdgpu/CMakeLists.txt": AMDGPU_CMAKE,
-        "loom/binding/c/target/amdgpu/amdgpu.c": AMDGPU_C,
+        "loom/binding/c/target/amdgpu/CMakeLists.txt": AMDGPU_BINDING_CMAKE,
+        "loom/binding/c/target/amdgpu/amdgpu.c": AMDGPU_BINDING_C,
         "loom/src/loom/tools/loom-link/CMakeLists.txt": LOOM_LINK_CMAKE,
         "loom/src/loom/tools/loom-link/loom_link.c": LOOM_LINK_C,
     }
@@ -309,14 +415,354 @@ NO_INSTALL_EXPORT = ("libhrx: leave out the install and export rules of hrx-targ
     "libhrx/CMakeLists.txt": (LIBHRX_CMAKE, "add_subdirectory(src/libhrx)\ninstall(FILES include/hrx_runtime.h DESTINATION include/hrx)\n"),
 })
 NO_VERSION_SCRIPT = ("loomc: drop the export version script and the export rules", {
-    "loom/binding/c/CMakeLists.txt": (LOOMC_CMAKE, LOOMC_CMAKE.split("target_link_options")[0]
-                                      + "install(TARGETS loomc_shared EXPORT loomc-targets LIBRARY DESTINATION lib)\n"
-                                      + "add_subdirectory(target/amdgpu)\n"),
+    "loom/binding/c/CMakeLists.txt": (LOOMC_EXPORTS, "install(TARGETS loomc_shared EXPORT loomc-targets LIBRARY DESTINATION lib)\n"),
 })
 PM4_NATIVE = ("amdgpu: treat a failed PM4-emulation probe as native AQL", {
     "runtime/src/iree/hal/drivers/amdgpu/util/aql_ring.c": (
         "    return -1;\n  }\n  return pm4_emulation;", "    pm4_emulation = 0;\n  }\n  return pm4_emulation;"),
 })
+
+
+# --------------------------------------------------------------------------- fork stand-in
+
+LLAMA_TOP = """\
+cmake_minimum_required(VERSION 3.20)
+project(llama_standin C)
+# The options this build depends on, with the defaults the fork gives them.
+option(LLAMA_BUILD_SERVER "llama: build the server" ON)
+option(LLAMA_BUILD_UI "llama: build the embedded web UI" ON)
+option(LLAMA_USE_PREBUILT_UI "llama: use the prebuilt web UI (downloaded at build time)" ON)
+if(LLAMA_BUILD_UI AND LLAMA_USE_PREBUILT_UI)
+  message(FATAL_ERROR "llama stand-in: the fork would download the prebuilt web UI here; stand-ins have no network")
+endif()
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+set(CMAKE_LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+add_subdirectory(ggml)
+add_executable(llama-server tools/server/server.c)
+target_compile_definitions(llama-server PRIVATE BUILD_COMMIT="${LLAMA_BUILD_COMMIT}")
+target_link_libraries(llama-server PRIVATE ggml)
+add_executable(llama-bench tools/bench/bench.c)
+"""
+
+GGML_CMAKE = """\
+if(CMAKE_CROSSCOMPILING OR DEFINED ENV{SOURCE_DATE_EPOCH})
+  set(GGML_NATIVE_DEFAULT OFF)
+else()
+  set(GGML_NATIVE_DEFAULT ON)
+endif()
+option(GGML_NATIVE "ggml: optimize for the build machine" ${GGML_NATIVE_DEFAULT})
+option(GGML_HRX2 "ggml: use HRX2" OFF)
+option(GGML_VULKAN "ggml: use Vulkan" OFF)
+add_library(ggml SHARED src/ggml.c)
+target_compile_definitions(ggml PRIVATE GGML_NATIVE_BUILD=$<BOOL:${GGML_NATIVE}>)
+if(GGML_VULKAN)
+  target_compile_definitions(ggml PRIVATE GGML_USE_VULKAN)
+endif()
+if(GGML_HRX2)
+  add_subdirectory(src/ggml-hrx2)
+  target_compile_definitions(ggml PRIVATE GGML_USE_HRX2)
+  target_link_libraries(ggml PRIVATE ggml-hrx2)
+endif()
+"""
+
+GGML_C = """\
+#include <stdio.h>
+#if defined(GGML_USE_HRX2)
+int ggml_hrx2_device_count(void);
+int ggml_hrx2_artifact_count(void);
+#endif
+
+int ggml_native_build(void) { return GGML_NATIVE_BUILD; }
+
+void ggml_print_devices(void) {
+  printf("Available devices:\\n");
+#if defined(GGML_USE_HRX2)
+  if (ggml_hrx2_device_count() > 0) printf("  HRX20: Stand-in Radeon 8060S Graphics (gfx1151)\\n");
+#endif
+#if defined(GGML_USE_VULKAN)
+  printf("  Vulkan0: Stand-in Radeon 8060S Graphics (RADV STRIX_HALO)\\n");
+#endif
+}
+
+int ggml_kernel_count(void) {
+#if defined(GGML_USE_HRX2)
+  return ggml_hrx2_artifact_count();
+#else
+  return 0;
+#endif
+}
+"""
+
+
+def hrx2_cmake(outputs: list[str]) -> str:
+    listed = "\n".join(f'    "${{GGML_HRX2_ARTIFACT_ROOT}}/{p}"' for p in outputs)
+    return """\
+find_package(Python3 COMPONENTS Interpreter REQUIRED)
+find_package(hrx CONFIG REQUIRED)
+
+set(GGML_HRX2_GENERATED_DIR "${CMAKE_CURRENT_BINARY_DIR}/generated")
+set(GGML_HRX2_ARTIFACT_ROOT "${GGML_HRX2_GENERATED_DIR}/catalog")
+set(GGML_HRX2_CATALOG_SOURCE_DIR "${CMAKE_CURRENT_SOURCE_DIR}/catalog")
+set(GGML_HRX2_ASSEMBLED_CATALOG "${GGML_HRX2_GENERATED_DIR}/catalog.json")
+set(GGML_HRX2_EMBEDDED_C "${GGML_HRX2_GENERATED_DIR}/hrx2_embedded_catalog.c")
+# Like the fork's, this output list names fewer artifacts than the catalog.
+set(GGML_HRX2_ARTIFACTS
+""" + listed + """
+)
+file(GLOB GGML_HRX2_LOOM_SOURCES CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/kernels/*.loom")
+file(GLOB_RECURSE GGML_HRX2_CATALOG_PARTS CONFIGURE_DEPENDS "${GGML_HRX2_CATALOG_SOURCE_DIR}/*.json")
+
+# loom-link: the given cache entry, else next to the hrx package's library folder.
+get_target_property(_hrx_location hrx::hrx IMPORTED_LOCATION)
+get_filename_component(_hrx_prefix "${_hrx_location}/../.." ABSOLUTE)
+find_program(GGML_HRX2_LOOM_LINK_EXECUTABLE NAMES loom-link HINTS "${_hrx_prefix}/bin" REQUIRED)
+if(NOT TARGET loom::binding::c::loomc OR NOT TARGET loom::binding::c::target::amdgpu)
+  message(FATAL_ERROR "HRX2 needs the hrx package to provide loom::binding::c::loomc and loom::binding::c::target::amdgpu")
+endif()
+
+set(_tools "${CMAKE_CURRENT_SOURCE_DIR}/tools")
+add_custom_command(
+  OUTPUT "${GGML_HRX2_ASSEMBLED_CATALOG}"
+  COMMAND "${Python3_EXECUTABLE}" "${_tools}/assemble_catalog.py"
+          --catalog-dir "${GGML_HRX2_CATALOG_SOURCE_DIR}" --out "${GGML_HRX2_ASSEMBLED_CATALOG}"
+  DEPENDS ${GGML_HRX2_CATALOG_PARTS} "${_tools}/assemble_catalog.py"
+  VERBATIM)
+set(_where --catalog "${GGML_HRX2_ASSEMBLED_CATALOG}" --source-root "${CMAKE_CURRENT_SOURCE_DIR}"
+           --artifact-root "${GGML_HRX2_ARTIFACT_ROOT}")
+add_custom_command(
+  OUTPUT ${GGML_HRX2_ARTIFACTS}
+  COMMAND "${Python3_EXECUTABLE}" "${_tools}/validate_catalog.py" ${_where}
+  COMMAND "${Python3_EXECUTABLE}" "${_tools}/link_artifacts.py" ${_where}
+          --loom-link "${GGML_HRX2_LOOM_LINK_EXECUTABLE}"
+  COMMAND "${Python3_EXECUTABLE}" "${_tools}/validate_catalog.py" ${_where} --require-artifacts
+  DEPENDS "${GGML_HRX2_ASSEMBLED_CATALOG}" ${GGML_HRX2_LOOM_SOURCES}
+          "${_tools}/link_artifacts.py" "${_tools}/validate_catalog.py"
+  VERBATIM)
+add_custom_command(
+  OUTPUT "${GGML_HRX2_EMBEDDED_C}"
+  COMMAND "${Python3_EXECUTABLE}" "${_tools}/embed_catalog.py" ${_where} --out "${GGML_HRX2_EMBEDDED_C}"
+  DEPENDS "${GGML_HRX2_ASSEMBLED_CATALOG}" ${GGML_HRX2_ARTIFACTS} "${_tools}/embed_catalog.py"
+  VERBATIM)
+
+add_library(ggml-hrx2 SHARED ggml-hrx2.c "${GGML_HRX2_EMBEDDED_C}")
+target_link_libraries(ggml-hrx2 PRIVATE hrx::hrx loom::binding::c::loomc loom::binding::c::target::amdgpu)
+"""
+
+
+HRX2_C = """\
+#include "hrx_runtime.h"
+
+int loomc_amdgpu_target_count(void);
+extern const int ggml_hrx2_embedded_count;
+
+int ggml_hrx2_device_count(void) { return loomc_amdgpu_target_count() > 0 ? hrx_gpu_device_count() : 0; }
+int ggml_hrx2_artifact_count(void) { return ggml_hrx2_embedded_count; }
+"""
+
+SERVER_C = """\
+#include <stdio.h>
+#include <string.h>
+
+void ggml_print_devices(void);
+int ggml_kernel_count(void);
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--list-devices") == 0) {
+    ggml_print_devices();
+    return 0;
+  }
+  printf("llama-server stand-in %s: %d HRX2 kernels\\n", BUILD_COMMIT, ggml_kernel_count());
+  return 0;
+}
+"""
+
+BENCH_C = "int main(void) { return 0; }\n"
+
+# The fork's catalog tools, written for the stand-in from what the real ones do.
+ASSEMBLE_PY = """\
+import argparse, json
+from pathlib import Path
+
+ap = argparse.ArgumentParser(description="assemble the split catalog into one file")
+ap.add_argument("--catalog-dir", type=Path, required=True)
+ap.add_argument("--out", type=Path, required=True)
+a = ap.parse_args()
+d = a.catalog_dir
+routes = []
+for f in sorted((d / "routes").glob("*.json")):
+    if f.name != "index.json":
+        routes += json.loads(f.read_text())
+by_id = {r["id"]: r for r in routes}
+order = json.loads((d / "routes" / "index.json").read_text())
+if sorted(order) != sorted(by_id):
+    raise SystemExit("catalog: the routes index must list exactly the route ids")
+catalog = {
+    "schema": json.loads((d / "metadata.json").read_text())["schema"],
+    "sources": json.loads((d / "sources.json").read_text()),
+    "artifacts": json.loads((d / "artifacts.json").read_text()),
+    "routes": [by_id[i] for i in order],
+}
+a.out.parent.mkdir(parents=True, exist_ok=True)
+a.out.write_text(json.dumps(catalog, indent=1) + "\\n")
+"""
+
+VALIDATE_PY = """\
+import argparse, json
+from pathlib import Path
+
+ap = argparse.ArgumentParser(description="check the assembled catalog")
+ap.add_argument("--catalog", type=Path, required=True)
+ap.add_argument("--source-root", type=Path, required=True)
+ap.add_argument("--artifact-root", type=Path, required=True)
+ap.add_argument("--require-artifacts", action="store_true")
+a = ap.parse_args()
+
+
+def need(ok, problem):
+    if not ok:
+        raise SystemExit("catalog: " + problem)
+
+
+c = json.loads(a.catalog.read_text())
+need(c.get("schema") == "ggml-hrx2-catalog-v1", "schema must be ggml-hrx2-catalog-v1")
+sources, artifacts, routes = c.get("sources"), c.get("artifacts"), c.get("routes")
+need(isinstance(sources, dict) and isinstance(artifacts, dict) and isinstance(routes, list),
+     "sources and artifacts must be objects, routes an array")
+src_root, art_root = a.source_root.resolve(), a.artifact_root.resolve()
+for sid, s in sources.items():
+    need((src_root / s["path"]).is_file(), f"source {sid} path does not exist: {s['path']}")
+for aid, art in artifacts.items():
+    need(art.get("format") in ("loom-bytecode", "amdgpu-hsaco"), f"artifact {aid} has an unsupported format")
+    full = (art_root / art["path"]).resolve()
+    need(art_root in full.parents, f"artifact {aid} escapes the artifact root")
+    if a.require_artifacts:
+        need(full.is_file(), f"artifact {aid} path does not exist: {art['path']}")
+for r in routes:
+    need(r.get("source_id") in sources and r.get("artifact_id") in artifacts, f"route {r.get('id')} references unknown ids")
+    need(str(r.get("root_symbol", "")).startswith("@"), f"route {r.get('id')} root_symbol must be a symbol")
+"""
+
+LINK_PY = """\
+import argparse, json, subprocess
+from pathlib import Path
+
+ap = argparse.ArgumentParser(description="link every route's kernel with loom-link")
+ap.add_argument("--catalog", type=Path, required=True)
+ap.add_argument("--source-root", type=Path, required=True)
+ap.add_argument("--artifact-root", type=Path, required=True)
+ap.add_argument("--loom-link", type=Path, required=True)
+a = ap.parse_args()
+c = json.loads(a.catalog.read_text())
+for route in c["routes"]:
+    artifact = c["artifacts"][route["artifact_id"]]
+    if artifact.get("format") != "loom-bytecode":
+        continue
+    source = a.source_root / c["sources"][route["source_id"]]["path"]
+    output = a.artifact_root / artifact["path"]
+    output.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(LOOM_LINK_ARGS, check=True)
+"""
+
+# The command line the fork's link script gives loom-link (tools/link_hrx2_artifacts.py).
+FORK_LOOM_LINK_ARGS = ('[str(a.loom_link), str(source), "--mode=selective", f"--root={route[\'root_symbol\']}", '
+                       '"--to=bytecode", f"--output={output}"]')
+# The invented one the stand-ins used before they modelled the fork.
+OLD_LOOM_LINK_ARGS = '[str(a.loom_link), "--mode=selective", "-o", str(output), str(source)]'
+
+EMBED_PY = """\
+import argparse, json
+from pathlib import Path
+
+ap = argparse.ArgumentParser(description="embed every loom-bytecode artifact")
+ap.add_argument("--catalog", type=Path, required=True)
+ap.add_argument("--source-root", type=Path, required=True)
+ap.add_argument("--artifact-root", type=Path, required=True)
+ap.add_argument("--out", type=Path, required=True)
+a = ap.parse_args()
+c = json.loads(a.catalog.read_text())
+blobs = [(a.artifact_root / x["path"]).read_bytes() for x in c["artifacts"].values() if x["format"] == "loom-bytecode"]
+a.out.write_text(
+    f"const int ggml_hrx2_embedded_count = {len(blobs)};\\n"
+    f"const unsigned long ggml_hrx2_embedded_bytes = {sum(len(b) for b in blobs)}UL;\\n")
+"""
+
+
+def catalog_files() -> dict[str, str]:
+    """The fork's split catalog: metadata, sources, 48 artifacts in the real format, one
+    route file per kernel source and the route index. The plain-f32 kernels have a second
+    route (another shape) to the same artifact, as the fork's catalog has."""
+    sources = {op: {"path": f"kernels/{op}.loom"} for op in OPS}
+    artifacts: dict[str, dict[str, str]] = {}
+    files: dict[str, str] = {}
+    order: list[str] = []
+    for op in OPS:
+        routes = []
+        for v in VARIANTS:
+            name = f"{op}_{v}"
+            entry = {"path": f"artifacts/{name}.loombc", "format": "loom-bytecode", "storage": "embedded"}
+            if v == "f32_static":
+                entry["source_id"] = op
+            artifacts[f"{name}_bc"] = entry
+            for shape in (("generic", "n4096") if v == "f32" else ("generic",)):
+                routes.append({"id": f"{name}_{shape}", "family": op, "source_id": op, "artifact_id": f"{name}_bc",
+                               "root_symbol": f"@hrx2_{name}", "export_name": f"hrx2_{name}", "priority": 10})
+        files[f"ggml/src/ggml-hrx2/catalog/routes/{op}.json"] = json.dumps(routes, indent=1) + "\n"
+        order += [r["id"] for r in routes]
+    base = "ggml/src/ggml-hrx2/catalog"
+    files[f"{base}/metadata.json"] = json.dumps({"schema": CATALOG_SCHEMA}) + "\n"
+    files[f"{base}/sources.json"] = json.dumps(sources, indent=1) + "\n"
+    files[f"{base}/artifacts.json"] = json.dumps(artifacts, indent=1) + "\n"
+    files[f"{base}/routes/index.json"] = json.dumps(order, indent=1) + "\n"
+    return files
+
+
+def llama_tree(loom_link_args: str = FORK_LOOM_LINK_ARGS) -> dict[str, str]:
+    files = {
+        "CMakeLists.txt": LLAMA_TOP,
+        "ggml/CMakeLists.txt": GGML_CMAKE,
+        "ggml/src/ggml.c": GGML_C,
+        "ggml/src/ggml-hrx2/CMakeLists.txt": hrx2_cmake([f"artifacts/{n}.loombc" for n in ARTIFACTS if not n.endswith("_wide")]),
+        "ggml/src/ggml-hrx2/ggml-hrx2.c": HRX2_C,
+        "ggml/src/ggml-hrx2/tools/assemble_catalog.py": ASSEMBLE_PY,
+        "ggml/src/ggml-hrx2/tools/validate_catalog.py": VALIDATE_PY,
+        "ggml/src/ggml-hrx2/tools/link_artifacts.py": LINK_PY.replace("LOOM_LINK_ARGS", loom_link_args),
+        "ggml/src/ggml-hrx2/tools/embed_catalog.py": EMBED_PY,
+        "tools/server/server.c": SERVER_C,
+        "tools/bench/bench.c": BENCH_C,
+        **catalog_files(),
+    }
+    for op in OPS:
+        files[f"ggml/src/ggml-hrx2/kernels/{op}.loom"] = "".join(
+            f"kernel @hrx2_{op}_{v}(%x: tensor) {{ // {v}\n  return %x\n}}\n" for v in VARIANTS)
+    return files
+
+
+# --------------------------------------------------------------------------- repositories
+
+
+def write_files(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+
+def commit(repo: Path, files: dict[str, str], message: str) -> str:
+    repo.mkdir(parents=True, exist_ok=True)
+    if not (repo / ".git").exists():
+        git(repo, "init", "-q", "-b", "main")
+    write_files(repo, files)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def side_commit(repo: Path, base: str, files: dict[str, str], message: str, branch: str) -> str:
+    """A commit on ``branch`` from ``base``; the main branch stays at ``base``."""
+    sha = commit(repo, files, message)
+    git(repo, "branch", "-f", branch, sha)
+    git(repo, "reset", "-q", "--hard", base)
+    return sha
 
 
 def make_series(repo: Path, base: str, edits: list[tuple[str, dict[str, tuple[str, str]]]], out_dir: Path) -> list[Path]:
@@ -332,23 +778,6 @@ def make_series(repo: Path, base: str, edits: list[tuple[str, dict[str, tuple[st
     git(repo, "format-patch", "-q", "--zero-commit", "--no-signature", "-o", str(out_dir), f"{base}..HEAD")
     git(repo, "reset", "-q", "--hard", base)
     return sorted(out_dir.glob("*.patch"))
-
-
-def llama_tree() -> dict[str, str]:
-    entries = [{"name": k} if i % 2 else {"name": f"{k}.loombc", "family": "gfx11"} for i, k in enumerate(KERNELS)]
-    import json
-
-    files = {
-        "CMakeLists.txt": LLAMA_TOP,
-        "ggml/src/ggml-hrx2/CMakeLists.txt": HRX2_CMAKE,
-        "ggml/src/ggml-hrx2/ggml-hrx2.c": HRX2_C,
-        "ggml/src/ggml-hrx2/catalog/artifacts.json": json.dumps({"artifacts": entries}, indent=2) + "\n",
-        "tools/server/server.c": SERVER_C,
-        "tools/bench/bench.c": BENCH_C,
-    }
-    for i, k in enumerate(KERNELS):
-        files[f"ggml/src/ggml-hrx2/kernels/{k}.loom"] = f"kernel @{k}(%x: tensor) {{ // route {i}\n  return %x\n}}\n"
-    return files
 
 
 def fake_toolchain(root: Path) -> Path:
@@ -380,38 +809,48 @@ def bare(repo: Path, mirrors: Path, name: str) -> Path:
 
 
 def make_standins(base: Path) -> dict[str, object]:
-    """Repositories, mirrors, patch series and a project folder using the real recipe."""
+    """Repositories, mirrors and patch series of the three stand-ins."""
     repos, mirrors, series = base / "repos", base / "mirrors", base / "series"
     hrx_commit = commit(repos / "hrx", hrx_tree(), "hrx stand-in")
     hrx_patches = make_series(repos / "hrx", hrx_commit, [NO_INSTALL_EXPORT, NO_VERSION_SCRIPT, PM4_NATIVE], series / "hrx")
     sys_commit = commit(repos / "hrx-system", hrx_tree(), "hrx-system stand-in")
     sys_patches = make_series(repos / "hrx-system", sys_commit, [NO_VERSION_SCRIPT], series / "hrx-system")
-    # The commit the pin must stay before: it removes --mode=selective.
-    text = LOOM_LINK_C.replace('strcmp(mode, "selective") != 0', 'strcmp(mode, "whole") != 0')
-    removal = commit(repos / "hrx-system", {"loom/src/loom/tools/loom-link/loom_link.c": text}, "loom-link: remove --mode=selective")
+    assert LOOM_LINK_C.count(SELECTIVE_CHECK) == 1
+    removal = commit(repos / "hrx-system", {"loom/src/loom/tools/loom-link/loom_link.c": LOOM_LINK_C.replace(
+        SELECTIVE_CHECK, 'strcmp(mode, "whole") != 0')}, "loom-link: remove --mode=selective")
     llama_commit = commit(repos / "llama", llama_tree(), "llama.cpp fork stand-in")
+    old_cli = side_commit(repos / "llama", llama_commit, llama_tree(OLD_LOOM_LINK_ARGS),
+                          "link script: the invented loom-link command line", "old-cli")
     for name, repo in (("hrx", "hrx"), ("hrx-system", "hrx-system"), ("llama.cpp-hrx", "llama")):
         bare(repos / repo, mirrors, name)
     return {
         "hrx": hrx_commit, "hrx-system": sys_commit, "removal": removal, "llama.cpp-hrx": llama_commit,
-        "patches": {"hrx": hrx_patches, "hrx-system": sys_patches}, "mirrors": mirrors,
+        "llama-old-cli": old_cli, "patches": {"hrx": hrx_patches, "hrx-system": sys_patches}, "mirrors": mirrors,
     }
 
 
-def project(root: Path, s: dict[str, object], *, system_commit: str | None = None) -> Path:
+def project(root: Path, s: dict[str, object], *, system_commit: str | None = None, llama_commit: str | None = None,
+            recipe_without: tuple[str, ...] = ()) -> Path:
     """A project folder with the REAL strix-halo recipe and template, pins that name the
-    stand-ins (abbreviated like the real ones) and the stand-in patch series."""
+    stand-ins (abbreviated like the real hrx-system pin) and the stand-in patch series.
+    ``recipe_without`` drops those defines from the recipe (each must be there)."""
     (root / "recipes" / "strix-halo").mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "recipes" / "strix-halo.yaml", root / "recipes" / "strix-halo.yaml")
+    recipe = (REPO / "recipes" / "strix-halo.yaml").read_text()
+    for define in recipe_without:
+        line = re.compile(rf"^ +{re.escape(define)}: .*\n", re.M)
+        assert len(line.findall(recipe)) == 1, f"the recipe has no single {define} define"
+        recipe = line.sub("", recipe)
+    (root / "recipes" / "strix-halo.yaml").write_text(recipe)
     shutil.copy(REPO / "recipes" / "strix-halo" / "hrx-config.cmake.in", root / "recipes" / "strix-halo" / "hrx-config.cmake.in")
     sys_commit = system_commit or str(s["hrx-system"])
     (root / "pins.yaml").write_text(
         "schema: 1\nsources:\n"
-        f"  hrx:\n    url: https://example.invalid/hrx.git\n    commit: {str(s['hrx'])[:7]}\n    abbreviated: true\n"
+        f"  hrx:\n    url: https://example.invalid/hrx.git\n    commit: {s['hrx']}\n"
         f"  hrx-system:\n    url: https://example.invalid/hrx-system.git\n    commit: {sys_commit[:8]}\n    abbreviated: true\n"
         f"    note: must stay before {s['removal']}, which removed loom-link --mode=selective\n"
         f"    before: {s['removal']}\n"
-        f"  llama.cpp-hrx:\n    url: https://example.invalid/llama.git\n    branch: 1bit-engine/hrx-vulkan\n    commit: {s['llama.cpp-hrx']}\n"
+        f"  llama.cpp-hrx:\n    url: https://example.invalid/llama.git\n    branch: 1bit-engine/hrx-vulkan\n"
+        f"    commit: {llama_commit or s['llama.cpp-hrx']}\n"
     )
     for source, files in dict(s["patches"]).items():  # type: ignore[arg-type]
         d = root / "patches" / source
@@ -421,15 +860,7 @@ def project(root: Path, s: dict[str, object], *, system_commit: str | None = Non
     return root
 
 
-# --------------------------------------------------------------------------- the tests
-
-import json  # noqa: E402
-
-import pytest  # noqa: E402
-
-from _support import run_cli  # noqa: E402
-from onebit_build.fsutil import sha256_file  # noqa: E402
-from onebit_build.manifest import read_manifest  # noqa: E402
+# --------------------------------------------------------------------------- fixtures
 
 
 @pytest.fixture(scope="module")
@@ -446,16 +877,46 @@ def cli(st, *args, env=None, timeout=600):
                    env=env, timeout=timeout)
 
 
+def build(st, root: Path, ws: Path):
+    return run_cli(root, "--workspace", str(ws), "--mirror-dir", str(st["s"]["mirrors"]), "--hrx", "on",
+                   "--toolchain-root", str(st["tc"]), "build", timeout=600)
+
+
 @pytest.fixture(scope="module")
 def built(standins):
-    out = cli(standins, "--toolchain-root", str(standins["tc"]), "build")
-    assert out.returncode == 0, out.stderr
+    out = build(standins, standins["root"], standins["ws"])
+    assert out.returncode == 0, failure_report(out, standins["ws"])
     man = read_manifest(standins["ws"] / "manifests" / "strix-halo.json")
     return {**standins, "out": out, "man": man}
 
 
 def comp(man, name):
     return next(c for c in man["components"] if c["name"] == name)
+
+
+def output(man, component: str, name: str) -> str:
+    return next(o["path"] for o in comp(man, component)["outputs"] if o["name"] == name)
+
+
+def list_devices(man, tc: Path, *, with_hsa: bool = True) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "IREE_HAL_AMDGPU_LIBHSA_PATH"}
+    if with_hsa:
+        env["IREE_HAL_AMDGPU_LIBHSA_PATH"] = str(tc / "lib" / "libhsa-runtime64.so.1")
+    return subprocess.run([output(man, "llama", "llama-server"), "--list-devices"], capture_output=True, text=True,
+                          env=env, check=True).stdout
+
+
+def hrx20_problem(man, tc: Path) -> str | None:
+    """Why a built server lists no HRX20 though the HSA runtime is given, or None."""
+    if "HRX20" in list_devices(man, tc):
+        return None
+    cache = read_cmake_cache(Path(comp(man, "hrx-runtime")["build_dir"]))
+    if cache.get("IREE_HAL_DRIVER_AMDGPU", "").upper() not in ("ON", "1", "TRUE", "YES"):
+        return MISSED["IREE_HAL_DRIVER_AMDGPU"]
+    return "HRX20 is missing although the AMDGPU driver was built: is the PM4-probe patch (hrx/0003) applied?"
+
+
+# --------------------------------------------------------------------------- the build
 
 
 def test_build_order_and_defines(built):
@@ -468,24 +929,42 @@ def test_build_order_and_defines(built):
     for c in (rt, ll):
         d = c["defines"]
         assert d["CMAKE_C_COMPILER"] == f"{tc}/bin/amdclang" and d["CMAKE_CXX_COMPILER"] == f"{tc}/bin/amdclang++"
+        assert d["CMAKE_ASM_COMPILER"] == f"{tc}/bin/amdclang"
         assert d["CMAKE_AR"] == f"{tc}/lib/llvm/bin/llvm-ar"
         assert d["IREE_HAL_AMDGPU_TARGETS"] == "gfx9-generic;gfx90a;gfx9-4-generic;gfx10-1-generic;gfx10-3-generic;gfx11-generic;gfx12-generic"
+        assert d["IREE_HAL_DRIVER_AMDGPU"] == "ON" and d["IREE_ENABLE_WERROR_FLAG"] == "OFF"
         assert "IREE_ROCM_PATH" not in d
+        # What the stand-in runtime's CMake made of them: upstream's defaults overridden.
+        cache = read_cmake_cache(Path(c["build_dir"]))
+        assert cache["IREE_HAL_DRIVER_AMDGPU"] == "ON" and cache["IREE_ENABLE_WERROR_FLAG"] == "OFF"
+        assert cache["IREE_HAL_DRIVER_DEFAULTS"] == "OFF" and cache["BUILD_SHARED_LIBS"] == "ON"
     assert ll["defines"]["LIBHRX_BUILD"] == "OFF" and "LIBHRX_BUILD" not in rt["defines"]
     assert rt["targets"] == ["libhrx_src_libhrx_hrx", "loomc_shared", "loom_binding_c_target_amdgpu_amdgpu.objects"]
     assert ll["targets"] == ["loom_tools_loom-link_loom-link"]
     assert llama["targets"] == ["llama-server", "llama-bench"]
     # Later components got the earlier ones' outputs by name.
-    prefix = next(o["path"] for o in rt["outputs"] if o["name"] == "prefix")
-    loom_link = next(o["path"] for o in ll["outputs"] if o["name"] == "loom-link")
+    prefix = output(man, "hrx-runtime", "prefix")
+    loom_link = output(man, "loom-link", "loom-link")
     assert prefix == f"{rt['build_dir']}/onebit-prefix"
     assert llama["defines"]["hrx_DIR"] == f"{prefix}/cmake/hrx"
     assert llama["defines"]["GGML_HRX2_LOOM_LINK_EXECUTABLE"] == loom_link == f"{ll['build_dir']}/loom/src/loom/tools/loom-link/loom-link"
     assert llama["defines"]["GGML_HRX2"] == "ON" and llama["defines"]["GGML_VULKAN"] == "ON"
+    assert llama["defines"]["LLAMA_USE_PREBUILT_UI"] == "OFF" and llama["defines"]["LLAMA_BUILD_UI"] == "OFF"
     assert llama["defines"]["LLAMA_BUILD_COMMIT"] == str(built["s"]["llama.cpp-hrx"])[:7]
-    # The abbreviated pins were resolved and locked.
+    # GGML_NATIVE is given, so SOURCE_DATE_EPOCH (set or not) cannot flip it.
+    assert llama["defines"]["GGML_NATIVE"] == "ON" and read_cmake_cache(Path(llama["build_dir"]))["GGML_NATIVE"] == "ON"
+    # The abbreviated pin was resolved and locked; hrx is pinned in full.
     lock = (built["root"] / "pins.lock").read_text()
-    assert str(built["s"]["hrx"]) in lock and str(built["s"]["hrx-system"]) in lock
+    assert str(built["s"]["hrx-system"]) in lock
+
+
+def test_dry_run_shows_the_upstream_requirements(standins):
+    out = cli(standins, "--toolchain-root", str(standins["tc"]), "--dry-run")
+    assert out.returncode == 0, out.stderr
+    for define in ("-DIREE_HAL_DRIVER_AMDGPU=ON", "-DIREE_ENABLE_WERROR_FLAG=OFF", f"-DCMAKE_ASM_COMPILER={standins['tc']}/bin/amdclang",
+                   "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF", "-DGGML_NATIVE=ON"):
+        assert define in out.stdout, define
+    assert out.stdout.count("-DIREE_HAL_DRIVER_AMDGPU=ON") == 2  # the runtime and loom-link
 
 
 def test_patch_series_applied_and_prefix_assembled(built):
@@ -493,7 +972,7 @@ def test_patch_series_applied_and_prefix_assembled(built):
     srcs = {s["name"]: s for s in man["sources"]}
     assert [p["name"][:4] for p in srcs["hrx"]["patches"]] == ["0001", "0002", "0003"]
     assert [p["name"][:4] for p in srcs["hrx-system"]["patches"]] == ["0001"]
-    prefix = Path(next(o["path"] for o in comp(man, "hrx-runtime")["outputs"] if o["name"] == "prefix"))
+    prefix = Path(output(man, "hrx-runtime", "prefix"))
     lib = prefix / "lib"
     assert (lib / "libhrx.so").is_symlink() and (lib / "libhrx.so.0.1.0").is_file() and (lib / "libloomc.so.0").exists()
     assert (prefix / "include" / "hrx_runtime.h").is_file() and (prefix / "include" / "loomc" / "loomc.h").is_file()
@@ -504,34 +983,43 @@ def test_patch_series_applied_and_prefix_assembled(built):
     # Assembled, not installed: the export rules are off, so no targets file exists anywhere.
     assert not list(Path(comp(man, "hrx-runtime")["build_dir"]).rglob("hrx-targets.cmake"))
     # The server links (libloomc without its version script) and, given the HSA runtime,
-    # lists HRX20 (the probe patch) next to Vulkan0.
-    server = next(o["path"] for o in comp(man, "llama")["outputs"] if o["name"] == "llama-server")
-    env = {**os.environ, "IREE_HAL_AMDGPU_LIBHSA_PATH": str(built["tc"] / "lib" / "libhsa-runtime64.so.1")}
-    listing = subprocess.run([server, "--list-devices"], capture_output=True, text=True, env=env, check=True).stdout
-    assert "HRX20" in listing and "gfx1151" in listing and "Vulkan0" in listing
-    env.pop("IREE_HAL_AMDGPU_LIBHSA_PATH")
-    assert "HRX20" not in subprocess.run([server, "--list-devices"], capture_output=True, text=True, env=env, check=True).stdout
+    # lists HRX20 (the AMDGPU driver built, the probe patched) next to Vulkan0.
+    problem = hrx20_problem(man, built["tc"])
+    assert problem is None, f"upstream requirement missed: {problem}"
+    listing = list_devices(man, built["tc"])
+    assert "gfx1151" in listing and "Vulkan0" in listing
+    assert "HRX20" not in list_devices(man, built["tc"], with_hsa=False)
 
 
 def test_artifacts_counted_hashed_and_from_canonical_paths(built):
     man = built["man"]
     llama = comp(man, "llama")
-    tree = next(s["tree"] for s in man["sources"] if s["name"] == "llama.cpp-hrx")
-    patch_digest = next(s["patch_digest"] for s in man["sources"] if s["name"] == "llama.cpp-hrx")
-    assert tree == str(built["ws"] / "src" / f"llama.cpp-hrx-{str(built['s']['llama.cpp-hrx'])[:12]}-{patch_digest[:12]}")
-    catalog = json.loads((Path(tree) / "ggml/src/ggml-hrx2/catalog/artifacts.json").read_text())["artifacts"]
+    src = next(s for s in man["sources"] if s["name"] == "llama.cpp-hrx")
+    tree = src["tree"]
+    assert tree == str(built["ws"] / "src" / f"llama.cpp-hrx-{str(built['s']['llama.cpp-hrx'])[:12]}-{src['patch_digest'][:12]}")
+    catalog = json.loads((Path(tree) / "ggml/src/ggml-hrx2/catalog/artifacts.json").read_text())
+    assert isinstance(catalog, dict) and len(catalog) == len(ARTIFACTS) == 48
     sets = llama["artifacts"]
     assert [s["kind"] for s in sets] == ["loombc"]
     loombc = sets[0]
-    assert loombc["count"] == len(catalog) == len(KERNELS)
-    assert sorted(i["name"] for i in loombc["items"]) == sorted(f"{k}.loombc" for k in KERNELS)
+    # All 48 the catalog lists, though the fork's CMake output list names only 36.
+    assert loombc["count"] == 48
+    assert sorted(i["name"] for i in loombc["items"]) == sorted(f"artifacts/{n}.loombc" for n in ARTIFACTS)
     assert loombc["facts"]["source_dir"] == tree
-    root = Path(llama["build_dir"]) / "ggml/src/ggml-hrx2/generated/catalog/artifacts"
+    root = Path(llama["build_dir"]) / "ggml/src/ggml-hrx2/generated/catalog"
+    assert loombc["root"] == str(root)
     for item in loombc["items"]:
         f = root / item["name"]
         assert item["sha256"] == sha256_file(f)
-        # loom-link recorded the kernel's path inside the canonical tree.
-        assert f"source {tree}/ggml/src/ggml-hrx2/kernels/{item['name'][:-len('.loombc')]}.loom\n".encode() in f.read_bytes()
+        # loom-link was given the kernel source's absolute path inside the canonical tree
+        # and the route's root symbol.
+        name = item["name"][len("artifacts/"):-len(".loombc")]
+        op = next(o for o in OPS if name.startswith(o + "_f32"))
+        head = f.read_bytes().split(b"\n")[:3]
+        assert head == [b"LOOMBC1", f"source {tree}/ggml/src/ggml-hrx2/kernels/{op}.loom".encode(), f"root @hrx2_{name}".encode()]
+    # The fork embedded every one of them.
+    run = subprocess.run([output(man, "llama", "llama-server")], capture_output=True, text=True, check=True)
+    assert ": 48 HRX2 kernels" in run.stdout
 
 
 def test_verify_reference_and_rebuild(built, tmp_path):
@@ -542,7 +1030,7 @@ def test_verify_reference_and_rebuild(built, tmp_path):
     assert doc["recipe"] == "strix-halo"
     out = cli(built, "--toolchain-root", str(built["tc"]), "verify", "--reference", str(ref))
     assert out.returncode == 0, out.stderr
-    assert f"{len(KERNELS)}/{len(KERNELS)} byte-identical" in out.stderr
+    assert "48/48 byte-identical" in out.stderr
     # A reference whose bytes differ fails; one built from another path only warns.
     bad = json.loads(ref.read_text())
     llama = next(c for c in bad["components"] if c["name"] == "llama")
@@ -551,15 +1039,18 @@ def test_verify_reference_and_rebuild(built, tmp_path):
     ref.write_text(json.dumps(bad))
     out = cli(built, "--toolchain-root", str(built["tc"]), "verify", "--reference", str(ref))
     assert out.returncode == 11
-    assert f"{len(KERNELS) - 1}/{len(KERNELS)} byte-identical" in out.stderr and "differs" in out.stderr
+    assert "47/48 byte-identical" in out.stderr and "differs" in out.stderr
     assert "built from another path" in out.stderr
     # The whole stack again in another build folder: the kernels come out byte-identical
-    # (same canonical source paths). The only binary that differs is llama-server, whose
-    # run path names the prefix inside the other build folder.
+    # (same canonical source paths). The binaries that differ are the ones whose run path
+    # names the prefix inside the other hrx-runtime build folder.
     out = cli(built, "--toolchain-root", str(built["tc"]), "verify", "--rebuild")
-    assert f"HRX2 Loom bytecode: {len(KERNELS)}/{len(KERNELS)} byte-identical" in out.stderr, out.stderr
-    differing = [line.split()[1] for line in out.stderr.splitlines() if line.strip().startswith("differs ")]
-    assert differing == ["llama-server"], out.stderr
+    assert "HRX2 Loom bytecode: 48/48 byte-identical" in out.stderr, out.stderr
+    differing = {line.split()[1] for line in out.stderr.splitlines() if line.strip().startswith("differs ")}
+    assert differing and differing <= {"llama-server", "libggml.so", "libggml-hrx2.so"}, out.stderr
+    bin_dir = Path(output(built["man"], "llama", "llama-server")).parent
+    for name in differing:
+        assert b"/onebit-prefix/lib" in (bin_dir / name).read_bytes(), name
     assert out.returncode == 11
 
 
@@ -567,7 +1058,7 @@ def test_rerun_is_a_noop_and_a_damaged_prefix_is_reassembled(built):
     out = cli(built, "--toolchain-root", str(built["tc"]), "build")
     assert out.returncode == 0, out.stderr
     assert out.stderr.count("(up to date)") == 3
-    prefix = Path(next(o["path"] for o in comp(built["man"], "hrx-runtime")["outputs"] if o["name"] == "prefix"))
+    prefix = Path(output(built["man"], "hrx-runtime", "prefix"))
     (prefix / "include" / "hrx_runtime.h").unlink()
     out = cli(built, "--toolchain-root", str(built["tc"]), "build")
     assert out.returncode == 0, out.stderr
@@ -581,6 +1072,68 @@ def test_doctor_lists_the_gpu_once_built(built):
     assert "ok    GPU devices" in out.stdout and "HRX20, Vulkan0" in out.stdout, out.stdout
     assert "gfx1151 is listed" in out.stdout
     assert "amdclang++" in out.stdout and "source hrx-system" in out.stdout
+    assert re.search(r"ok +ASM compiler +\S+/bin/amdclang", out.stdout), out.stdout
+    assert re.search(r"ok +built hrx-runtime +", out.stdout), out.stdout
+
+
+# --------------------------------------------------------------------------- loom-link
+
+
+def test_standin_loom_link_takes_the_forks_command_line_only(built, tmp_path):
+    loom_link = output(built["man"], "loom-link", "loom-link")
+    kernel = tmp_path / "k.loom"
+    kernel.write_text("kernel @hrx2_k_f32(%x: tensor) {\n  return %x\n}\n")
+    good = [str(kernel), "--mode=selective", "--root=@hrx2_k_f32", "--to=bytecode", f"--output={tmp_path / 'k.loombc'}"]
+    assert subprocess.run([loom_link, *good], capture_output=True, text=True).returncode == 0
+    assert (tmp_path / "k.loombc").read_bytes().startswith(f"LOOMBC1\nsource {kernel}\nroot @hrx2_k_f32\n".encode())
+    wrong = {
+        "-o": ["--mode=selective", "-o", str(tmp_path / "x"), str(kernel)],
+        "--mode": [good[0], "--mode=whole", *good[2:]],
+        "--root": [*good[:2], "--root=hrx2_k_f32", *good[3:]],
+        "--to": [*good[:3], "--to=text", good[4]],
+        "--output": good[:4],
+    }
+    for what, args in wrong.items():
+        r = subprocess.run([loom_link, *args], capture_output=True, text=True)
+        assert r.returncode == 2, (what, r.stderr)
+        assert missed_requirements(r.stderr) == [MISSED["loom-link"]], (what, r.stderr)
+    r = subprocess.run([loom_link, *good[:2], "--root=@hrx2_other", *good[3:]], capture_output=True, text=True)
+    assert r.returncode == 1 and "no symbol @hrx2_other" in r.stderr
+
+
+# --------------------------------------------------------------------------- proof that they matter
+
+
+# Each requirement, and what is taken away to show it is needed: defines of the recipe,
+# or (loom-link) the fork's command line, replaced by the invented one.
+DROPPED = {
+    "IREE_ENABLE_WERROR_FLAG": ("IREE_ENABLE_WERROR_FLAG",),
+    "IREE_HAL_DRIVER_AMDGPU": ("IREE_HAL_DRIVER_AMDGPU",),
+    # The prebuilt UI is used only where the UI is built at all.
+    "LLAMA_USE_PREBUILT_UI": ("LLAMA_USE_PREBUILT_UI", "LLAMA_BUILD_UI"),
+    "loom-link": (),
+}
+
+
+@pytest.mark.parametrize("missing", list(DROPPED))
+def test_each_upstream_requirement_is_needed(standins, tmp_path, missing):
+    """Without one of them the build or the device list fails, and the failure names the
+    upstream requirement that was missed."""
+    s = standins["s"]
+    if missing == "loom-link":
+        root = project(tmp_path / "proj", s, llama_commit=str(s["llama-old-cli"]))
+    else:
+        root = project(tmp_path / "proj", s, recipe_without=DROPPED[missing])
+    ws = tmp_path / "ws"
+    out = build(standins, root, ws)
+    if missing == "IREE_HAL_DRIVER_AMDGPU":
+        # Upstream builds fine without its GPU driver; the device list shows it.
+        assert out.returncode == 0, failure_report(out, ws)
+        assert hrx20_problem(read_manifest(ws / "manifests" / "strix-halo.json"), standins["tc"]) == MISSED[missing]
+        return
+    assert out.returncode == 9, out.stderr
+    report = failure_report(out, ws)
+    assert f"upstream requirement missed: {MISSED[missing]}" in report, report
 
 
 def test_hrx_system_pin_must_stay_before_the_removal(standins, tmp_path):
@@ -596,3 +1149,33 @@ def test_missing_toolchain_fails_before_building(standins, tmp_path):
                   "--hrx", "on", "--toolchain-root", str(tmp_path / "no-therock"), "build")
     assert out.returncode == 9, out.stderr
     assert f"{tmp_path}/no-therock/bin/amdclang not found" in out.stderr
+
+
+# --------------------------------------------------------------------------- the catalog format
+
+
+def test_catalog_paths_from_the_real_format():
+    doc = json.loads(catalog_files()["ggml/src/ggml-hrx2/catalog/artifacts.json"])
+    names = parse_loombc_catalog(doc, Path("artifacts.json"))
+    assert len(names) == 48 and names[0] == "artifacts/rms_norm_f32.loombc"
+    # An entry of the other format the fork knows is not Loom bytecode: left out.
+    doc["k_hsaco"] = {"path": "artifacts/k.hsaco", "format": "amdgpu-hsaco", "storage": "embedded"}
+    assert len(parse_loombc_catalog(doc, Path("artifacts.json"))) == 48
+
+
+@pytest.mark.parametrize("doc, problem", [
+    ([{"name": "rms_norm_f32"}], "found a list"),
+    ({"artifacts": [{"name": "rms_norm_f32"}]}, "entry 'artifacts' is a JSON list"),
+    ({"a_bc": {"format": "loom-bytecode"}}, "entry 'a_bc' has no \"path\""),
+    ({"a_bc": {"path": "artifacts/a.loombc"}}, "entry 'a_bc' has format None"),
+    ({"a_bc": {"path": "../a.loombc", "format": "loom-bytecode"}}, "is not a .loombc file inside the artifact root"),
+    ({"a_bc": {"path": "artifacts/a.loombc", "format": "loom-bytecode"},
+      "b_bc": {"path": "artifacts/a.loombc", "format": "loom-bytecode"}}, "repeats path"),
+    ({}, "lists no loom-bytecode artifact"),
+])
+def test_any_other_catalog_is_a_one_line_error(doc, problem):
+    with pytest.raises(VerifyError) as exc:
+        parse_loombc_catalog(doc, Path("/src/catalog/artifacts.json"))
+    text = str(exc.value)
+    assert "\n" not in text and problem in text, text
+    assert text.startswith("/src/catalog/artifacts.json: ") and '{"path": "artifacts/<name>.loombc", "format": "loom-bytecode"' in text
