@@ -27,7 +27,19 @@ import requests
 from . import proc, ui
 from .errors import CommandError, FetchError, IntegrityError, SpaceError
 
-DEFAULT_INDEX = "https://pypi.org/simple"
+
+
+def _pip_default_index() -> str:
+    """pip's own default index (what pip uses when nothing is configured)."""
+    try:
+        from pip._internal.models.index import PyPI
+
+        return str(PyPI.simple_url).rstrip("/")
+    except Exception:  # pip moved it: the user must then configure an index explicitly
+        return ""
+
+
+DEFAULT_INDEX = _pip_default_index()
 JSON_SIMPLE = "application/vnd.pypi.simple.v1+json"
 _CHUNK = 1 << 20
 
@@ -47,7 +59,7 @@ class IndexConfig:
 
     def locations(self) -> tuple[str, ...]:
         """Where to look, in order: find-links first (local and fast), then the indexes."""
-        indexes = () if self.no_index else (self.index_url, *self.extra_index_urls)
+        indexes = () if self.no_index else tuple(u for u in (self.index_url, *self.extra_index_urls) if u)
         return (*self.find_links, *indexes)
 
 
