@@ -13,29 +13,22 @@ from pathlib import Path
 
 from . import __version__, ui
 from .errors import ConfigError, NotAvailableError, OnebitError, SmokeError, SpaceError, WorkspaceError
+from .project import ProjectRoot, find_root
 from .workspace import Workspace, WorkspaceLock, check_usable, default_workspace, sweep_stale
 
 HRX_RECIPE = "strix-halo"
 
 
-def repo_root() -> Path:
-    """The project folder holding pins.yaml, recipes/ and patches/ (``ONEBIT_ROOT`` overrides)."""
-    env = os.environ.get("ONEBIT_ROOT")
-    if env:
-        return Path(env).resolve()
-    here = Path.cwd().resolve()
-    for cand in (here, *here.parents):
-        if (cand / "pins.yaml").exists() and (cand / "recipes").is_dir():
-            return cand
-    pkg = Path(__file__).resolve().parent.parent
-    if (pkg / "pins.yaml").exists():
-        return pkg
-    return here
+def project_root(args: argparse.Namespace) -> ProjectRoot:
+    """Where pins.yaml, recipes/, patches/ and the rest come from for this run."""
+    return find_root(given=getattr(args, "root", None), env=os.environ, cwd=Path.cwd())
 
 
 def _common(p: argparse.ArgumentParser, top: bool) -> None:
     kw = {"default": argparse.SUPPRESS} if not top else {}
     p.add_argument("--recipe", metavar="NAME", help="recipe from recipes/ (default: default)", **kw)
+    p.add_argument("--root", metavar="DIR", help="project folder holding pins.yaml and recipes/ (default: $ONEBIT_ROOT, the checkout around the"
+                   " current folder, else the data installed with the tool)", **kw)
     p.add_argument("--hrx", choices=["on", "off"], help="on: the HRX + Vulkan Strix Halo recipe", **kw)
     p.add_argument("--workspace", metavar="DIR", help="cache and build folder (default: $XDG_CACHE_HOME/onebit-build)", **kw)
     p.add_argument("--mirror-dir", metavar="DIR", action="append", help="folder with NAME.git / NAME.bundle mirrors (repeatable; also $ONEBIT_MIRROR_DIR)", **kw)
@@ -57,7 +50,7 @@ def make_parser() -> argparse.ArgumentParser:
         prog="onebit-build",
         description="Fetch pinned sources, apply patches, build llama-server, verify and smoke-test it.",
     )
-    p.add_argument("--version", action="version", version=f"onebit-build {__version__}")
+    p.add_argument("--version", action="store_true", help="print the version, the digest of pins.yaml and where the recipes come from")
     _common(p, top=True)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_ in (
@@ -76,6 +69,9 @@ def make_parser() -> argparse.ArgumentParser:
     vp.add_argument("--write-reference", metavar="FILE", help="save this build's artifacts as a reference")
     vp.add_argument("--rebuild", action="store_true", help="build the same configuration again in another folder and compare everything")
     _common(vp, top=False)
+    rp = sub.add_parser("recipes", help="list the recipes: name, backends, description")
+    rp.add_argument("--json", action="store_true", help="print the list as JSON")
+    _common(rp, top=False)
     dp = sub.add_parser("doctor", help="check this machine for what the recipe needs, each missing item with its fix")
     _common(dp, top=False)
     pe = sub.add_parser("patches", help="patch series tools")
@@ -100,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     # every stage cleans up the same way.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
+        if args.version:
+            return _version(args)
         return _dispatch(args)
     except KeyboardInterrupt:
         ui.error("interrupted; partial outputs were removed, the next run starts cleanly")
@@ -148,19 +146,30 @@ def _dispatch(args: argparse.Namespace) -> int:
     from .fetch import mirror_dirs_from
 
     command = args.command or "all"
-    root = repo_root()
+    project = project_root(args)
+    root = project.path
+    if command == "recipes":
+        return _recipes(project, args)
     recipe_name = _recipe_name(args)
-    if recipe_name == HRX_RECIPE and not (root / "recipes" / f"{HRX_RECIPE}.yaml").exists():
+    if recipe_name == HRX_RECIPE and not (project.recipes / f"{HRX_RECIPE}.yaml").exists():
         raise NotAvailableError(
             f"--hrx on: the HRX + Vulkan recipe ({HRX_RECIPE}) is not available in this version yet",
             hint="build the CPU default for now (omit --hrx or use --hrx off)",
         )
     if getattr(args, "dry_run", False):
-        return _dry_run(root, recipe_name, args)
+        return _dry_run(project, recipe_name, args)
     if command == "doctor":
-        return _doctor(root, recipe_name, args)
+        return _doctor(project, recipe_name, args)
     if command == "bench":
         return _bench(root, recipe_name, args)
+    if needs_git(command, args):
+        from .proc import which
+
+        which("git")
+    if command in ("patches", "pins") and project.data_from != "checkout":
+        raise ConfigError(f"'{command} {getattr(args, 'patches_command', None) or getattr(args, 'pins_command', None)}' writes into the project's files,"
+                          f" but they come from the installed package ({root})",
+                          hint="run it inside a checkout of onebit-build, or pass --root DIR")
     ws = Workspace(root=Path(getattr(args, "workspace", None) or default_workspace()).resolve())
     check_usable(ws.root)
     mirror_dirs = mirror_dirs_from(getattr(args, "mirror_dir", None))
@@ -171,7 +180,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 ui.info(f"  removed {gone.name}, left behind by a run that was killed")
         run_dir = ws.new_run_dir(recipe_name, label)
         try:
-            return _in_run(args, command, root, recipe_name, ws, run_dir, mirror_dirs)
+            return _in_run(args, command, project, recipe_name, ws, run_dir, mirror_dirs)
         finally:
             _drop_if_empty(run_dir)
 
@@ -184,18 +193,25 @@ def _drop_if_empty(run_dir: Path) -> None:
         pass
 
 
-def _in_run(args: argparse.Namespace, command: str, root: Path, recipe_name: str, ws: Workspace, run_dir: Path,
+def needs_git(command: str, args: argparse.Namespace) -> bool:
+    """Whether the command fetches or patches sources (smoking a given binary does not). Pure."""
+    if command == "smoke" and getattr(args, "server", None):
+        return False
+    return command in ("all", "fetch", "patch", "build", "smoke", "verify", "patches", "pins")
+
+
+def _in_run(args: argparse.Namespace, command: str, project: ProjectRoot, recipe_name: str, ws: Workspace, run_dir: Path,
             mirror_dirs: tuple[Path, ...]) -> int:
     from . import pipeline
 
     ctx = pipeline.Context(
-        repo_root=root, pins_path=root / "pins.yaml", recipes_dir=root / "recipes",
-        patches_dir=root / "patches", workspace=ws, recipe_name=recipe_name, run_dir=run_dir,
+        repo_root=project.path, pins_path=project.pins, recipes_dir=project.recipes,
+        patches_dir=project.patches, data_from=project.data_from, workspace=ws, recipe_name=recipe_name, run_dir=run_dir,
         offline=bool(getattr(args, "offline", False)), locked=bool(getattr(args, "locked", False)),
         mirror_dirs=mirror_dirs, jobs=getattr(args, "jobs", None),
         toolchain_root=getattr(args, "toolchain_root", None),
     )
-    ui.detail(f"workspace {ws.root}; logs in {run_dir}")
+    ui.detail(f"workspace {ws.root}; logs in {run_dir}; project data {project.describe()}")
     if command == "pins":
         return _pins_lock(ctx, args)
     if command == "patches":
@@ -433,38 +449,86 @@ def _with_runtime_env(ctx, recipe):
     return replace(recipe, smoke=replace(recipe.smoke, env=env))
 
 
-def _dry_run(root: Path, recipe_name: str, args: argparse.Namespace) -> int:
+def _dry_run(project: ProjectRoot, recipe_name: str, args: argparse.Namespace) -> int:
     """Print the whole plan without fetching, building or taking the workspace lock."""
     from .config import apply_lock, find_recipe, load_pins, load_recipe, read_lock
     from .fetch import mirror_dirs_from
     from .plan import make_plan, render_plan
 
-    pins = load_pins(root / "pins.yaml")
+    pins = load_pins(project.pins)
     pins = apply_lock(pins, read_lock(pins.lock_path), locked=bool(getattr(args, "locked", False)))
-    recipe = load_recipe(find_recipe(root / "recipes", recipe_name), pins)
+    recipe = load_recipe(find_recipe(project.recipes, recipe_name), pins)
     ws = Workspace(root=Path(getattr(args, "workspace", None) or default_workspace()).resolve())
-    plan = make_plan(recipe, pins, workspace=ws, patches_dir=root / "patches",
+    plan = make_plan(recipe, pins, workspace=ws, patches_dir=project.patches,
                      mirror_dirs=mirror_dirs_from(getattr(args, "mirror_dir", None)),
                      offline=bool(getattr(args, "offline", False)), toolchain_root=getattr(args, "toolchain_root", None))
-    sys.stdout.write(render_plan(plan))
+    sys.stdout.write(render_plan(plan, project=project.describe()))
     return 0
 
 
-def _doctor(root: Path, recipe_name: str, args: argparse.Namespace) -> int:
+def _doctor(project: ProjectRoot, recipe_name: str, args: argparse.Namespace) -> int:
     from .config import apply_lock, find_recipe, load_pins, load_recipe, read_lock
     from .doctor import DoctorRequest, render, run_doctor
     from .fetch import mirror_dirs_from
 
-    pins = load_pins(root / "pins.yaml")
+    pins = load_pins(project.pins)
     pins = apply_lock(pins, read_lock(pins.lock_path), locked=False)
-    recipe = load_recipe(find_recipe(root / "recipes", recipe_name), pins)
+    recipe = load_recipe(find_recipe(project.recipes, recipe_name), pins)
     ws = Workspace(root=Path(getattr(args, "workspace", None) or default_workspace()).resolve())
     report = run_doctor(DoctorRequest(
         recipe=recipe, pins=pins, workspace=ws, mirror_dirs=mirror_dirs_from(getattr(args, "mirror_dir", None)),
         offline=bool(getattr(args, "offline", False)), toolchain_root=getattr(args, "toolchain_root", None),
     ))
+    sys.stdout.write(f"project data: {project.describe()}\n")
     sys.stdout.write(render(report))
     return 0 if report.ok else 7
+
+
+def _version(args: argparse.Namespace) -> int:
+    """The tool's version, the pins it would build and where its recipes come from."""
+    from .project import pins_digest
+
+    lines = [f"onebit-build {__version__}"]
+    try:
+        project = project_root(args)
+    except ConfigError as exc:
+        lines.append(f"recipes: none found ({exc})")
+    else:
+        digest = pins_digest(project)
+        lines.append(f"pins.yaml sha256 {digest}" if digest else f"pins.yaml: not readable in {project.path}")
+        lines.append(f"recipes from {project.describe()}")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def recipe_rows(project: ProjectRoot) -> list[dict]:
+    """Every recipe of the project, loaded and checked against the pins."""
+    from .config import apply_lock, load_pins, load_recipe, read_lock
+
+    pins = load_pins(project.pins)
+    pins = apply_lock(pins, read_lock(pins.lock_path), locked=False)
+    rows = []
+    for path in sorted(project.recipes.glob("*.yaml")):
+        r = load_recipe(path, pins)
+        rows.append({"name": r.name, "backends": list(r.backends), "description": r.description, "path": str(path)})
+    return rows
+
+
+def _recipes(project: ProjectRoot, args: argparse.Namespace) -> int:
+    import json
+
+    rows = recipe_rows(project)
+    if args.json:
+        doc = {"project_root": str(project.path), "data_from": project.data_from, "recipes": rows}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return 0
+    width = max([len(r["name"]) for r in rows] + [6])
+    bwidth = max([len(", ".join(r["backends"])) for r in rows] + [8])
+    out = [f"recipes from {project.describe()}", "", f"{'recipe':<{width}}  {'backends':<{bwidth}}  description"]
+    for r in rows:
+        out.append(f"{r['name']:<{width}}  {', '.join(r['backends']):<{bwidth}}  {r['description']}")
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
 
 
 def _pins_lock(ctx, args: argparse.Namespace) -> int:

@@ -1,21 +1,21 @@
 """Git, through GitPython's command layer, confined to one directory and logged.
 
 Every call is echoed with -v, appended to the stage's log and turned into a typed error
-that carries git's own message.
+that carries git's own message. GitPython is imported only once git itself has been found:
+its import fails when git is missing, and that must be one line, not a traceback.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
-
-import git as gitpython
-from git.exc import GitCommandError, GitCommandNotFound
+from typing import Any, Mapping
 
 from . import ui
 from .errors import CommandError, ToolMissingError
+from .proc import INSTALL_HINTS, which
 
 # A fixed identity and date, so that applying the same patches to the same commit
 # always yields the same commit SHAs.
@@ -42,7 +42,8 @@ class Git:
         self.where = Path(where)
         self.log = log
         self.bare = bare
-        self._cmd = gitpython.Git(str(self.where))
+        self._exe = which("git")
+        self._cmd = _command_layer(self.where)
 
     def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         env = {
@@ -60,19 +61,21 @@ class Git:
         return env
 
     def run(self, *args: str, env: Mapping[str, str] | None = None, check: bool = True, what: str | None = None, hint: str | None = None) -> GitResult:
+        from git.exc import GitCommandError, GitCommandNotFound
+
         argv = ["git", *args]
         ui.detail(f"$ {shlex.join(argv)}   (in {self.where})")
         full_env = self._env(env)
         try:
             status, out, err = self._cmd.execute(
-                argv,
+                [self._exe, *args],
                 env=full_env,
                 with_extended_output=True,
                 with_exceptions=False,
                 strip_newline_in_stdout=False,
             )
         except GitCommandNotFound:
-            raise ToolMissingError("git not found", hint="install git (Debian: apt-get install git)") from None
+            raise ToolMissingError("git not found", hint=INSTALL_HINTS["git"]) from None
         except GitCommandError as exc:  # pragma: no cover - with_exceptions=False
             status, out, err = exc.status if isinstance(exc.status, int) else 1, "", str(exc.stderr)
         if self.log is not None:
@@ -98,6 +101,14 @@ class Git:
     def has_commit(self, sha: str) -> bool:
         res = self.run("cat-file", "-t", sha, check=False)
         return res.status == 0 and res.out.strip() == "commit"
+
+
+def _command_layer(where: Path) -> Any:
+    """GitPython's command runner for ``where`` (git is known to be on PATH by now)."""
+    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+    import git as gitpython
+
+    return gitpython.Git(str(where))
 
 
 def init_bare(path: Path, *, log: Path | None = None) -> Git:

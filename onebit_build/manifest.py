@@ -35,7 +35,10 @@ def host_info() -> dict[str, str]:
     return info
 
 
-def make_manifest(recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], builds: list[BuildResult], artifacts: dict[str, list[ArtifactSet]] | None = None, extra_tools: dict[str, str] | None = None) -> dict[str, Any]:
+def make_manifest(recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], builds: list[BuildResult], artifacts: dict[str, list[ArtifactSet]] | None = None, extra_tools: dict[str, str] | None = None,
+                  project: dict[str, str] | None = None) -> dict[str, Any]:
+    """The manifest document. ``project`` names the data the run used (``project_root``,
+    ``data_from``: checkout or package); readers of older manifests find no such keys."""
     sources = []
     for name, f in fetched.items():
         t = trees[name]
@@ -64,6 +67,7 @@ def make_manifest(recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[s
         toolchain.update(extra_tools)
     return {
         "tool": {"name": "onebit-build", "version": __version__},
+        **(project or {}),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "recipe": {"name": recipe.name, "path": str(recipe.path), "sha256": sha256_file(recipe.path), "backends": list(recipe.backends)},
         "host": host_info(),

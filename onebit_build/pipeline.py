@@ -34,6 +34,7 @@ class Context:
     recipes_dir: Path
     patches_dir: Path
     workspace: Workspace
+    data_from: str = "checkout"  # where pins, recipes and patches came from: "checkout" or "package"
     recipe_name: str
     run_dir: Path
     offline: bool = False
@@ -67,8 +68,10 @@ def run_fetch(ctx: Context, pins: Pins, names: list[str]) -> dict[str, FetchResu
         check_before(pin, res, log=ctx.run_dir / "fetch.log")
         out[name] = res
     newly = {n: r for n, r in out.items() if r.resolved_from}
-    if newly:
+    if newly and ctx.data_from == "checkout":
         update_lock(pins, newly)
+    elif newly:  # the installed package's own files are never written to
+        ui.detail(f"  resolved {', '.join(newly)}; {pins.lock_path.name} not updated (the pins come from the installed package)")
     return out
 
 
@@ -182,7 +185,8 @@ def collect_artifacts(recipe: Recipe, trees: dict[str, PreparedTree], builds: li
 
 
 def write_manifests(ctx: Context, recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], builds: list[BuildResult], *, latest: bool = True) -> Path:
-    doc = make_manifest(recipe, fetched, trees, builds, collect_artifacts(recipe, trees, builds))
+    doc = make_manifest(recipe, fetched, trees, builds, collect_artifacts(recipe, trees, builds),
+                        project={"project_root": str(ctx.repo_root), "data_from": ctx.data_from})
     final = builds[-1].build_dir / "build-manifest.json"
     write_manifest(final, doc)
     write_manifest(ctx.run_dir / ("build-manifest.json" if latest else f"build-manifest-{builds[-1].build_dir.parent.name}.json"), doc)

@@ -271,9 +271,11 @@ def _cmd(argv: tuple[str, ...], indent: str) -> list[str]:
     return [indent + (line if i == 0 else "    " + line) + (" \\" if i < len(lines) - 1 else "") for i, line in enumerate(lines)]
 
 
-def render_plan(plan: Plan) -> str:
+def render_plan(plan: Plan, *, project: str | None = None) -> str:
     r = plan.recipe
     out = [f"plan for recipe {r.name}: {r.description}", "(dry run: nothing is fetched, built or started)", ""]
+    if project:
+        out.append(f"project    {project}")
     out.append(f"workspace  {plan.workspace}")
     tc = plan.toolchain
     if tc is not None:

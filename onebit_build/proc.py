@@ -19,7 +19,7 @@ from .fsutil import tail_lines
 
 # How to get a missing program, shown in the error.
 INSTALL_HINTS = {
-    "git": "install git (Debian: apt-get install git)",
+    "git": "install git: apt-get install git",
     "cmake": "pip install cmake (or apt-get install cmake)",
     "ninja": "pip install ninja (or apt-get install ninja-build)",
     "cc": "install a C compiler (Debian: apt-get install build-essential)",

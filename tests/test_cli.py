@@ -7,6 +7,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from _support import REPO, project_tree, run_cli, tiny_recipe
 
 
@@ -55,3 +57,94 @@ def test_second_concurrent_run_is_refused_naming_the_holder(tmp_path):
     # Once the holder is gone the lock is free again (the run then fails only for being offline).
     out = run_cli(REPO, "--workspace", str(ws), "fetch", "--offline")
     assert out.returncode == 4 and "offline" in out.stderr
+
+
+def test_without_git_every_git_command_is_one_line_and_exit_7(tmp_path):
+    bin_dir = tmp_path / "bin"  # a PATH with python and nothing else
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    (bin_dir / "python3").symlink_to(sys.executable)
+    root = project_tree(tmp_path / "p", pins="schema: 1\nsources:\n  tiny:\n    url: u\n    commit: " + "a" * 40 + "\n", recipes={"default": tiny_recipe(name="default")})
+    ws = tmp_path / "ws"
+    env = {"PATH": str(bin_dir)}
+    for cmd in (["fetch"], ["patch"], ["build"], ["smoke"], ["verify"], [], ["pins", "lock"], ["patches", "export", "tiny"]):
+        out = run_cli(root, "--workspace", str(ws), *cmd, env=env)
+        lines = [line for line in out.stderr.splitlines() if line.strip()]
+        assert (out.returncode, lines) == (7, ["error: git not found (install git: apt-get install git)"]), (cmd, out.stderr)
+    assert not (ws / "runs").exists() or list((ws / "runs").iterdir()) == []
+    plan = run_cli(root, "--workspace", str(ws), "--dry-run", env=env)  # a dry run needs no git
+    assert plan.returncode == 0 and "Traceback" not in plan.stderr
+
+
+def test_find_root_order(tmp_path):
+    from onebit_build.errors import ConfigError
+    from onebit_build.project import find_root
+
+    def project(p):
+        (p / "recipes").mkdir(parents=True)
+        (p / "pins.yaml").write_text("schema: 1\nsources: {}\n")
+        return p.resolve()
+
+    checkout, other, pkg_parent = project(tmp_path / "co"), project(tmp_path / "other"), tmp_path / "site"
+    data = project(pkg_parent / "onebit_build" / "data")
+    pkg = pkg_parent / "onebit_build"
+    (checkout / "docs").mkdir()
+    nowhere = tmp_path / "empty"
+    nowhere.mkdir()
+    r = find_root(given=str(other), env={"ONEBIT_ROOT": str(checkout)}, cwd=checkout, package_dir=pkg)
+    assert (r.path, r.data_from, r.found_by) == (other, "checkout", "--root")
+    r = find_root(given=None, env={"ONEBIT_ROOT": str(other)}, cwd=checkout, package_dir=pkg)
+    assert (r.path, r.found_by) == (other, "$ONEBIT_ROOT")
+    r = find_root(given=None, env={}, cwd=checkout / "docs", package_dir=pkg)
+    assert (r.path, r.data_from, r.found_by) == (checkout, "checkout", "current folder")
+    r = find_root(given=None, env={}, cwd=nowhere, package_dir=pkg)
+    assert (r.path, r.data_from, r.found_by) == (data, "package", "installed package")
+    r = find_root(given=None, env={}, cwd=nowhere, package_dir=checkout / "onebit_build")  # an editable install
+    assert (r.path, r.data_from, r.found_by) == (checkout, "checkout", "package location")
+    r = find_root(given=str(data), env={}, cwd=nowhere, package_dir=pkg)
+    assert r.data_from == "package"
+    with pytest.raises(ConfigError, match="no project data"):
+        find_root(given=None, env={}, cwd=nowhere, package_dir=nowhere / "onebit_build")
+    with pytest.raises(ConfigError, match="--root .*no such folder"):
+        find_root(given=str(nowhere / "typo"), env={}, cwd=nowhere, package_dir=pkg)
+
+
+def test_version_names_pins_digest_and_root(tmp_path):
+    import hashlib
+
+    out = run_cli(REPO, "--version")
+    digest = hashlib.sha256((REPO / "pins.yaml").read_bytes()).hexdigest()[:12]
+    assert out.returncode == 0
+    assert out.stdout.splitlines() == ["onebit-build 0.1.0", f"pins.yaml sha256 {digest}", f"recipes from {REPO} (checkout, found by $ONEBIT_ROOT)"]
+    other = run_cli(REPO, "--root", str(tmp_path), "--version")
+    assert other.returncode == 0 and f"pins.yaml: not readable in {tmp_path}" in other.stdout
+
+
+def test_recipes_lists_name_backends_description(tmp_path):
+    import json
+
+    root = project_tree(tmp_path / "p", pins="schema: 1\nsources:\n  tiny:\n    url: u\n    commit: " + "a" * 40 + "\n",
+                        recipes={"default": tiny_recipe(name="default"), "other": tiny_recipe(name="other")})
+    out = run_cli(root, "recipes")
+    assert out.returncode == 0, out.stderr
+    rows = [line.split(None, 2) for line in out.stdout.splitlines()[2:]]
+    assert rows == [["recipe", "backends", "description"], ["default", "cpu", "a tiny C program"], ["other", "cpu", "a tiny C program"]]
+    doc = json.loads(run_cli(root, "recipes", "--json").stdout)
+    assert (doc["project_root"], doc["data_from"]) == (str(root.resolve()), "checkout")
+    assert [(r["name"], r["backends"], r["description"]) for r in doc["recipes"]] == [("default", ["cpu"], "a tiny C program"), ("other", ["cpu"], "a tiny C program")]
+    real = json.loads(run_cli(REPO, "recipes", "--json").stdout)
+    assert {r["name"]: r["backends"] for r in real["recipes"]}["strix-halo"] == ["hrx", "vulkan"]
+
+
+def test_manifest_names_the_project_data_and_old_manifests_still_read(tmp_path):
+    from onebit_build.config import load_pins, load_recipe
+    from onebit_build.manifest import make_manifest, read_manifest, write_manifest
+
+    recipe = load_recipe(REPO / "recipes" / "default.yaml", load_pins(REPO / "pins.yaml"))
+    doc = make_manifest(recipe, {}, {}, [], project={"project_root": "/somewhere", "data_from": "package"})
+    write_manifest(tmp_path / "m.json", doc)
+    back = read_manifest(tmp_path / "m.json")
+    assert (back["project_root"], back["data_from"]) == ("/somewhere", "package")
+    old = make_manifest(recipe, {}, {}, [])
+    write_manifest(tmp_path / "old.json", old)
+    assert "data_from" not in read_manifest(tmp_path / "old.json")
