@@ -186,6 +186,35 @@ def toolchain_checks(recipe: Recipe, tc: ToolchainSettings, environ: Mapping[str
     return checks
 
 
+def system_checks(workspace: Path, environ: Mapping[str, str]) -> list[Check]:
+    """git, a C and a C++ compiler, and a workspace that can be written."""
+    path = environ.get("PATH", os.defpath)
+    checks = []
+    git_exe = shutil.which("git", path=path)
+    checks.append(Check(name="git", ok=git_exe is not None, detail=(first_line([git_exe, "--version"]) or git_exe) if git_exe else "not on PATH",
+                        fix=None if git_exe else "install git (Debian: apt-get install git)"))
+    for label, var, names in (("C compiler", "CC", ("cc", "gcc", "clang")), ("C++ compiler", "CXX", ("c++", "g++", "clang++"))):
+        chosen = environ.get(var)
+        found = shutil.which(chosen, path=path) if chosen else next((f for f in (shutil.which(n, path=path) for n in names) if f), None)
+        checks.append(Check(name=label, ok=found is not None,
+                            detail=(first_line([found, "--version"]) or found) if found else (f"${var}={chosen} not found" if chosen else "none on PATH"),
+                            fix=None if found else "install one (Debian: apt-get install build-essential) or set " + var))
+    checks.append(workspace_check(workspace))
+    return checks
+
+
+def workspace_check(root: Path) -> Check:
+    """Whether the workspace is (or can be made) a writable folder; creates nothing."""
+    if root.exists() and not root.is_dir():
+        return Check(name="workspace", ok=False, detail=f"{root} is a file", fix="give --workspace a folder")
+    probe = root
+    while not probe.exists():
+        probe = probe.parent
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return Check(name="workspace", ok=False, detail=f"{probe} is not writable", fix="choose a writable --workspace or fix its permissions")
+    return Check(name="workspace", ok=True, detail=f"{root}{'' if root.exists() else ' (created on first run)'}")
+
+
 def build_tool_checks() -> list[Check]:
     from .cmake import CMAKE_MIN, NINJA_MIN, find_tools
 
@@ -446,6 +475,7 @@ def run_doctor(req: DoctorRequest) -> DoctorReport:
     tc = resolve_toolchain(recipe.toolchain, override=req.toolchain_root, environ=environ) if recipe.toolchain else None
     if tc is not None:
         checks += toolchain_checks(recipe, tc, environ)
+    checks += system_checks(req.workspace.root, environ)
     checks += build_tool_checks()
     if "vulkan" in recipe.backends:
         checks += vulkan_checks(environ)

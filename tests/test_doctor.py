@@ -195,3 +195,24 @@ def test_a_build_that_predates_the_recipe_is_named(tmp_path):
     stale = checks["built hrx-runtime"]
     assert stale.ok is None and "IREE_HAL_DRIVER_AMDGPU=ON (built with OFF)" in stale.detail and "build" in stale.fix
     assert checks["built loom-link"].ok is True and checks["built llama"].ok is True
+
+
+def test_git_compilers_and_workspace_are_checked(tmp_path):
+    pins = load_pins(REPO / "pins.yaml")
+    recipe = load_recipe(REPO / "recipes" / "default.yaml", pins)
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    as_file = tmp_path / "ws-file"
+    as_file.write_text("x")
+    checks = by_name(run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=Workspace(root=as_file),
+                                              offline=True, environ={"PATH": str(empty)})))
+    assert checks["git"].ok is False and "apt-get install git" in checks["git"].fix
+    assert checks["C compiler"].ok is False and "build-essential" in checks["C compiler"].fix
+    assert checks["C++ compiler"].ok is False
+    assert checks["workspace"].ok is False and "is a file" in checks["workspace"].detail
+    present = by_name(run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=Workspace(root=tmp_path / "new" / "ws"),
+                                               offline=True, environ={"PATH": os.environ["PATH"]})))
+    assert present["git"].ok and present["git"].detail.startswith("git version")
+    assert present["C compiler"].ok and present["C++ compiler"].ok
+    assert present["workspace"].ok and "created on first run" in present["workspace"].detail
+    assert not (tmp_path / "new").exists(), "doctor creates nothing"
