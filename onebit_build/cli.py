@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 
 from . import __version__, ui
-from .errors import ConfigError, NotAvailableError, OnebitError, SmokeError, SpaceError, WorkspaceError
+from .errors import ConfigError, NotAvailableError, OnebitError, SmokeError, SpaceError, ToolMissingError, WorkspaceError
 from .project import ProjectRoot, find_root
 from .workspace import Workspace, WorkspaceLock, check_usable, default_workspace, sweep_stale
 
@@ -73,6 +73,7 @@ def make_parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true", help="print the list as JSON")
     _common(rp, top=False)
     dp = sub.add_parser("doctor", help="check this machine for what the recipe needs, each missing item with its fix")
+    dp.add_argument("--json", action="store_true", help="print the checks as JSON (schema 1)")
     _common(dp, top=False)
     pe = sub.add_parser("patches", help="patch series tools")
     psub = pe.add_subparsers(dest="patches_command", metavar="ACTION", required=True)
@@ -479,9 +480,17 @@ def _doctor(project: ProjectRoot, recipe_name: str, args: argparse.Namespace) ->
         recipe=recipe, pins=pins, workspace=ws, mirror_dirs=mirror_dirs_from(getattr(args, "mirror_dir", None)),
         offline=bool(getattr(args, "offline", False)), toolchain_root=getattr(args, "toolchain_root", None),
     ))
-    sys.stdout.write(f"project data: {project.describe()}\n")
-    sys.stdout.write(render(report))
-    return 0 if report.ok else 7
+    if getattr(args, "json", False):
+        import json
+
+        doc = {"kind": "onebit-build-doctor", "schema": 1, "recipe": report.recipe, "ok": report.ok,
+               "project": project.describe(),
+               "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix} for c in report.checks]}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        sys.stdout.write(f"project data: {project.describe()}\n")
+        sys.stdout.write(render(report))
+    return 0 if report.ok else ToolMissingError.exit_code
 
 
 def _version(args: argparse.Namespace) -> int:

@@ -216,3 +216,16 @@ def test_git_compilers_and_workspace_are_checked(tmp_path):
     assert present["C compiler"].ok and present["C++ compiler"].ok
     assert present["workspace"].ok and "created on first run" in present["workspace"].detail
     assert not (tmp_path / "new").exists(), "doctor creates nothing"
+
+
+def test_cli_doctor_json(tmp_path):
+    import json
+
+    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--hrx", "on", "--offline", "doctor", "--json",
+                  env={"ONEBIT_TOOLCHAIN_ROOT": str(tmp_path / "none")})
+    assert out.returncode == 7, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["kind"] == "onebit-build-doctor" and doc["schema"] == 1 and doc["recipe"] == "strix-halo" and doc["ok"] is False
+    names = {c["name"]: c for c in doc["checks"]}
+    assert names["amdclang"]["ok"] is False and names["amdclang"]["fix"]
+    assert names["git"]["ok"] is True
