@@ -152,3 +152,14 @@ def default_model(workspace: Path) -> Path:
     assert recipe.model is not None
     mf = ensure_model(recipe.model, cache_dir=workspace / "models", offline=False, log=workspace / "model-test.log")
     return mf.path
+
+
+def only_find_links(monkeypatch, folder: Path) -> Path:
+    """Make ``folder`` (a find-links folder) pip's only package source for one test."""
+    folder.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(folder))
+    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    return folder

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from _support import git, make_repo
+from _support import git, make_repo, only_find_links
 from onebit_build.config import Pin, SdistMirror
 from onebit_build.errors import SpaceError
 from onebit_build.fetch import FetchRequest, fetch
@@ -184,11 +184,7 @@ def _big_store_sdist(tmp_path: Path, out: Path, mb: int) -> str:
 
 @pytest.fixture
 def big_index(tmp_path, monkeypatch):
-    d = tmp_path / "index"
-    d.mkdir()
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    monkeypatch.setenv("PIP_NO_INDEX", "1")
-    monkeypatch.setenv("PIP_FIND_LINKS", str(d))
+    d = only_find_links(monkeypatch, tmp_path / "index")
     archive = d / f"{PKG.replace('-', '_')}-{VER}.tar.gz"
     sha = _big_store_sdist(tmp_path, archive, 6)
     pin = Pin(name="demo", url="https://example.invalid/demo.git", commit=sha,

@@ -7,7 +7,6 @@ read through ``pip config list``), so the whole path runs as it does for a user.
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 import sys
 import tarfile
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from _support import git, make_repo
+from _support import git, make_repo, only_find_links
 from onebit_build.config import Pin, SdistMirror
 from onebit_build.errors import FetchError, IntegrityError
 from onebit_build.fetch import FetchRequest, fetch
@@ -36,14 +35,7 @@ GIT_DIR = ".git/modules/vendor/demo"
 @pytest.fixture
 def index_dir(tmp_path, monkeypatch):
     """A find-links folder that is pip's only source for this test."""
-    d = tmp_path / "index"
-    d.mkdir()
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    monkeypatch.setenv("PIP_NO_INDEX", "1")
-    monkeypatch.setenv("PIP_FIND_LINKS", str(d))
-    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
-    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
-    return d
+    return only_find_links(monkeypatch, tmp_path / "index")
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes = b"", **kw) -> None:
