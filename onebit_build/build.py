@@ -164,7 +164,7 @@ def compiler_path(kind: str, defines: Sequence[tuple[str, str]], env: Mapping[st
     if env.get(var):
         return env[var]
     for cand in (["cc", "gcc", "clang"] if kind == "c" else ["c++", "g++", "clang++"]):
-        found = shutil.which(cand)
+        found = shutil.which(cand, path=env.get("PATH"))
         if found:
             return found
     return None

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .artifacts import read_cmake_cache
-from .build import resolve_refs
+from .build import compiler_path, resolve_refs
 from .config import Pins, Recipe
 from .errors import OnebitError
 from .fetch import local_mirror_candidates, sdist_store_cached
@@ -193,9 +193,10 @@ def system_checks(workspace: Path, environ: Mapping[str, str]) -> list[Check]:
     git_exe = shutil.which("git", path=path)
     checks.append(Check(name="git", ok=git_exe is not None, detail=(first_line([git_exe, "--version"]) or git_exe) if git_exe else "not on PATH",
                         fix=None if git_exe else "install git (Debian: apt-get install git)"))
-    for label, var, names in (("C compiler", "CC", ("cc", "gcc", "clang")), ("C++ compiler", "CXX", ("c++", "g++", "clang++"))):
+    for label, kind, var in (("C compiler", "c", "CC"), ("C++ compiler", "cxx", "CXX")):
         chosen = environ.get(var)
-        found = shutil.which(chosen, path=path) if chosen else next((f for f in (shutil.which(n, path=path) for n in names) if f), None)
+        named = compiler_path(kind, (), environ)
+        found = shutil.which(named, path=path) if named else None
         checks.append(Check(name=label, ok=found is not None,
                             detail=(first_line([found, "--version"]) or found) if found else (f"${var}={chosen} not found" if chosen else "none on PATH"),
                             fix=None if found else "install one (Debian: apt-get install build-essential) or set " + var))
