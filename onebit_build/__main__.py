@@ -1,3 +1,3 @@
-from .cli import entry
+from onebit_build.cli import entry
 
 entry()

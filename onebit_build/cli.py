@@ -11,10 +11,12 @@ import time
 import traceback
 from pathlib import Path
 
-from . import __version__, ui
-from .errors import ConfigError, NotAvailableError, OnebitError, SmokeError, SpaceError, ToolMissingError, WorkspaceError
-from .project import ProjectRoot, find_root
-from .workspace import Workspace, WorkspaceLock, check_usable, default_workspace, sweep_stale
+from onebit_build import __version__
+
+from onebit_build.core import ui
+from onebit_build.core.errors import ConfigError, NotAvailableError, OnebitError, SmokeError, SpaceError, ToolMissingError, WorkspaceError
+from onebit_build.core.project import ProjectRoot, find_root
+from onebit_build.core.workspace import Workspace, WorkspaceLock, check_usable, default_workspace, sweep_stale
 
 HRX_RECIPE = "strix-halo"
 
@@ -144,7 +146,7 @@ def _recipe_name(args: argparse.Namespace) -> str:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from .fetch import mirror_dirs_from
+    from onebit_build.building.fetch import mirror_dirs_from
 
     command = args.command or "all"
     project = project_root(args)
@@ -164,7 +166,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if command == "bench":
         return _bench(root, recipe_name, args)
     if needs_git(command, args):
-        from .proc import which
+        from onebit_build.core.proc import which
 
         which("git")
     if command in ("patches", "pins") and project.data_from != "checkout":
@@ -203,7 +205,7 @@ def needs_git(command: str, args: argparse.Namespace) -> bool:
 
 def _in_run(args: argparse.Namespace, command: str, project: ProjectRoot, recipe_name: str, ws: Workspace, run_dir: Path,
             mirror_dirs: tuple[Path, ...]) -> int:
-    from . import pipeline
+    from onebit_build import pipeline
 
     ctx = pipeline.Context(
         repo_root=project.path, pins_path=project.pins, recipes_dir=project.recipes,
@@ -221,7 +223,7 @@ def _in_run(args: argparse.Namespace, command: str, project: ProjectRoot, recipe
 
 
 def _job(ctx, command: str, args: argparse.Namespace) -> int:
-    from . import pipeline
+    from onebit_build import pipeline
 
     t_start = time.monotonic()
     pins, recipe = pipeline.load(ctx)
@@ -274,8 +276,8 @@ def _print_comparisons(results) -> bool:
 def _verify_stage(ctx, recipe, manifest_file: Path) -> dict:
     """Part of the default job: compare with the matching committed reference, if any.
     Returns what the report records; never passes silently."""
-    from .manifest import read_manifest
-    from .verify import find_matching_reference, load_reference, manifest_sets, verify_against
+    from onebit_build.building.manifest import read_manifest
+    from onebit_build.building.verify import find_matching_reference, load_reference, manifest_sets, verify_against
 
     manifest = read_manifest(manifest_file)
     sets = manifest_sets(manifest)
@@ -294,7 +296,7 @@ def _verify_stage(ctx, recipe, manifest_file: Path) -> dict:
         ok = _print_comparisons(results)
         st["note"] = f"against {ref_path.name}: " + "; ".join(r.summary() for r in results)
     if not ok:
-        from .errors import VerifyError
+        from onebit_build.core.errors import VerifyError
 
         raise VerifyError(f"kernel artifacts differ from {ref_path}", hint="see the list above; rebuild with the reference's toolchain or update the reference deliberately")
     return {"status": "verified", "reference": str(ref_path), "results": [r.to_dict() for r in results]}
@@ -303,10 +305,10 @@ def _verify_stage(ctx, recipe, manifest_file: Path) -> dict:
 def _verify(ctx, pins, recipe, fetched, trees, builds, manifest_file: Path, args: argparse.Namespace) -> int:
     import shutil
 
-    from . import pipeline
-    from .errors import VerifyError
-    from .manifest import read_manifest
-    from .verify import load_reference, verify_against, write_reference
+    from onebit_build import pipeline
+    from onebit_build.core.errors import VerifyError
+    from onebit_build.building.manifest import read_manifest
+    from onebit_build.building.verify import load_reference, verify_against, write_reference
 
     manifest = read_manifest(manifest_file)
     if args.write_reference:
@@ -326,7 +328,7 @@ def _verify(ctx, pins, recipe, fetched, trees, builds, manifest_file: Path, args
         if args.reference:
             ref = load_reference(Path(args.reference))
         else:
-            from .verify import find_matching_reference, manifest_sets
+            from onebit_build.building.verify import find_matching_reference, manifest_sets
 
             refs_dir = ctx.repo_root / "references" / recipe.name
             ref_path, candidates = find_matching_reference(refs_dir, manifest_sets(manifest))
@@ -345,7 +347,7 @@ def _verify(ctx, pins, recipe, fetched, trees, builds, manifest_file: Path, args
 def _smoke_devices(ctx, recipe, server: Path) -> tuple[tuple[str, ...], dict[str, str]]:
     """The recipe's devices plus those optional devices this build lists; the others are
     skipped with the recipe's reason."""
-    from .server import list_devices
+    from onebit_build.running.server import list_devices
 
     spec = recipe.smoke
     if not spec.optional_devices:
@@ -363,12 +365,12 @@ def _smoke_devices(ctx, recipe, server: Path) -> tuple[tuple[str, ...], dict[str
 
 def _smoke(ctx, recipe, builds, manifest_file: Path, args: argparse.Namespace, verified: dict | None = None) -> int:
     try:
-        from . import model as model_mod
-        from . import report as report_mod
-        from . import smoke as smoke_mod
+        from onebit_build.running import model as model_mod
+        from onebit_build.running import report as report_mod
+        from onebit_build.running import smoke as smoke_mod
     except ImportError:
         raise NotAvailableError("the smoke stage is not available in this version yet", hint="use 'onebit-build build'") from None
-    from .manifest import read_manifest
+    from onebit_build.building.manifest import read_manifest
 
     server = getattr(args, "server", None) and Path(args.server).resolve()
     for b in builds:
@@ -410,7 +412,7 @@ def _smoke(ctx, recipe, builds, manifest_file: Path, args: argparse.Namespace, v
 
 
 def _pins_for_smoke(ctx):
-    from .config import apply_lock, load_pins, read_lock
+    from onebit_build.core.config import apply_lock, load_pins, read_lock
 
     pins = load_pins(ctx.pins_path)
     return apply_lock(pins, read_lock(pins.lock_path), locked=False)
@@ -419,7 +421,7 @@ def _pins_for_smoke(ctx):
 def _user_model(spec, model_mod):
     """A model the user supplies (not on a registry): the file named by the recipe's
     ``path_env`` variable, checked against the recipe's sha256 when one is pinned."""
-    from .errors import IntegrityError
+    from onebit_build.core.errors import IntegrityError
 
     where = os.environ.get(spec.path_env)
     if not where:
@@ -441,7 +443,7 @@ def _with_runtime_env(ctx, recipe):
     """The recipe with its smoke environment filled in (e.g. the HSA runtime under the toolchain)."""
     from dataclasses import replace
 
-    from .plan import resolve_toolchain, runtime_env
+    from onebit_build.building.plan import resolve_toolchain, runtime_env
 
     tc = resolve_toolchain(recipe.toolchain, override=ctx.toolchain_root) if recipe.toolchain else None
     env = runtime_env(recipe, tc)
@@ -452,9 +454,9 @@ def _with_runtime_env(ctx, recipe):
 
 def _dry_run(project: ProjectRoot, recipe_name: str, args: argparse.Namespace) -> int:
     """Print the whole plan without fetching, building or taking the workspace lock."""
-    from .config import apply_lock, find_recipe, load_pins, load_recipe, read_lock
-    from .fetch import mirror_dirs_from
-    from .plan import make_plan, render_plan
+    from onebit_build.core.config import apply_lock, find_recipe, load_pins, load_recipe, read_lock
+    from onebit_build.building.fetch import mirror_dirs_from
+    from onebit_build.building.plan import make_plan, render_plan
 
     pins = load_pins(project.pins)
     pins = apply_lock(pins, read_lock(pins.lock_path), locked=bool(getattr(args, "locked", False)))
@@ -468,9 +470,9 @@ def _dry_run(project: ProjectRoot, recipe_name: str, args: argparse.Namespace) -
 
 
 def _doctor(project: ProjectRoot, recipe_name: str, args: argparse.Namespace) -> int:
-    from .config import apply_lock, find_recipe, load_pins, load_recipe, read_lock
-    from .doctor import DoctorRequest, render, run_doctor
-    from .fetch import mirror_dirs_from
+    from onebit_build.core.config import apply_lock, find_recipe, load_pins, load_recipe, read_lock
+    from onebit_build.doctor import DoctorRequest, render, run_doctor
+    from onebit_build.building.fetch import mirror_dirs_from
 
     pins = load_pins(project.pins)
     pins = apply_lock(pins, read_lock(pins.lock_path), locked=False)
@@ -495,7 +497,7 @@ def _doctor(project: ProjectRoot, recipe_name: str, args: argparse.Namespace) ->
 
 def _version(args: argparse.Namespace) -> int:
     """The tool's version, the pins it would build and where its recipes come from."""
-    from .project import pins_digest
+    from onebit_build.core.project import pins_digest
 
     lines = [f"onebit-build {__version__}"]
     try:
@@ -512,7 +514,7 @@ def _version(args: argparse.Namespace) -> int:
 
 def recipe_rows(project: ProjectRoot) -> list[dict]:
     """Every recipe of the project, loaded and checked against the pins."""
-    from .config import apply_lock, load_pins, load_recipe, read_lock
+    from onebit_build.core.config import apply_lock, load_pins, load_recipe, read_lock
 
     pins = load_pins(project.pins)
     pins = apply_lock(pins, read_lock(pins.lock_path), locked=False)
@@ -541,8 +543,8 @@ def _recipes(project: ProjectRoot, args: argparse.Namespace) -> int:
 
 
 def _pins_lock(ctx, args: argparse.Namespace) -> int:
-    from . import pipeline
-    from .config import apply_lock, load_pins, read_lock
+    from onebit_build import pipeline
+    from onebit_build.core.config import apply_lock, load_pins, read_lock
 
     pins = load_pins(ctx.pins_path)
     pins = apply_lock(pins, {}, locked=False)
@@ -558,14 +560,14 @@ def _pins_lock(ctx, args: argparse.Namespace) -> int:
 
 
 def _patches_export(ctx, args: argparse.Namespace) -> int:
-    from . import pipeline
-    from .patch import export_series
+    from onebit_build import pipeline
+    from onebit_build.building.patch import export_series
 
     pins, recipe = pipeline.load(ctx)
     pins.get(args.source)
     fetched = pipeline.run_fetch(ctx, pins, [args.source])
     # The tree as it is now (the user may have committed changes in it): found by pin + current series.
-    from .patch import canonical_path, list_patches, patch_digest, PreparedTree
+    from onebit_build.building.patch import canonical_path, list_patches, patch_digest, PreparedTree
 
     f = fetched[args.source]
     patches = list_patches(ctx.patches_dir, args.source)
@@ -573,7 +575,7 @@ def _patches_export(ctx, args: argparse.Namespace) -> int:
     tree_path = canonical_path(ctx.workspace, args.source, f.commit, digest)
     if not tree_path.exists():
         raise OnebitError(f"no prepared tree for {args.source} at {tree_path}", hint="run 'onebit-build patch' first, commit your changes in that tree, then export")
-    from .gitops import Git
+    from onebit_build.core.gitops import Git
 
     head = Git(tree_path).out("rev-parse", "HEAD")
     tree = PreparedTree(source=args.source, path=tree_path, commit=f.commit, head=head, patches=patches, patch_digest=digest, reused=True)
@@ -625,9 +627,9 @@ def _bench_parser(sub) -> None:
 
 def _bench(root: Path, recipe_name: str, args: argparse.Namespace) -> int:
     """Benchmark: parse and check everything first, then take the bench lock and run."""
-    from . import bench
-    from . import model as model_mod
-    from .errors import SmokeError
+    from onebit_build.running import bench
+    from onebit_build.running import model as model_mod
+    from onebit_build.core.errors import SmokeError
 
     ws = Workspace(root=Path(getattr(args, "workspace", None) or default_workspace()).resolve())
     configs = bench.parse_configs(args.bench_configs or [])
@@ -680,7 +682,7 @@ def _bench(root: Path, recipe_name: str, args: argparse.Namespace) -> int:
 
 
 def _bench_recipe(root: Path, recipe_name: str):
-    from .config import apply_lock, find_recipe, load_pins, load_recipe, read_lock
+    from onebit_build.core.config import apply_lock, find_recipe, load_pins, load_recipe, read_lock
 
     pins = load_pins(root / "pins.yaml")
     pins = apply_lock(pins, read_lock(pins.lock_path), locked=False)
@@ -689,8 +691,8 @@ def _bench_recipe(root: Path, recipe_name: str):
 
 def _bench_recipe_build(ws: Workspace, recipe, bench):
     """The llama-server of the recipe's latest build in the workspace (no build is started)."""
-    from .manifest import read_manifest
-    from .pipeline import manifest_path
+    from onebit_build.building.manifest import read_manifest
+    from onebit_build.pipeline import manifest_path
 
     path = manifest_path(ws, recipe.name)
     try:
@@ -709,7 +711,7 @@ def _bench_recipe_build(ws: Workspace, recipe, bench):
 
 def _bench_env(recipe, args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
     """The recipe's runtime environment for its own build (e.g. the HSA library for HRX)."""
-    from .plan import resolve_toolchain, runtime_env
+    from onebit_build.building.plan import resolve_toolchain, runtime_env
 
     tc = resolve_toolchain(recipe.toolchain, override=getattr(args, "toolchain_root", None)) if recipe.toolchain else None
     return runtime_env(recipe, tc)

@@ -29,14 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from .artifacts import read_cmake_cache
-from .build import compiler_path, resolve_refs
-from .config import Pins, Recipe
-from .errors import OnebitError
-from .fetch import local_mirror_candidates, sdist_store_cached
-from .gitops import Git
-from .plan import ToolchainSettings, join_lists, resolve_toolchain, runtime_env, toolchain_refs
-from .workspace import Workspace
+from onebit_build.building.artifacts import read_cmake_cache
+from onebit_build.building.builder import compiler_path, resolve_refs
+from onebit_build.core.config import Pins, Recipe
+from onebit_build.core.errors import OnebitError
+from onebit_build.building.fetch import local_mirror_candidates, sdist_store_cached
+from onebit_build.core.gitops import Git
+from onebit_build.building.plan import ToolchainSettings, join_lists, resolve_toolchain, runtime_env, toolchain_refs
+from onebit_build.core.workspace import Workspace
 
 VULKAN_MIN_HEADER = 261  # 1.3.261: VK_EXT_layer_settings, used by ggml-vulkan
 PROBE_TIMEOUT_S = 30.0
@@ -217,7 +217,7 @@ def workspace_check(root: Path) -> Check:
 
 
 def build_tool_checks() -> list[Check]:
-    from .cmake import CMAKE_MIN, NINJA_MIN, find_tools
+    from onebit_build.building.cmake import CMAKE_MIN, NINJA_MIN, find_tools
 
     try:
         tools = find_tools()
@@ -349,8 +349,8 @@ def source_checks(req: DoctorRequest, environ: Mapping[str, str]) -> list[Check]
 
 
 def _built_manifest(req: DoctorRequest) -> dict | None:
-    from .fsutil import StateError
-    from .manifest import read_manifest
+    from onebit_build.core.fsutil import StateError
+    from onebit_build.building.manifest import read_manifest
 
     path = req.workspace.root / "manifests" / f"{req.recipe.name}.json"
     try:

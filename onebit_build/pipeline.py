@@ -10,21 +10,21 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import ui
-from .artifacts import ArtifactSet, collect
-from .assemble import AssemblePlan
-from .assemble import make_plan as make_assemble_plan
-from .build import BuildRequest, BuildResult, build, resolve_refs
-from .cmake import find_tools
-from .config import Component, Pin, Pins, Recipe, apply_lock, find_recipe, load_pins, load_recipe, read_lock, render_lock
-from .fetch import FetchRequest, FetchResult, fetch
-from .errors import ConfigError
-from .fsutil import atomic_write_text
-from .gitops import Git
-from .manifest import make_manifest, write_manifest
-from .patch import PrepareRequest, PreparedTree, list_patches, prepare
-from .plan import component_fields, join_lists, resolve_toolchain
-from .workspace import Workspace
+from onebit_build.core import ui
+from onebit_build.building.artifacts import ArtifactSet, collect
+from onebit_build.building.assemble import AssemblePlan
+from onebit_build.building.assemble import make_plan as make_assemble_plan
+from onebit_build.building.builder import BuildRequest, BuildResult, build, resolve_refs
+from onebit_build.building.cmake import find_tools
+from onebit_build.core.config import Component, Pin, Pins, Recipe, apply_lock, find_recipe, load_pins, load_recipe, read_lock, render_lock
+from onebit_build.building.fetch import FetchRequest, FetchResult, fetch
+from onebit_build.core.errors import ConfigError
+from onebit_build.core.fsutil import atomic_write_text
+from onebit_build.core.gitops import Git
+from onebit_build.building.manifest import make_manifest, write_manifest
+from onebit_build.building.patch import PrepareRequest, PreparedTree, list_patches, prepare
+from onebit_build.building.plan import component_fields, join_lists, resolve_toolchain
+from onebit_build.core.workspace import Workspace
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -131,9 +131,9 @@ def build_default_server(workspace: Path) -> Path:
     out = run_cli(REPO, "--workspace", str(workspace), "build", timeout=3600)
     if out.returncode != 0:
         raise AssertionError(f"default build failed:\n{out.stdout}\n{out.stderr}")
-    from onebit_build.manifest import read_manifest
+    from onebit_build.building.manifest import read_manifest
     from onebit_build.pipeline import manifest_path
-    from onebit_build.workspace import Workspace
+    from onebit_build.core.workspace import Workspace
 
     doc = read_manifest(manifest_path(Workspace(root=workspace), "default"))
     for comp in doc["components"]:
@@ -144,8 +144,8 @@ def build_default_server(workspace: Path) -> Path:
 
 
 def default_model(workspace: Path) -> Path:
-    from onebit_build.config import load_pins, load_recipe
-    from onebit_build.model import ensure_model
+    from onebit_build.core.config import load_pins, load_recipe
+    from onebit_build.running.model import ensure_model
 
     pins = load_pins(REPO / "pins.yaml")
     recipe = load_recipe(REPO / "recipes" / "default.yaml", pins)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from onebit_build import bench
-from onebit_build.bench import (
+from onebit_build.running import bench
+from onebit_build.running.bench import (
     BenchLock,
     BenchRequest,
     BenchResult,
@@ -40,8 +40,8 @@ from onebit_build.bench import (
     steps_from_probs,
     summarize,
 )
-from onebit_build.errors import ConfigError, LockError
-from onebit_build.model import ModelFile
+from onebit_build.core.errors import ConfigError, LockError
+from onebit_build.running.model import ModelFile
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -106,7 +106,7 @@ def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str
 HOLDER = textwrap.dedent("""\
     import sys, time
     from pathlib import Path
-    from onebit_build.bench import BenchLock
+    from onebit_build.running.bench import BenchLock
     with BenchLock(Path(sys.argv[1]), "holder-test-bench"):
         print("held", flush=True)
         time.sleep(float(sys.argv[2]))
@@ -473,7 +473,7 @@ def test_real_near_tie_flip_is_excused_and_given_prefixes_gate_everyone(llama_se
     """A variant that takes the baseline's runner-up at a near tie stays valid, with a note;
     a given prefix is checked on every variant, the baseline included; prompts without one
     take the baseline's first round."""
-    from onebit_build.model import local_model
+    from onebit_build.running.model import local_model
 
     out = tmp_path / "run"
     prompts = bench.load_prompts(REPO / "smoke" / "prompts")

@@ -40,7 +40,7 @@ def test_second_concurrent_run_is_refused_naming_the_holder(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import time
         from pathlib import Path
-        from onebit_build.workspace import WorkspaceLock
+        from onebit_build.core.workspace import WorkspaceLock
         with WorkspaceLock(Path({str(ws / 'onebit-build.lock')!r}), 'onebit-build build'):
             print('locked', flush=True)
             time.sleep(60)
@@ -77,8 +77,8 @@ def test_without_git_every_git_command_is_one_line_and_exit_7(tmp_path):
 
 
 def test_find_root_order(tmp_path):
-    from onebit_build.errors import ConfigError
-    from onebit_build.project import find_root
+    from onebit_build.core.errors import ConfigError
+    from onebit_build.core.project import find_root
 
     def project(p):
         (p / "recipes").mkdir(parents=True)
@@ -137,8 +137,8 @@ def test_recipes_lists_name_backends_description(tmp_path):
 
 
 def test_manifest_names_the_project_data_and_old_manifests_still_read(tmp_path):
-    from onebit_build.config import load_pins, load_recipe
-    from onebit_build.manifest import make_manifest, read_manifest, write_manifest
+    from onebit_build.core.config import load_pins, load_recipe
+    from onebit_build.building.manifest import make_manifest, read_manifest, write_manifest
 
     recipe = load_recipe(REPO / "recipes" / "default.yaml", load_pins(REPO / "pins.yaml"))
     doc = make_manifest(recipe, {}, {}, [], project={"project_root": "/somewhere", "data_from": "package"})

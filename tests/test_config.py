@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from onebit_build.config import apply_lock, load_pins, load_recipe, order_components, read_lock, render_lock, Component
-from onebit_build.errors import ConfigError
+from onebit_build.core.config import apply_lock, load_pins, load_recipe, order_components, read_lock, render_lock, Component
+from onebit_build.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from _support import cuda_wheel_bin
-from onebit_build.artifacts import CUBIN_CACHE, collect_cubin, sass_code_digest
-from onebit_build.errors import VerifyError
+from onebit_build.building.artifacts import CUBIN_CACHE, collect_cubin, sass_code_digest
+from onebit_build.core.errors import VerifyError
 
 SASS = """
 Fatbin elf code:

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from _support import REPO, cuda_wheel_bin, make_repo, run_cli
-from onebit_build.config import load_pins, load_recipe
+from onebit_build.core.config import load_pins, load_recipe
 from onebit_build.doctor import (DoctorRequest, listed_devices, listed_versions, render, run_doctor, same_cmake_value, stale_defines,
                                  vulkan_header_version)
-from onebit_build.fetch import _sdist_dir
-from onebit_build.manifest import write_manifest
-from onebit_build.workspace import Workspace
+from onebit_build.building.fetch import _sdist_dir
+from onebit_build.building.manifest import write_manifest
+from onebit_build.core.workspace import Workspace
 from test_hrx_standins import bare, fake_toolchain
 
 HEADER = """\

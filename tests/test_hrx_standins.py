@@ -44,10 +44,10 @@ from pathlib import Path
 import pytest
 
 from _support import GIT_ENV, REPO, git, run_cli
-from onebit_build.artifacts import parse_loombc_catalog, read_cmake_cache
-from onebit_build.errors import VerifyError
-from onebit_build.fsutil import sha256_file
-from onebit_build.manifest import read_manifest
+from onebit_build.building.artifacts import parse_loombc_catalog, read_cmake_cache
+from onebit_build.core.errors import VerifyError
+from onebit_build.core.fsutil import sha256_file
+from onebit_build.building.manifest import read_manifest
 
 # --------------------------------------------------------------------------- the catalog
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from onebit_build.config import ModelSpec, load_pins, load_recipe
-from onebit_build.errors import ConfigError, FetchError, IntegrityError
-from onebit_build.model import (
+from onebit_build.core.config import ModelSpec, load_pins, load_recipe
+from onebit_build.core.errors import ConfigError, FetchError, IntegrityError
+from onebit_build.running.model import (
     cache_action,
     ensure_model,
     is_safe_member,

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from _support import REPO, run_cli
-from onebit_build.config import Recipe, SmokeSpec, ToolchainSpec, load_pins, load_recipe
-from onebit_build.errors import ToolMissingError
-from onebit_build.plan import join_lists, resolve_toolchain, runtime_env
+from onebit_build.core.config import Recipe, SmokeSpec, ToolchainSpec, load_pins, load_recipe
+from onebit_build.core.errors import ToolMissingError
+from onebit_build.building.plan import join_lists, resolve_toolchain, runtime_env
 from test_hrx_standins import fake_toolchain
 
 SPEC = ToolchainSpec(root="/opt/rocm-therock", root_env="ONEBIT_TOOLCHAIN_ROOT",

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from _support import git, make_repo, only_find_links
-from onebit_build.config import Pin, SdistMirror
-from onebit_build.errors import SpaceError
-from onebit_build.fetch import FetchRequest, fetch
-from onebit_build.fsutil import sha256_file
-from onebit_build.model import PartMember, join_parts
-from onebit_build.workspace import Workspace
+from onebit_build.core.config import Pin, SdistMirror
+from onebit_build.core.errors import SpaceError
+from onebit_build.building.fetch import FetchRequest, fetch
+from onebit_build.core.fsutil import sha256_file
+from onebit_build.running.model import PartMember, join_parts
+from onebit_build.core.workspace import Workspace
 
 REPO = Path(__file__).resolve().parent.parent
 PKG, VER = "demo-big", "1.0.0"
@@ -145,7 +145,7 @@ def test_removing_the_lock_file_does_not_let_a_second_run_in(tmp_path):
     ws = tmp_path / "ws"
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time; from pathlib import Path; from onebit_build.workspace import WorkspaceLock\n"
+         "import sys, time; from pathlib import Path; from onebit_build.core.workspace import WorkspaceLock\n"
          f"with WorkspaceLock(Path({str(ws / 'onebit-build.lock')!r}), 'holder'):\n"
          "    print('held', flush=True); time.sleep(60)\n"],
         stdout=subprocess.PIPE, text=True, cwd=REPO,
@@ -247,7 +247,7 @@ def test_disk_full_through_the_cli_is_one_line(tmp_path, big_index, monkeypatch)
 
 
 def test_a_stage_with_failed_checks_does_not_say_ok(capsys):
-    from onebit_build import ui
+    from onebit_build.core import ui
 
     with ui.stage("smoke") as st:
         st["note"] = "CHECKS FAILED"

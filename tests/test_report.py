@@ -7,11 +7,11 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from onebit_build.config import load_pins, load_recipe
-from onebit_build.fsutil import read_state
-from onebit_build.model import ModelFile
-from onebit_build.report import REPORT_KIND, REPORT_SCHEMA, md_cell, print_summary, summary_lines, write_report
-from onebit_build.smoke import Check, DeviceResult, SmokeResult, SpeedSample, check_speed, summarize_speed
+from onebit_build.core.config import load_pins, load_recipe
+from onebit_build.core.fsutil import read_state
+from onebit_build.running.model import ModelFile
+from onebit_build.running.report import REPORT_KIND, REPORT_SCHEMA, md_cell, print_summary, summary_lines, write_report
+from onebit_build.running.smoke import Check, DeviceResult, SmokeResult, SpeedSample, check_speed, summarize_speed
 
 REPO = Path(__file__).resolve().parent.parent
 

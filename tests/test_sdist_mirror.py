@@ -15,18 +15,18 @@ from pathlib import Path
 import pytest
 
 from _support import git, make_repo, only_find_links
-from onebit_build.config import Pin, SdistMirror
-from onebit_build.errors import FetchError, IntegrityError
-from onebit_build.fetch import FetchRequest, fetch
-from onebit_build.fsutil import sha256_file
-from onebit_build.pkgindex import (
+from onebit_build.core.config import Pin, SdistMirror
+from onebit_build.core.errors import FetchError, IntegrityError
+from onebit_build.building.fetch import FetchRequest, fetch
+from onebit_build.core.fsutil import sha256_file
+from onebit_build.building.pkgindex import (
     candidates_from_html,
     index_config_from,
     parse_pip_config,
     sdist_matches,
     wheel_matches,
 )
-from onebit_build.workspace import Workspace
+from onebit_build.core.workspace import Workspace
 
 PKG, VER = "demo-store", "1.0.0"
 GIT_DIR = ".git/modules/vendor/demo"

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from onebit_build import server as srvmod
-from onebit_build.errors import SmokeError
-from onebit_build.server import (
+from onebit_build.running import server as srvmod
+from onebit_build.core.errors import SmokeError
+from onebit_build.running.server import (
     ServerSpec,
     device_args,
     health_state,
@@ -266,7 +266,7 @@ def test_server_dies_with_a_killed_parent(llama_server, gemma_model, tmp_path):
     script = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from onebit_build.server import ServerSpec, start
+        from onebit_build.running.server import ServerSpec, start
         s = start(ServerSpec(binary=Path({str(llama_server)!r}), model=Path({str(gemma_model)!r}),
                              log=Path({str(tmp_path / 'orphan.log')!r}), ctx_size=512, threads=1))
         print(s.pid, flush=True)

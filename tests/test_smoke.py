@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from onebit_build.config import PromptCheck, load_pins, load_recipe
-from onebit_build.errors import SmokeError
-from onebit_build.fsutil import read_state
-from onebit_build.model import ModelFile
-from onebit_build.report import REPORT_KIND, REPORT_SCHEMA, write_report
-from onebit_build.smoke import (
+from onebit_build.core.config import PromptCheck, load_pins, load_recipe
+from onebit_build.core.errors import SmokeError
+from onebit_build.core.fsutil import read_state
+from onebit_build.running.model import ModelFile
+from onebit_build.running.report import REPORT_KIND, REPORT_SCHEMA, write_report
+from onebit_build.running.smoke import (
     SpeedSample,
     build_commit,
     check_answer,
@@ -325,9 +325,9 @@ def _serving_child(ppid: int) -> tuple[int, int] | None:
 def test_ctrl_c_during_smoke_leaves_no_server(llama_server, gemma_model, tmp_path):
     script = textwrap.dedent(f"""
         from pathlib import Path
-        from onebit_build.config import load_pins, load_recipe
-        from onebit_build.model import ModelFile
-        from onebit_build.smoke import run_smoke
+        from onebit_build.core.config import load_pins, load_recipe
+        from onebit_build.running.model import ModelFile
+        from onebit_build.running.smoke import run_smoke
         recipe = load_recipe(Path("recipes/default.yaml"), load_pins(Path("pins.yaml")))
         model = ModelFile(path=Path({str(gemma_model)!r}), sha256=recipe.model.sha256, source="local")
         run_smoke(recipe=recipe, server_bin=Path({str(llama_server)!r}), model=model,

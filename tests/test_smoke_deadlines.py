@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from onebit_build.config import load_pins, load_recipe
-from onebit_build.errors import ConfigError
-from onebit_build.model import ModelFile
-from onebit_build.smoke import run_smoke
+from onebit_build.core.config import load_pins, load_recipe
+from onebit_build.core.errors import ConfigError
+from onebit_build.running.model import ModelFile
+from onebit_build.running.smoke import run_smoke
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from _support import bare_mirror, make_repo, project_tree, run_cli
-from onebit_build.artifacts import Artifact, ArtifactSet
-from onebit_build.verify import compare_sets
+from onebit_build.building.artifacts import Artifact, ArtifactSet
+from onebit_build.building.verify import compare_sets
 
 SHADER_PROJECT = {
     "CMakeLists.txt": """\

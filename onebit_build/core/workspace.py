@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .errors import LockError, WorkspaceError
+from onebit_build.core.errors import LockError, WorkspaceError
 
 
 def default_workspace() -> Path:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from . import ui
-from .errors import CommandError, ToolMissingError
-from .fsutil import tail_lines
+from onebit_build.core import ui
+from onebit_build.core.errors import CommandError, ToolMissingError
+from onebit_build.core.fsutil import tail_lines
 
 # How to get a missing program, shown in the error.
 INSTALL_HINTS = {

@@ -24,9 +24,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import AssembleSpec
-from .errors import BuildError, CommandError
-from .proc import run
+from onebit_build.core.config import AssembleSpec
+from onebit_build.core.errors import BuildError, CommandError
+from onebit_build.core.proc import run
 
 PREFIX_DIR = "onebit-prefix"
 FIELDS = ("PREFIX", "COMPONENT", "SOURCE_DIR", "BUILD_DIR")

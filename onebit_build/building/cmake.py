@@ -13,7 +13,7 @@ from scikit_build_core.cmake import CMake, CMaker
 from scikit_build_core.errors import CMakeNotFoundError
 from scikit_build_core.program_search import best_program, get_ninja_programs
 
-from .errors import ToolMissingError
+from onebit_build.core.errors import ToolMissingError
 
 CMAKE_MIN = ">=3.24"
 NINJA_MIN = ">=1.10"

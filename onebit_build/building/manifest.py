@@ -8,13 +8,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .artifacts import ArtifactSet
-from .build import BuildResult
-from .config import Recipe
-from .fetch import FetchResult
-from .fsutil import read_state, sha256_file, write_state
-from .patch import PreparedTree
+from onebit_build import __version__
+from onebit_build.building.artifacts import ArtifactSet
+from onebit_build.building.builder import BuildResult
+from onebit_build.core.config import Recipe
+from onebit_build.building.fetch import FetchResult
+from onebit_build.core.fsutil import read_state, sha256_file, write_state
+from onebit_build.building.patch import PreparedTree
 
 KIND = "onebit-build/build-manifest"
 SCHEMA = 1

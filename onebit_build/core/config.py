@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 import yaml
 
-from .errors import ConfigError
+from onebit_build.core.errors import ConfigError
 
 PINS_SCHEMA = 1
 RECIPE_SCHEMA = 1

@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from . import proc, ui
-from .config import ModelSpec
-from .errors import CommandError, ConfigError, FetchError, IntegrityError, SpaceError
-from .fsutil import StateError, read_state, sha256_file, write_state
+from onebit_build.core import proc
+
+from onebit_build.core import ui
+from onebit_build.core.config import ModelSpec
+from onebit_build.core.errors import CommandError, ConfigError, FetchError, IntegrityError, SpaceError
+from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
 
 STAMP_KIND = "onebit-model-stamp"
 STAMP_SCHEMA = 1

@@ -35,12 +35,12 @@ from typing import Any, Callable, Iterable
 
 import requests
 
-from . import server as srvmod
-from . import ui
-from .errors import ConfigError, LockError, SmokeError
-from .fsutil import atomic_write_text, read_state, sha256_bytes, sha256_file, StateError, write_state
-from .model import ModelFile
-from .workspace import FileLock
+from onebit_build.running import server as srvmod
+from onebit_build.core import ui
+from onebit_build.core.errors import ConfigError, LockError, SmokeError
+from onebit_build.core.fsutil import atomic_write_text, read_state, sha256_bytes, sha256_file, StateError, write_state
+from onebit_build.running.model import ModelFile
+from onebit_build.core.workspace import FileLock
 
 BENCH_KIND = "onebit-bench"
 BENCH_SCHEMA = 1

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import ui
-from .errors import CommandError, ToolMissingError
-from .proc import INSTALL_HINTS, which
+from onebit_build.core import ui
+from onebit_build.core.errors import CommandError, ToolMissingError
+from onebit_build.core.proc import INSTALL_HINTS, which
 
 # A fixed identity and date, so that applying the same patches to the same commit
 # always yields the same commit SHAs.

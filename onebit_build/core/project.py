@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from .errors import ConfigError
+from onebit_build.core.errors import ConfigError
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 # Where setup.py places the project data inside an installed wheel.
 PACKAGE_DATA = PACKAGE_DIR / "data"
 

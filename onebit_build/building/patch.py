@@ -16,11 +16,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import ui
-from .errors import CommandError, PatchError
-from .fsutil import read_state, write_state, StateError
-from .gitops import FIXED_IDENTITY, Git
-from .workspace import Workspace, safe_name
+from onebit_build.core import ui
+from onebit_build.core.errors import CommandError, PatchError
+from onebit_build.core.fsutil import read_state, write_state, StateError
+from onebit_build.core.gitops import FIXED_IDENTITY, Git
+from onebit_build.core.workspace import Workspace, safe_name
 
 STAMP_KIND = "onebit-build/prepared-tree"
 STAMP_SCHEMA = 1

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .artifacts import ArtifactSet
-from .errors import VerifyError
-from .fsutil import write_state
+from onebit_build.building.artifacts import ArtifactSet
+from onebit_build.core.errors import VerifyError
+from onebit_build.core.fsutil import write_state
 
 REF_KIND = "onebit-build/artifact-reference"
 REF_SCHEMA = 1
@@ -101,7 +101,7 @@ def compare_sets(component: str, cur: ArtifactSet, ref: ArtifactSet) -> SetCompa
 def compare_outputs(cur: list[dict[str, Any]], ref: list[dict[str, Any]]) -> SetComparison:
     """Output binaries of two builds (for --rebuild), compared like an artifact set."""
     def as_set(outputs: list[dict[str, Any]]) -> ArtifactSet:
-        from .artifacts import Artifact
+        from onebit_build.building.artifacts import Artifact
 
         return ArtifactSet(kind="outputs", root="", items=tuple(Artifact(name=o["name"], size=int(o["size"]), sha256=o["sha256"]) for o in outputs))
 

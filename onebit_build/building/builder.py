@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from . import ui
-from .cmake import Tools, build_argv, configure_argv, find_tools, write_init_cache
-from .config import REF_RE, Component, Pin
-from .errors import BuildError, CommandError, ConfigError
-from .fsutil import StateError, read_state, sha256_file, write_state
-from .proc import run
+from onebit_build.core import ui
+from onebit_build.building.cmake import Tools, build_argv, configure_argv, find_tools, write_init_cache
+from onebit_build.core.config import REF_RE, Component, Pin
+from onebit_build.core.errors import BuildError, CommandError, ConfigError
+from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
+from onebit_build.core.proc import run
 
 if TYPE_CHECKING:
-    from .assemble import AssemblePlan
+    from onebit_build.building.assemble import AssemblePlan
 
 STAMP_KIND = "onebit-build/build-dir"
 STAMP_SCHEMA = 1
@@ -281,7 +281,7 @@ def _prefix_output(req: BuildRequest, bdir: Path) -> tuple[Output, ...]:
     """The assembled prefix as it is now (an output named ``prefix``); missing is an error."""
     if req.assemble is None:
         return ()
-    from .assemble import prefix_path
+    from onebit_build.building.assemble import prefix_path
 
     prefix = prefix_path(bdir)
     if not prefix.is_dir():
@@ -292,7 +292,7 @@ def _prefix_output(req: BuildRequest, bdir: Path) -> tuple[Output, ...]:
 def _assemble_prefix(req: BuildRequest, bdir: Path, tools: Tools) -> tuple[Output, ...]:
     if req.assemble is None:
         return ()
-    from .assemble import assemble
+    from onebit_build.building.assemble import assemble
 
     with ui.StepProgress(f"assembling {req.component.name}"):
         assemble(req.assemble, build_dir=bdir, source_dir=req.source_dir, log=req.log, cmake=tools.cmake)

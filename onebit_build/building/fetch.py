@@ -15,12 +15,14 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from . import pkgindex, ui
-from .config import Pin, SdistMirror
-from .errors import ConfigError, FetchError, IntegrityError, SpaceError
-from .fsutil import sha256_file
-from .gitops import Git, init_bare
-from .workspace import Workspace, safe_name
+from onebit_build.building import pkgindex
+
+from onebit_build.core import ui
+from onebit_build.core.config import Pin, SdistMirror
+from onebit_build.core.errors import ConfigError, FetchError, IntegrityError, SpaceError
+from onebit_build.core.fsutil import sha256_file
+from onebit_build.core.gitops import Git, init_bare
+from onebit_build.core.workspace import Workspace, safe_name
 
 MIRROR_ENV = "ONEBIT_MIRROR_DIR"
 

@@ -24,8 +24,10 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 import requests
 
-from . import proc, ui
-from .errors import CommandError, FetchError, IntegrityError, SpaceError
+from onebit_build.core import proc
+
+from onebit_build.core import ui
+from onebit_build.core.errors import CommandError, FetchError, IntegrityError, SpaceError
 
 
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import ui
-from .errors import VerifyError
-from .fsutil import StateError, read_state, sha256_bytes, sha256_file, write_state
+from onebit_build.core import ui
+from onebit_build.core.errors import VerifyError
+from onebit_build.core.fsutil import StateError, read_state, sha256_bytes, sha256_file, write_state
 
 LABELS = {"spirv": "Vulkan SPIR-V", "loombc": "HRX2 Loom bytecode", "cubin": "CUDA cubins"}
 SPIRV_DIR = "ggml/src/ggml-vulkan/vulkan-shaders.spv"

@@ -24,9 +24,11 @@ from typing import Any, Iterator, Literal
 
 import requests
 
-from . import proc, ui
-from .errors import CommandError, SmokeError
-from .fsutil import tail_lines
+from onebit_build.core import proc
+
+from onebit_build.core import ui
+from onebit_build.core.errors import CommandError, SmokeError
+from onebit_build.core.fsutil import tail_lines
 
 HOST = "127.0.0.1"
 CPU_DEVICE = "CPU"

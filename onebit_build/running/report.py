@@ -8,10 +8,12 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from . import __version__, ui
-from .config import Recipe
-from .fsutil import atomic_write_text, write_state
-from .smoke import Check, DeviceResult, SmokeResult, Speed, SpeedSample
+from onebit_build import __version__
+
+from onebit_build.core import ui
+from onebit_build.core.config import Recipe
+from onebit_build.core.fsutil import atomic_write_text, write_state
+from onebit_build.running.smoke import Check, DeviceResult, SmokeResult, Speed, SpeedSample
 
 REPORT_KIND = "onebit-smoke-report"
 REPORT_SCHEMA = 1

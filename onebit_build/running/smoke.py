@@ -23,11 +23,11 @@ from typing import Any, Callable
 
 import requests
 
-from . import server as srvmod
-from . import ui
-from .config import PromptCheck, Recipe, SmokeSpec
-from .errors import SmokeError
-from .model import ModelFile
+from onebit_build.running import server as srvmod
+from onebit_build.core import ui
+from onebit_build.core.config import PromptCheck, Recipe, SmokeSpec
+from onebit_build.core.errors import SmokeError
+from onebit_build.running.model import ModelFile
 
 SHORT_TEXT = 200  # characters of generated text kept as evidence
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from .build import resolve_refs
-from .config import REF_RE, Component, Pin, Pins, Recipe, ToolchainSpec
-from .errors import ToolMissingError
-from .patch import PatchFile, canonical_path, list_patches, patch_digest
-from .workspace import Workspace
+from onebit_build.building.builder import resolve_refs
+from onebit_build.core.config import REF_RE, Component, Pin, Pins, Recipe, ToolchainSpec
+from onebit_build.core.errors import ToolMissingError
+from onebit_build.building.patch import PatchFile, canonical_path, list_patches, patch_digest
+from onebit_build.core.workspace import Workspace
 
 # --------------------------------------------------------------------------- toolchain
 
