@@ -16,7 +16,7 @@ from onebit_build.building.assemble import AssemblePlan
 from onebit_build.building.assemble import make_plan as make_assemble_plan
 from onebit_build.building.builder import BuildRequest, BuildResult, build, resolve_refs
 from onebit_build.building.cmake import find_tools
-from onebit_build.core.config import Component, Pin, Pins, Recipe, apply_lock, find_recipe, load_pins, load_recipe, read_lock, render_lock
+from onebit_build.core.config import Component, Pin, Pins, Recipe, read_lock, render_lock
 from onebit_build.building.fetch import FetchRequest, FetchResult, fetch
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.fsutil import atomic_write_text
@@ -24,17 +24,14 @@ from onebit_build.core.gitops import Git
 from onebit_build.building.manifest import make_manifest, write_manifest
 from onebit_build.building.patch import PrepareRequest, PreparedTree, list_patches, prepare
 from onebit_build.building.plan import component_fields, join_lists, resolve_toolchain
+from onebit_build.core.project import ProjectRoot
 from onebit_build.core.workspace import Workspace
 
 
 @dataclass(frozen=True, kw_only=True)
 class Context:
-    repo_root: Path
-    pins_path: Path
-    recipes_dir: Path
-    patches_dir: Path
+    project: ProjectRoot  # where pins.yaml, recipes/ and patches/ come from
     workspace: Workspace
-    data_from: str = "checkout"  # where pins, recipes and patches came from: "checkout" or "package"
     recipe_name: str
     run_dir: Path
     offline: bool = False
@@ -42,13 +39,35 @@ class Context:
     mirror_dirs: tuple[Path, ...] = ()
     jobs: int | None = None
     toolchain_root: str | None = None  # --toolchain-root: overrides the recipe's toolchain root
+    overrides: tuple[str, ...] = ()  # the -D overrides, as given (recorded in the manifest)
+
+    @property
+    def repo_root(self) -> Path:
+        return self.project.path
+
+    @property
+    def pins_path(self) -> Path:
+        return self.project.pins
+
+    @property
+    def recipes_dir(self) -> Path:
+        return self.project.recipes
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.project.patches
+
+    @property
+    def data_from(self) -> str:
+        return self.project.data_from
 
 
-def load(ctx: Context) -> tuple[Pins, Recipe]:
+def load(ctx: Context) -> tuple[Pins, Recipe]:  # until the command line moves to stages
+    from onebit_build.core.config import apply_lock, find_recipe, load_pins, load_recipe
+
     pins = load_pins(ctx.pins_path)
     pins = apply_lock(pins, read_lock(pins.lock_path), locked=ctx.locked)
-    recipe = load_recipe(find_recipe(ctx.recipes_dir, ctx.recipe_name), pins)
-    return pins, recipe
+    return pins, load_recipe(find_recipe(ctx.recipes_dir, ctx.recipe_name), pins)
 
 
 def recipe_sources(recipe: Recipe) -> list[str]:
@@ -187,6 +206,8 @@ def collect_artifacts(recipe: Recipe, trees: dict[str, PreparedTree], builds: li
 def write_manifests(ctx: Context, recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], builds: list[BuildResult], *, latest: bool = True) -> Path:
     doc = make_manifest(recipe, fetched, trees, builds, collect_artifacts(recipe, trees, builds),
                         project={"project_root": str(ctx.repo_root), "data_from": ctx.data_from})
+    if ctx.overrides:
+        doc["overrides"] = list(ctx.overrides)
     final = builds[-1].build_dir / "build-manifest.json"
     write_manifest(final, doc)
     write_manifest(ctx.run_dir / ("build-manifest.json" if latest else f"build-manifest-{builds[-1].build_dir.parent.name}.json"), doc)

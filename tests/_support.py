@@ -126,11 +126,47 @@ def run_cli(root: Path, *args: str, env: dict[str, str] | None = None, timeout: 
     return subprocess.run([sys.executable, "-m", "onebit_build", *args], cwd=root, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
-def build_default_server(workspace: Path) -> Path:
+def user_workspace() -> Path | None:
+    """The workspace the README's ``onebit-build`` uses, when it holds anything to share."""
+    from onebit_build.core.workspace import default_workspace
+
+    ws = default_workspace()
+    return ws if (ws / "git").is_dir() or (ws / "models").is_dir() else None
+
+
+def shared_from_user(workspace: Path) -> tuple[str, ...]:
+    """CLI arguments that let the test workspace fetch from the user's workspace (its bare
+    repositories as mirrors) instead of the network; none when there is nothing to share."""
+    user = user_workspace()
+    if user is None or user.resolve() == workspace.resolve() or not (user / "git").is_dir():
+        return ()
+    return ("--mirror-dir", str(user / "git"))
+
+
+def stream_cli(root: Path, *args: str, say=None, timeout: float = 3600) -> tuple[int, str]:
+    """Run the real CLI like ``run_cli``, passing each line of its progress to ``say`` as it
+    comes (the test run shows what it is building). Returns the exit code and the output."""
+    import sys
+
+    full_env = {k: v for k, v in os.environ.items() if k not in ("ONEBIT_MIRROR_DIR", "ONEBIT_WORKSPACE")}
+    full_env["ONEBIT_ROOT"] = str(root)
+    lines: list[str] = []
+    with subprocess.Popen([sys.executable, "-m", "onebit_build", *args], cwd=root, env=full_env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if say is not None and line.strip():
+                say(line.rstrip())
+        rc = proc.wait(timeout=timeout)
+    return rc, "".join(lines)
+
+
+def build_default_server(workspace: Path, say=None) -> Path:
     """Build the real default recipe (cached in ``workspace``) and return llama-server."""
-    out = run_cli(REPO, "--workspace", str(workspace), "build", timeout=3600)
-    if out.returncode != 0:
-        raise AssertionError(f"default build failed:\n{out.stdout}\n{out.stderr}")
+    rc, out = stream_cli(REPO, "--workspace", str(workspace), *shared_from_user(workspace), "build", say=say)
+    if rc != 0:
+        raise AssertionError(f"default build failed:\n{out}")
     from onebit_build.building.manifest import read_manifest
     from onebit_build.pipeline import manifest_path
     from onebit_build.core.workspace import Workspace
@@ -144,13 +180,19 @@ def build_default_server(workspace: Path) -> Path:
 
 
 def default_model(workspace: Path) -> Path:
+    """The default recipe's model, taken from the user's workspace when it is there (the
+    download is checked by content all the same), else fetched into ``workspace``."""
     from onebit_build.core.config import load_pins, load_recipe
     from onebit_build.running.model import ensure_model
 
     pins = load_pins(REPO / "pins.yaml")
     recipe = load_recipe(REPO / "recipes" / "default.yaml", pins)
     assert recipe.model is not None
-    mf = ensure_model(recipe.model, cache_dir=workspace / "models", offline=False, log=workspace / "model-test.log")
+    user = user_workspace()
+    cache = workspace / "models"
+    if user is not None and (user / "models" / recipe.model.file).is_file():
+        cache = user / "models"
+    mf = ensure_model(recipe.model, cache_dir=cache, offline=False, log=workspace / "model-test.log")
     return mf.path
 
 

@@ -10,19 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from _support import REPO, run_cli
-from conftest import workspace_for_tests
+from _support import REPO, run_cli, shared_from_user, stream_cli
+from conftest import progress, workspace_for_tests
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def vulkan_build():
+def vulkan_build(pytestconfig):
     if shutil.which("glslc") is None:
         pytest.skip("glslc is not installed (apt-get install glslc libvulkan-dev spirv-headers)")
     ws = workspace_for_tests()
-    out = run_cli(REPO, "--workspace", str(ws), "--recipe", "vulkan", "build", timeout=5400)
-    assert out.returncode == 0, out.stderr[-3000:]
+    say = progress(pytestconfig)
+    say(f"building the vulkan recipe in {ws} (reused when up to date)")
+    rc, out = stream_cli(REPO, "--workspace", str(ws), *shared_from_user(ws), "--recipe", "vulkan", "build", say=say, timeout=5400)
+    assert rc == 0, out[-3000:]
     manifest = json.loads((ws / "manifests" / "vulkan.json").read_text())
     return ws, manifest
 

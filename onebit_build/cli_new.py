@@ -1,0 +1,193 @@
+"""Command line: parses the arguments into ``Options`` and hands them to one function per
+subcommand. Exit codes come from the error classes (README, "Exit codes")."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+from onebit_build import commands, options, stages
+from onebit_build.core import ui
+from onebit_build.core.errors import ConfigError, OnebitError, SpaceError, WorkspaceError
+from onebit_build.core.project import find_root
+
+INTERRUPTED = 130  # the shell's code for a run stopped by Ctrl-C
+
+# Subcommands that build (and so take --dry-run): the job runs up to the named stage.
+JOBS = {
+    "fetch": "fetch every source of the recipe at its pinned commit",
+    "patch": "fetch, then prepare patched source trees",
+    "build": "fetch, patch and build; write build-manifest.json",
+    "smoke": "start the built llama-server and check it (builds first if needed)",
+    "all": "the whole job (the default): fetch, patch, build, verify, smoke, report",
+}
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def global_options(p: argparse.ArgumentParser, *, listed: bool) -> None:
+    """The options every command takes. Listed once, in the top-level help; accepted after
+    the subcommand too (there without a help entry, and without overriding a value given
+    before it)."""
+    g = p.add_argument_group("global options") if listed else p
+    kw = {} if listed else {"default": argparse.SUPPRESS, "help": argparse.SUPPRESS}
+
+    def add(*names: str, help: str, **more) -> None:
+        g.add_argument(*names, **more, **({"help": help} | kw))
+
+    add("--recipe", metavar="NAME|FILE", help="a recipe from 'onebit-build recipes', or a recipe YAML file (default: default)")
+    add("--hrx", choices=["on", "off"], help="on: the HRX + Vulkan Strix Halo recipe")
+    add("-D", dest="defines", action="append", metavar="[COMPONENT:]NAME=VALUE",
+        help="override a CMake define of the recipe (repeatable; enters the build key and the manifest)")
+    add("--root", metavar="DIR", help="project folder holding pins.yaml and recipes/ (default: $ONEBIT_ROOT, the checkout around the"
+        " current folder, else the data installed with the tool)")
+    add("--workspace", metavar="DIR", help="cache and build folder (default: $ONEBIT_WORKSPACE, else $XDG_CACHE_HOME/onebit-build)")
+    add("--mirror-dir", metavar="DIR", action="append", help="folder with NAME.git / NAME.bundle mirrors (repeatable; also $ONEBIT_MIRROR_DIR)")
+    add("--offline", action="store_true", help="use only the cache and mirrors; fail fast otherwise")
+    add("--locked", action="store_true", help="refuse pins not fully resolved in pins.lock")
+    add("-j", "--jobs", type=positive_int, metavar="N", help="parallel build jobs (default: ninja's)")
+    add("--toolchain-root", metavar="DIR", help="toolchain folder for recipes with one (overrides the recipe and its variable)")
+    add("--model", metavar="PATH", help="smoke, serve, bench: use this local GGUF instead of the recipe's model")
+    add("-v", "--verbose", action="store_true", help="echo every command and show full output")
+    add("-q", "--quiet", action="store_true", help="print only warnings, errors and the final result")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="onebit-build", description="Fetch pinned sources, apply patches, build llama-server, verify and smoke-test it.",
+                                epilog="Global options go before or after the command. 'onebit-build COMMAND --help' shows a command's own options.")
+    p.add_argument("--version", action="store_true", help="print the version, the digest of pins.yaml and where the recipes come from")
+    p.add_argument("--dry-run", action="store_true", help="print the plan of the default job and stop (as 'onebit-build plan')")
+    global_options(p, listed=True)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    def cmd(name: str, help: str, *, dry_run: bool = False, json: str | None = None) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=help)
+        if dry_run:
+            sp.add_argument("--dry-run", action="store_true", default=argparse.SUPPRESS, help="print the plan and stop; no network, no build")
+        if json:
+            sp.add_argument("--json", action="store_true", help=json)
+        global_options(sp, listed=False)
+        return sp
+
+    for name, help_ in JOBS.items():
+        sp = cmd(name, help_, dry_run=True)
+        if name == "smoke":
+            sp.add_argument("--server", metavar="PATH", help="smoke this llama-server binary (built elsewhere) instead of building the recipe")
+    vp = cmd("verify", "compare the build's kernel artifacts with a reference (builds first if needed)", dry_run=True)
+    vp.add_argument("--reference", metavar="FILE|BUILD_DIR", help="reference file or build folder (default: the matching one in references/<recipe>/)")
+    vp.add_argument("--write-reference", metavar="FILE", help="save this build's artifacts as a reference")
+    vp.add_argument("--rebuild", action="store_true", help="build the same configuration again in another folder and compare everything")
+    cmd("plan", "print the full plan (sources, patches, configure commands, outputs, runtime); no network", json="print the plan as JSON (schema 1)")
+    cmd("recipes", "list the recipes: name, backends, description", json="print the list as JSON")
+    cmd("doctor", "check this machine for what the recipe needs, each missing item with its fix", json="print the checks as JSON (schema 1)")
+    sv = cmd("serve", "build if needed, then run llama-server in the foreground (Ctrl-C stops it)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    sv.add_argument("--port", type=positive_int, default=8080, help="port to listen on (default 8080)")
+    sv.add_argument("server_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="more llama-server arguments, after --")
+    ip = cmd("install", "build if needed, then copy llama-server, its libraries and the manifest into a prefix")
+    ip.add_argument("--prefix", metavar="DIR", required=True, help="install into DIR/bin and DIR/share/onebit-build")
+    pe = sub.add_parser("patches", help="patch series tools").add_subparsers(dest="patches_command", metavar="ACTION", required=True)
+    global_options(ex := pe.add_parser("export", help="write a prepared tree's commits back as patches/<source>/NNNN-*.patch"), listed=False)
+    ex.add_argument("source")
+    pl = sub.add_parser("pins", help="pin tools").add_subparsers(dest="pins_command", metavar="ACTION", required=True)
+    global_options(lk := pl.add_parser("lock", help="resolve abbreviated pins and record them in pins.lock"), listed=False)
+    lk.add_argument("sources", nargs="*", help="only these sources (default: all abbreviated pins)")
+    from onebit_build.running.bench.cli import add_bench_parser
+
+    global_options(add_bench_parser(sub, positive_int), listed=False)
+    cp = sub.add_parser("completion", help="print a shell completion script (bash)")
+    cp.add_argument("shell", choices=["bash"])
+    return p
+
+
+def dispatch(opts: options.Options, ns: argparse.Namespace) -> int:
+    if opts.command == "completion":
+        sys.stdout.write(bash_completion(make_parser()))
+        return 0
+    project = find_root(given=opts.root, env=os.environ, cwd=Path.cwd())
+    if opts.dry_run and opts.command in (*JOBS, "verify", "plan"):
+        return commands.plan(opts, project)
+    if opts.command == "bench":
+        from onebit_build.running.bench.cli import bench_command
+
+        return bench_command(ns, opts, project, stages)
+    table = {"recipes": commands.recipes, "doctor": commands.doctor, "serve": commands.serve, "install": commands.install,
+             "patches": commands.patches_export, "pins": commands.pins_lock}
+    return table.get(opts.command, commands.job)(opts, project)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = make_parser().parse_args(argv)
+    ui.set_verbose(bool(ns.__dict__.get("verbose")))
+    ui.set_quiet(bool(ns.__dict__.get("quiet")))
+    # SIGTERM takes the same path as Ctrl-C, so that every stage cleans up the same way.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        if ns.version:
+            try:
+                return commands.version(find_root(given=ns.__dict__.get("root"), env=os.environ, cwd=Path.cwd()))
+            except ConfigError as exc:
+                return commands.version(None, exc)
+        return dispatch(options.from_args(ns), ns)
+    except KeyboardInterrupt:
+        ui.error("interrupted; partial outputs were removed, the next run starts cleanly")
+        return INTERRUPTED
+    except (OnebitError, OSError) as exc:
+        err = exc if isinstance(exc, OnebitError) else os_error(exc)
+        ui.error(str(err))
+        if err.detail:
+            ui.info("\n".join("  | " + line for line in err.detail.splitlines()))
+        if ui.is_verbose():
+            traceback.print_exc()
+        return err.exit_code
+
+
+def os_error(exc: OSError) -> OnebitError:
+    """A typed error for an OSError no stage foresaw (disk full, permission, read-only). Pure."""
+    where = f" at {exc.filename}" if exc.filename else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return SpaceError(f"no space left on device{where}", hint="free some space or use another --workspace, then run again")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return WorkspaceError(f"{exc.strerror}{where}", hint="choose a writable --workspace or fix the permissions")
+    return OnebitError(f"{exc.strerror or exc}{where}", hint="run again with -v for the details")
+
+
+def bash_completion(parser: argparse.ArgumentParser) -> str:
+    """A bash completion script: subcommands first, then the options of the one given."""
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    cases = []
+    for name, sp in subs.choices.items():
+        flags = sorted({s for a in sp._actions for s in a.option_strings} | {s for a in parser._actions for s in a.option_strings})
+        cases.append(f"    {name}) opts=\"{' '.join(flags)}\" ;;")
+    top = sorted({s for a in parser._actions for s in a.option_strings})
+    return "\n".join([
+        "# onebit-build bash completion: eval \"$(onebit-build completion bash)\"",
+        "_onebit_build() {",
+        "  local cur=${COMP_WORDS[COMP_CWORD]} cmd='' w opts",
+        "  for w in \"${COMP_WORDS[@]:1:COMP_CWORD-1}\"; do case $w in -*) ;; *) cmd=${cmd:-$w} ;; esac; done",
+        "  case $cmd in",
+        *cases,
+        f"    *) opts=\"{' '.join(subs.choices)} {' '.join(top)}\" ;;",
+        "  esac",
+        "  COMPREPLY=($(compgen -W \"$opts\" -- \"$cur\"))",
+        "}",
+        "complete -o default -F _onebit_build onebit-build",
+        "",
+    ])
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""What the user asked for, as one frozen value built at the edge from the parsed arguments.
+
+Nothing below the command line reads ``argparse`` results: the stages receive an
+``Options`` (or the part of it they need). The rules (recipe choice, ``-D`` parsing) are
+pure functions, tested without running anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from onebit_build.building.fetch import mirror_dirs_from
+from onebit_build.core.errors import ConfigError
+from onebit_build.core.workspace import default_workspace
+
+HRX_RECIPE = "strix-halo"
+DEFAULT_RECIPE = "default"
+DEFINE_RE = re.compile(r"^(?:(?P<comp>[A-Za-z0-9_.-]+):)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::[A-Z]+)?=(?P<value>.*)$", re.S)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyOptions:
+    reference: Path | None = None
+    write_reference: Path | None = None
+    rebuild: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeOptions:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    extra: tuple[str, ...] = ()  # llama-server arguments after "--"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Define:
+    """A ``-D [COMPONENT:]NAME=VALUE`` override of a recipe's CMake define."""
+
+    component: str | None
+    name: str
+    value: str
+
+    def render(self) -> str:
+        return f"{self.component + ':' if self.component else ''}{self.name}={self.value}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    command: str = "all"
+    action: str | None = None  # "export" for 'patches', "lock" for 'pins'
+    recipe: str = DEFAULT_RECIPE  # a recipe name, or a path to a recipe file
+    root: str | None = None
+    workspace: Path
+    mirror_dirs: tuple[Path, ...] = ()
+    offline: bool = False
+    locked: bool = False
+    jobs: int | None = None
+    verbose: bool = False
+    quiet: bool = False
+    json: bool = False
+    dry_run: bool = False
+    model: Path | None = None
+    server: Path | None = None  # smoke: a llama-server built elsewhere
+    toolchain_root: str | None = None
+    defines: tuple[Define, ...] = ()
+    sources: tuple[str, ...] = ()  # 'pins lock SOURCE...' / 'patches export SOURCE'
+    prefix: Path | None = None  # 'install --prefix'
+    verify: VerifyOptions = field(default_factory=VerifyOptions)
+    serve: ServeOptions = field(default_factory=ServeOptions)
+
+    @property
+    def recipe_is_file(self) -> bool:
+        return recipe_is_file(self.recipe)
+
+    @property
+    def label(self) -> str:
+        """The command as run folders and lock holders name it (``pins-lock``)."""
+        return f"{self.command}-{self.action}" if self.action else self.command
+
+    @property
+    def needs_git(self) -> bool:
+        """Whether the command fetches or patches sources (smoking a given binary does not)."""
+        if self.command == "smoke" and self.server is not None:
+            return False
+        return self.command in ("all", "fetch", "patch", "build", "smoke", "verify", "patches", "pins", "install", "serve")
+
+
+def recipe_is_file(text: str) -> bool:
+    """``--recipe`` names a file (rather than a recipe of the project) when it looks like a path."""
+    return text.endswith((".yaml", ".yml")) or os.sep in text
+
+
+def recipe_choice(*, recipe: str | None, hrx: str | None) -> str:
+    """The recipe from ``--recipe`` and ``--hrx``. Pure."""
+    if hrx == "on":
+        if recipe and recipe != HRX_RECIPE:
+            raise ConfigError(f"--hrx on selects recipe {HRX_RECIPE!r}, but --recipe {recipe!r} was given", hint="drop one of them")
+        return HRX_RECIPE
+    return recipe or DEFAULT_RECIPE
+
+
+def parse_define(text: str) -> Define:
+    """``NAME=VALUE`` or ``COMPONENT:NAME=VALUE`` (a CMake type suffix ``NAME:BOOL=`` is accepted
+    and dropped: the recipe's cache file sets strings). Pure."""
+    m = DEFINE_RE.match(text)
+    if not m:
+        raise ConfigError(f"-D {text!r}: expected NAME=VALUE or COMPONENT:NAME=VALUE", hint="e.g. -D GGML_NATIVE=OFF or -D llama.cpp:LLAMA_CURL=OFF")
+    comp = m.group("comp")
+    if comp is not None and comp.isupper():  # NAME:TYPE=VALUE was read as COMPONENT:NAME
+        comp = None
+        name = text.split(":", 1)[0]
+    else:
+        name = m.group("name")
+    return Define(component=comp, name=name, value=m.group("value"))
+
+
+def from_args(ns: argparse.Namespace) -> Options:
+    """The one place where parsed arguments become options."""
+    get = ns.__dict__.get
+    command = get("command") or "all"
+    action = get("patches_command") or get("pins_command")
+    sources = tuple(get("sources") or ()) + ((get("source"),) if get("source") else ())
+    extra = tuple(get("server_args") or ())
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    return Options(
+        command=command, action=action,
+        recipe=recipe_choice(recipe=get("recipe"), hrx=get("hrx")),
+        root=get("root"),
+        workspace=Path(get("workspace") or default_workspace()).expanduser().resolve(),
+        mirror_dirs=mirror_dirs_from(get("mirror_dir")),
+        offline=bool(get("offline")), locked=bool(get("locked")), jobs=get("jobs"),
+        verbose=bool(get("verbose")), quiet=bool(get("quiet")), json=bool(get("json")),
+        dry_run=bool(get("dry_run")) or command == "plan",
+        model=_path(get("model")), server=_path(get("server")),
+        toolchain_root=get("toolchain_root"),
+        defines=tuple(parse_define(d) for d in (get("defines") or ())),
+        sources=sources, prefix=_path(get("prefix")),
+        verify=VerifyOptions(reference=_path(get("reference")), write_reference=_path(get("write_reference")), rebuild=bool(get("rebuild"))),
+        serve=ServeOptions(host=get("host") or "127.0.0.1", port=get("port") or 8080, extra=extra),
+    )
+
+
+def _path(text: str | None) -> Path | None:
+    return Path(text).expanduser().resolve() if text else None
