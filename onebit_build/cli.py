@@ -600,6 +600,8 @@ def _positive_int(text: str) -> int:
 
 
 def _bench_parser(sub) -> None:
+    from onebit_build.running.bench.settings import DEFAULTS
+
     bp = sub.add_parser("bench", help="benchmark llama-server configs, builds or devices: interleaved, answer-checked, locked; table, JSON and plot")
     bp.add_argument("--config", metavar="NAME=ARGS", action="append", dest="bench_configs",
                     help="extra llama-server arguments under a name, e.g. t1='-t 1' (repeatable; the first is the baseline)")
@@ -609,17 +611,20 @@ def _bench_parser(sub) -> None:
                     help="a build folder holding bin/llama-server (repeatable; default: the recipe's latest build)")
     bp.add_argument("--device", metavar="NAME", action="append", dest="bench_devices",
                     help="device to serve on: CPU, Vulkan0, CUDA0, HRX20..., or 'all' for the CPU and every device the build lists (repeatable; default CPU)")
-    bp.add_argument("--rounds", type=_positive_int, default=3, help="rounds of every variant, interleaved (default 3)")
-    bp.add_argument("--decode-tokens", type=_positive_int, default=64, metavar="N", help="tokens generated per request (default 64)")
-    bp.add_argument("--prefix-tokens", type=_positive_int, default=16, metavar="K",
-                    help="answers must match the baseline's first K generated tokens (default 16)")
+    bp.add_argument("--rounds", type=_positive_int, default=DEFAULTS.rounds,
+                    help=f"rounds of every variant, interleaved (default {DEFAULTS.rounds})")
+    bp.add_argument("--decode-tokens", type=_positive_int, default=DEFAULTS.decode_tokens, metavar="N",
+                    help=f"tokens generated per request (default {DEFAULTS.decode_tokens})")
+    bp.add_argument("--prefix-tokens", type=_positive_int, default=DEFAULTS.prefix_tokens, metavar="K",
+                    help=f"answers must match the baseline's first K generated tokens (default {DEFAULTS.prefix_tokens})")
     bp.add_argument("--expect", metavar="FILE", help="expected answer prefixes: an earlier bench.json or a YAML 'prompt: text' mapping")
-    bp.add_argument("--tie-margin", type=float, default=0.1, metavar="NATS",
-                    help="excuse a divergence where the baseline's two likeliest tokens were closer than this in log-probability and the variant took the second (default 0.1)")
+    bp.add_argument("--tie-margin", type=float, default=DEFAULTS.tie_margin, metavar="NATS",
+                    help="excuse a divergence where the baseline's two likeliest tokens were closer than this in log-probability"
+                         f" and the variant took the second (default {DEFAULTS.tie_margin:g})")
     bp.add_argument("--prompts", metavar="DIR", help="folder with code.txt, prose.txt, short.txt (default: smoke/prompts)")
-    bp.add_argument("--ctx-size", type=_positive_int, default=2048, metavar="N", help="server context size (default 2048)")
+    bp.add_argument("--ctx-size", type=_positive_int, default=DEFAULTS.ctx_size, metavar="N", help=f"server context size (default {DEFAULTS.ctx_size})")
     bp.add_argument("--lock", metavar="FILE", dest="bench_lock", help="the bench lock file (default: bench.lock in the workspace)")
-    bp.add_argument("--wait", metavar="SECONDS", type=float, nargs="?", const=3600.0, default=0.0,
+    bp.add_argument("--wait", metavar="SECONDS", type=float, nargs="?", const=DEFAULTS.lock_wait_s, default=0.0,
                     help="when another bench holds the lock, wait for it (default: fail at once; --wait alone: up to an hour)")
     bp.add_argument("--out", metavar="DIR", help="write the results here (default: a new run folder in the workspace)")
     _common(bp, top=False)

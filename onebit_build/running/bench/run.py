@@ -1,0 +1,256 @@
+"""The benchmark run: interleaved rounds, a fresh server per variant per round, one warm-up
+request, then one greedy request per prompt; and the lock that keeps two benchmarks apart.
+
+Speeds come from the server's ``timings``; the baseline's first round records the
+expected answer prefixes (see :mod:`judge`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import requests
+
+from onebit_build.core import ui
+from onebit_build.core.errors import LockError, SmokeError
+from onebit_build.core.workspace import FileLock
+from onebit_build.running import server as srvmod
+from onebit_build.running.bench.judge import Expectation, common_prefix, judge, steps_from_probs
+from onebit_build.running.bench.plan import Prompt, Variant, completion_body, schedule
+from onebit_build.running.bench.settings import DEFAULTS
+from onebit_build.running.bench.summary import Cell, Sample, failed_sample, make_sample, summarize
+from onebit_build.running.model import ModelFile
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchRequest:
+    variants: tuple[Variant, ...]
+    model: ModelFile
+    prompts: tuple[Prompt, ...]
+    run_dir: Path
+    rounds: int = DEFAULTS.rounds
+    decode_tokens: int = DEFAULTS.decode_tokens
+    prefix_tokens: int = DEFAULTS.prefix_tokens
+    tie_margin: float = DEFAULTS.tie_margin
+    ctx_size: int = DEFAULTS.ctx_size
+    given: tuple[Expectation, ...] = ()  # expectations given up front (--expect)
+    env: tuple[tuple[str, str], ...] = ()
+    health_timeout_s: float = DEFAULTS.health_timeout_s
+    request_timeout_s: float = DEFAULTS.request_timeout_s
+    lock: Path | None = None  # recorded only; the caller holds it
+
+    @property
+    def baseline(self) -> Variant:
+        return self.variants[0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerRun:
+    """One fresh server of one variant in one round."""
+
+    round: int
+    variant: str
+    log: Path
+    port: int | None
+    ready_s: float | None
+    error: str  # "" when it started and answered
+    pid: int | None = None
+    warmup_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchResult:
+    request: BenchRequest
+    expectations: dict[str, Expectation]
+    samples: tuple[Sample, ...]
+    servers: tuple[ServerRun, ...]
+    cells: tuple[Cell, ...]
+    started_at: str
+    seconds: float
+
+    @property
+    def all_valid(self) -> bool:
+        return bool(self.cells) and all(c.valid for c in self.cells)
+
+    def cell(self, variant: str, prompt: str) -> Cell:
+        for c in self.cells:
+            if c.variant == variant and c.prompt == prompt:
+                return c
+        raise KeyError((variant, prompt))
+
+
+def _post(server: srvmod.Server, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+    try:
+        return server.post_json(path, body, timeout=120)
+    except requests.RequestException as exc:
+        raise SmokeError(f"{path} failed: {type(exc).__name__}; log: {server.log}") from None
+
+
+def _record_expectation(server: srvmod.Server, data: dict[str, Any], *, prompt: Prompt, prefix_tokens: int, decode_tokens: int, source: str) -> Expectation | None:
+    """The first ``prefix_tokens`` generated tokens of a baseline answer: their text, and
+    per token the runner-up and margin (from one extra, untimed request with ``n_probs``:
+    asking for probabilities slows decoding, so timed requests never do)."""
+    text = str(data.get("content", ""))
+    k = min(prefix_tokens, decode_tokens)
+    ids = data.get("tokens")
+    if not (isinstance(ids, list) and ids and all(isinstance(t, int) for t in ids)):
+        # An older server without return_tokens: tokenize the text it returned.
+        status, tok = _post(server, "/tokenize", {"content": text, "add_special": False})
+        ids = tok.get("tokens") if status == 200 and isinstance(tok, dict) else None
+        if not isinstance(ids, list):
+            raise SmokeError(f"/tokenize answered {status}: {str(tok)[:120]}", hint=f"see the server log {server.log}")
+    ids = ids[:k]
+    status, det = _post(server, "/detokenize", {"tokens": ids})
+    if status != 200 or not isinstance(det, dict) or not isinstance(det.get("content"), str):
+        raise SmokeError(f"/detokenize answered {status}: {str(det)[:120]}", hint=f"see the server log {server.log}")
+    # A prefix that ends inside a multi-byte character decodes with a replacement mark;
+    # keep only what the answer itself starts with.
+    expected = common_prefix(det["content"], text)
+    if not expected:
+        return None
+    status, probs = _post(server, "/completion", {**completion_body(prompt.text, k), "n_probs": 2})
+    steps = steps_from_probs(probs.get("completion_probabilities") if status == 200 and isinstance(probs, dict) else None, ids)
+    return Expectation(prompt=prompt.name, text=expected, tokens=k, source=source, steps=tuple(steps))
+
+
+def _ask(server: srvmod.Server, prompt: Prompt, tokens: int, timeout: float) -> tuple[int, Any]:
+    try:
+        return server.post_json("/completion", completion_body(prompt.text, tokens), timeout=timeout)
+    except requests.RequestException as exc:
+        rc = server.returncode()
+        gone = f"; llama-server exited with code {rc}: {srvmod.first_error_line(server.log_tail())}" if rc is not None else ""
+        raise SmokeError(f"/completion failed: {type(exc).__name__}{gone}; log: {server.log}") from None
+
+
+def _log_name(rnd: int, variant: str) -> str:
+    return f"server-r{rnd}-{re.sub(r'[^A-Za-z0-9._+-]+', '_', variant)}.log"
+
+
+Progress = Callable[[str], None]
+
+
+def run_bench(req: BenchRequest, *, progress: Progress | None = None) -> BenchResult:
+    """Run every variant ``req.rounds`` times, interleaved, each time on a fresh server.
+
+    Failures of one server (it does not start, it crashes, it answers wrongly) are
+    results, not exceptions; every server is stopped before this returns or raises."""
+    if not req.variants:
+        raise ValueError("run_bench: no variants")
+    if req.rounds < 1 or req.decode_tokens < 1 or req.prefix_tokens < 1:
+        raise ValueError("run_bench: rounds, decode_tokens and prefix_tokens must be at least 1")
+    say = progress or ui.info
+    logs = Path(req.run_dir) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    expectations: dict[str, Expectation] = {e.prompt: e for e in req.given}
+    samples: list[Sample] = []
+    servers: list[ServerRun] = []
+    width = max(len(v.name) for v in req.variants)
+    for rnd, index in schedule(len(req.variants), req.rounds):
+        v = req.variants[index]
+        run, got, line = _serve_round(req, v, rnd, logs / _log_name(rnd, v.name), expectations, record=index == 0 and rnd == 1)
+        servers.append(run)
+        samples.extend(got)
+        say(f"round {rnd}/{req.rounds}  {v.name:<{width}}  {line}")
+    cells = summarize(req.variants, tuple(p.name for p in req.prompts), tuple(samples), req.rounds)
+    return BenchResult(
+        request=req, expectations=expectations, samples=tuple(samples), servers=tuple(servers), cells=cells,
+        started_at=started_at, seconds=time.monotonic() - t0,
+    )
+
+
+def _serve_round(req: BenchRequest, v: Variant, rnd: int, log: Path, expectations: dict[str, Expectation], *,
+                 record: bool) -> tuple[ServerRun, list[Sample], str]:
+    """One fresh server of variant ``v`` in round ``rnd``: a warm-up, then every prompt once.
+    With ``record``, answers of prompts without an expectation become theirs. Returns the
+    server's record, the samples and a line of progress."""
+    spec = srvmod.ServerSpec(
+        binary=v.server, model=req.model.path, log=log, device=v.device, ctx_size=req.ctx_size,
+        extra_args=v.args, env=req.env, health_timeout_s=req.health_timeout_s,
+    )
+    try:
+        server = srvmod.start(spec)
+    except SmokeError as exc:
+        run = ServerRun(round=rnd, variant=v.name, log=log, port=None, ready_s=None, error=str(exc))
+        why = f"the server did not start: {exc.message}"
+        return run, [failed_sample(rnd=rnd, variant=v.name, prompt=p.name, why=why) for p in req.prompts], f"server did not start: {exc.message}"
+    try:
+        warmup_s, error = _warm_up(server, req)
+        samples, parts, error = _ask_prompts(server, req, v, rnd, expectations, record=record, error=error)
+    finally:
+        server.stop()
+    run = ServerRun(round=rnd, variant=v.name, log=log, port=server.port, ready_s=server.ready_s,
+                    error=error, warmup_s=warmup_s, pid=server.pid)
+    return run, samples, f"decode tok/s: {', '.join(parts)}" + (f"  ({error})" if error else "")
+
+
+def _warm_up(server: srvmod.Server, req: BenchRequest) -> tuple[float | None, str]:
+    """One short request with the longest prompt; its seconds, or the error it met."""
+    prompt = max(req.prompts, key=lambda p: len(p.text))
+    t0 = time.monotonic()
+    try:
+        _ask(server, prompt, min(DEFAULTS.warmup_tokens, req.decode_tokens), req.request_timeout_s)
+    except SmokeError as exc:
+        return None, f"warm-up: {exc.message}"
+    return time.monotonic() - t0, ""
+
+
+def _ask_prompts(server: srvmod.Server, req: BenchRequest, v: Variant, rnd: int, expectations: dict[str, Expectation], *,
+                 record: bool, error: str) -> tuple[list[Sample], list[str], str]:
+    """One timed request per prompt, each judged. After a failed request (or warm-up:
+    ``error``) the server is not asked again; its remaining prompts fail with that error."""
+    samples: list[Sample] = []
+    parts: list[str] = []
+    for p in req.prompts:
+        if error:
+            samples.append(failed_sample(rnd=rnd, variant=v.name, prompt=p.name, why=error))
+            continue
+        try:
+            status, data = _ask(server, p, req.decode_tokens, req.request_timeout_s)
+            if record and p.name not in expectations and status == 200 and isinstance(data, dict):
+                exp = _record_expectation(server, data, prompt=p, prefix_tokens=req.prefix_tokens,
+                                          decode_tokens=req.decode_tokens, source=f"baseline {v.name} round 1")
+                if exp is not None:
+                    expectations[p.name] = exp
+        except SmokeError as exc:
+            error = exc.message
+            samples.append(failed_sample(rnd=rnd, variant=v.name, prompt=p.name, why=error))
+            parts.append(f"{p.name} FAILED")
+            continue
+        verdict = judge(data, status=status, expected=expectations.get(p.name), tokens=req.decode_tokens,
+                        tie_margin=req.tie_margin)
+        s = make_sample(rnd=rnd, variant=v.name, prompt=p.name, data=data, verdict=verdict)
+        samples.append(s)
+        figure = f"{s.decode_tok_s:.1f}" if s.decode_tok_s is not None else "-"
+        parts.append(f"{p.name} {figure}" + ("" if verdict.valid else " INVALID") + (" (near tie)" if verdict.note else ""))
+    return samples, parts, error
+
+
+# --------------------------------------------------------------------------- the lock
+
+
+class BenchLock(FileLock):
+    """An exclusive lock for a whole benchmark, so that two benchmarks never share the
+    machine. The lock file names its holder. When it is held, fail at once naming the
+    holder (``wait_s`` 0) or wait up to ``wait_s`` seconds for it."""
+
+    def __init__(self, path: Path, command: str, *, wait_s: float = 0.0, poll_s: float = 0.5,
+                 on_wait: Callable[[str], None] | None = None):
+        super().__init__(path, command, wait_s=wait_s, poll_s=poll_s, on_wait=on_wait or ui.info)
+
+    def busy(self, holder: str) -> LockError:
+        return LockError(f"bench lock {self.path} is held by {holder}",
+                         hint="wait for that benchmark to finish, or pass --wait SECONDS to wait for it")
+
+    def timed_out(self, holder: str) -> LockError:
+        return LockError(f"bench lock {self.path} is still held by {holder} after waiting {self.wait_s:g} s",
+                         hint="try again later or wait longer with --wait SECONDS")
+
+    def waiting(self, holder: str) -> str:
+        return f"waiting for the bench lock {self.path}: held by {holder} (up to {self.wait_s:g} s)"
