@@ -23,13 +23,11 @@ from onebit_build.running.bench import (
     Config,
     Expectation,
     Prompt,
-    Sample,
     Step,
     Variant,
     Verdict,
-    answer_holds,
     completion_body,
-    judge,
+    judge_answer,
     make_variants,
     parse_build,
     parse_config,
@@ -41,7 +39,9 @@ from onebit_build.running.bench import (
     summarize,
 )
 from onebit_build.core.errors import ConfigError, LockError
+from onebit_build.running.measure import Completion, Sample, answer_starts_with
 from onebit_build.running.model import ModelFile
+from onebit_build.running.server import AnswerError, completion_from_reply
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -58,11 +58,11 @@ def sample(v: str, p: str, rnd: int, dps: float, pps: float = 100.0, valid: bool
                   text="x", valid=valid, why=why)
 
 
-def answer(content: str, *, n: int = 16, pps: float = 150.0, dps: float = 30.0, tokens: list[int] | None = None) -> dict:
+def answer(content: str, *, n: int = 16, pps: float = 150.0, dps: float = 30.0, tokens: list[int] | None = None) -> Completion:
     data = {"content": content, "timings": {"predicted_n": n, "prompt_per_second": pps, "predicted_per_second": dps}}
     if tokens is not None:
         data["tokens"] = tokens
-    return data
+    return Completion.from_json(data)
 
 
 def synthetic_result(tmp_path: Path) -> BenchResult:
@@ -230,22 +230,23 @@ def test_requests_are_greedy_without_prompt_cache():
 
 
 def test_answer_holds_on_the_prefix_only():
-    assert answer_holds(" 6, 7, 8, 9, 10, 11", " 6, 7, 8")
-    assert not answer_holds(" 6, 7, 9, 9", " 6, 7, 8")
-    assert answer_holds(" 6, 7", " 6, 7, 8")  # fewer tokens generated than the prefix covers
-    assert not answer_holds("", " 6")
-    assert not answer_holds(" 6", "")
+    assert answer_starts_with(" 6, 7, 8, 9, 10, 11", " 6, 7, 8")
+    assert not answer_starts_with(" 6, 7, 9, 9", " 6, 7, 8")
+    assert answer_starts_with(" 6, 7", " 6, 7, 8")  # fewer tokens generated than the prefix covers
+    assert not answer_starts_with("", " 6")
+    assert not answer_starts_with(" 6", "")
 
 
 def test_judge_verdicts():
     exp = Expectation(prompt="short", text=" 6, 7, 8", tokens=6, source="baseline")
-    assert judge(answer(" 6, 7, 8, 9"), status=200, expected=exp, tokens=16) == Verdict(valid=True)
-    v = judge(answer(" 6, 7, 9, 9"), status=200, expected=exp, tokens=16)
+    assert judge_answer(answer(" 6, 7, 8, 9"), expected=exp, tokens=16) == Verdict(valid=True)
+    v = judge_answer(answer(" 6, 7, 9, 9"), expected=exp, tokens=16)
     assert not v.valid and "diverged at character 7" in v.why and "'9, 9'" in v.why
-    assert "not 16" in judge(answer(" 6, 7, 8", n=3), status=200, expected=exp, tokens=16).why
-    assert "timings" in judge(answer(" 6, 7, 8", dps=0.0), status=200, expected=exp, tokens=16).why
-    assert "HTTP 500" in judge({"error": "x"}, status=500, expected=exp, tokens=16).why
-    assert "no reference answer" in judge(answer(" 6"), status=200, expected=None, tokens=16).why
+    assert "not 16" in judge_answer(answer(" 6, 7, 8", n=3), expected=exp, tokens=16).why
+    assert "timings" in judge_answer(answer(" 6, 7, 8", dps=0.0), expected=exp, tokens=16).why
+    with pytest.raises(AnswerError, match="HTTP 500"):
+        completion_from_reply(500, {"error": "x"})
+    assert "no reference answer" in judge_answer(answer(" 6"), expected=None, tokens=16).why
 
 
 # The baseline said " he was" then " standing" over " in" by a margin of 0.05 (a near tie),
@@ -259,21 +260,21 @@ TIE = Expectation(prompt="prose", text=" he was standing on", tokens=4, source="
 
 
 def test_a_near_tie_taken_the_other_way_is_excused():
-    v = judge(answer(" he was in the house", tokens=[1, 2, 7, 5]), status=200, expected=TIE, tokens=16, tie_margin=0.1)
+    v = judge_answer(answer(" he was in the house", tokens=[1, 2, 7, 5]), expected=TIE, tokens=16, tie_margin=0.1)
     assert v.valid and "near tie at token 2" in v.note and "' in'" in v.note and "0.050" in v.note
 
 
 def test_divergence_where_the_baseline_was_sure_is_not_excused():
-    v = judge(answer(" he was standing at", tokens=[1, 2, 3, 6]), status=200, expected=TIE, tokens=16, tie_margin=0.1)
+    v = judge_answer(answer(" he was standing at", tokens=[1, 2, 3, 6]), expected=TIE, tokens=16, tie_margin=0.1)
     assert not v.valid and "token 3" in v.why and "margin there 2.000" in v.why
     # A tie, but the margin is not below the threshold given.
-    v = judge(answer(" he was in the house", tokens=[1, 2, 7, 5]), status=200, expected=TIE, tokens=16, tie_margin=0.05)
+    v = judge_answer(answer(" he was in the house", tokens=[1, 2, 7, 5]), expected=TIE, tokens=16, tie_margin=0.05)
     assert not v.valid and "excused below 0.05" in v.why
     # A tie, but the variant took neither of the two likeliest tokens.
-    v = judge(answer(" he was sitting", tokens=[1, 2, 11, 5]), status=200, expected=TIE, tokens=16, tie_margin=0.1)
+    v = judge_answer(answer(" he was sitting", tokens=[1, 2, 11, 5]), expected=TIE, tokens=16, tie_margin=0.1)
     assert not v.valid and "not even the baseline's runner-up" in v.why
     # Without token ids nothing can be excused.
-    assert not judge(answer(" he was in the house"), status=200, expected=TIE, tokens=16, tie_margin=0.1).valid
+    assert not judge_answer(answer(" he was in the house"), expected=TIE, tokens=16, tie_margin=0.1).valid
 
 
 def test_steps_from_probs_keeps_margins_only_while_the_tokens_agree():

@@ -11,7 +11,9 @@ from onebit_build.core.config import load_pins, load_recipe
 from onebit_build.core.fsutil import read_state
 from onebit_build.running.model import ModelFile
 from onebit_build.running.report import REPORT_KIND, REPORT_SCHEMA, md_cell, print_summary, summary_lines, write_report
-from onebit_build.running.smoke import Check, DeviceResult, SmokeResult, SpeedSample, check_speed, summarize_speed
+from onebit_build.running.measure import Sample
+from onebit_build.running.smoke import DeviceResult, SmokeResult
+from onebit_build.running.smoke_checks import SmokeCheck, check_speed, summarize_speed
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -20,10 +22,10 @@ def recipe():
     return load_recipe(REPO / "recipes" / "default.yaml", load_pins(REPO / "pins.yaml"))
 
 
-def sample(dps: float, ok: bool = True) -> SpeedSample:
-    return SpeedSample(
+def sample(dps: float, ok: bool = True) -> Sample:
+    return Sample(
         prompt_tok_s=150.0, decode_tok_s=dps, prompt_n=12, predicted_n=128,
-        answer_ok=ok, why="" if ok else "the text 'Berlin' does not start with the checked answer", text=" Paris",
+        valid=ok, why="" if ok else "the text 'Berlin' does not start with the checked answer", text=" Paris",
     )
 
 
@@ -34,22 +36,22 @@ def make_result(run_dir: Path, *, cpu_ok: bool = True, with_missing: bool = True
         answer_passed=True, reference=None, tolerance=0.25,
     )
     cpu_checks = (
-        Check(name="start", device="CPU", passed=True, summary="healthy on port 1234 after 1.0 s", evidence={"port": 1234}),
-        Check(name="health", device="CPU", passed=True, summary="/health: 200 status ok", evidence={"http_status": 200}),
-        Check(name="answer:capital", device="CPU", passed=True, summary="capital: answer ' Paris' contains 'Paris'",
+        SmokeCheck(name="start", device="CPU", passed=True, summary="healthy on port 1234 after 1.0 s", evidence={"port": 1234}),
+        SmokeCheck(name="health", device="CPU", passed=True, summary="/health: 200 status ok", evidence={"http_status": 200}),
+        SmokeCheck(name="answer:capital", device="CPU", passed=True, summary="capital: answer ' Paris' contains 'Paris'",
               evidence={"answer": " Paris", "prompt": "Q|A\nAnswer:"}),
         check_speed(speed),
     )
     devices = [DeviceResult(device="CPU", checks=cpu_checks, speed=speed, log=run_dir / "logs" / "server-CPU.log", seconds=12.5, port=1234)]
     listed: tuple[str, ...] = ()
-    run_checks = (Check(name="devices", device=None, passed=True, summary="--list-devices shows every expected device (CPU)"),)
+    run_checks = (SmokeCheck(name="devices", device=None, passed=True, summary="--list-devices shows every expected device (CPU)"),)
     if with_missing:
         devices.append(DeviceResult(
             device="HRX20",
-            checks=(Check(name="start", device="HRX20", passed=False, summary="HRX20 is not offered by this llama-server"),),
+            checks=(SmokeCheck(name="start", device="HRX20", passed=False, summary="HRX20 is not offered by this llama-server"),),
             speed=None, log=None, seconds=0.0,
         ))
-        run_checks = (Check(name="devices", device=None, passed=False, summary="--list-devices lacks HRX20 (lists: none)",
+        run_checks = (SmokeCheck(name="devices", device=None, passed=False, summary="--list-devices lacks HRX20 (lists: none)",
                             evidence={"missing": ["HRX20"]}),)
     return SmokeResult(
         recipe="default",
@@ -133,7 +135,7 @@ def test_passing_result_and_terminal_summary(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "smoke PASS" in err and "decode 29.0 tok/s" in err
 
-    failing = replace(result, checks=(Check(name="devices", device=None, passed=False, summary="--list-devices lacks Vulkan0"),))
+    failing = replace(result, checks=(SmokeCheck(name="devices", device=None, passed=False, summary="--list-devices lacks Vulkan0"),))
     lines = summary_lines(failing)
     assert "  FAIL --list-devices lacks Vulkan0" in lines and lines[-1].startswith("smoke FAIL: 4/5")
 

@@ -22,8 +22,9 @@ from onebit_build.core.errors import SmokeError
 from onebit_build.core.fsutil import read_state
 from onebit_build.running.model import ModelFile
 from onebit_build.running.report import REPORT_KIND, REPORT_SCHEMA, write_report
-from onebit_build.running.smoke import (
-    SpeedSample,
+from onebit_build.running.measure import Completion, Sample
+from onebit_build.running.smoke import run_smoke
+from onebit_build.running.smoke_checks import (
     build_commit,
     check_answer,
     check_catalog,
@@ -34,7 +35,6 @@ from onebit_build.running.smoke import (
     commit_matches,
     judge_speed_sample,
     on_par,
-    run_smoke,
     summarize_speed,
 )
 
@@ -124,28 +124,28 @@ def test_check_devices():
 
 def test_check_answer():
     p = PromptCheck(name="capital", prompt="Q", expect="Paris")
-    assert check_answer("CPU", p, {"content": " Paris, France"}, n_predict=12).passed
-    bad = check_answer("CPU", p, {"content": " Berlin"}, n_predict=12)
+    assert check_answer("CPU", p, Completion(text=" Paris, France"), n_predict=12).passed
+    bad = check_answer("CPU", p, Completion(text=" Berlin"), n_predict=12)
     assert not bad.passed and "lacks 'Paris'" in bad.summary and bad.evidence["answer"] == " Berlin"
 
 
-def timed(text: str, n: int = 128, dps: float = 30.0) -> dict:
-    return {"content": text, "timings": {"prompt_per_second": 150.0, "predicted_per_second": dps, "predicted_n": n, "prompt_n": 12}}
+def timed(text: str, n: int = 128, dps: float = 30.0) -> Completion:
+    return Completion(text=text, prompt_tok_s=150.0, decode_tok_s=dps, predicted_n=n, prompt_n=12)
 
 
 def test_judge_speed_sample():
     ok = judge_speed_sample(timed(" Paris\n\nQuestion: ..."), answer=" Paris\n\n", expect="Paris", tokens=128)
-    assert ok.answer_ok and ok.decode_tok_s == 30.0
+    assert ok.valid and ok.decode_tok_s == 30.0
     drift = judge_speed_sample(timed(" London\n\n"), answer=" Paris\n\n", expect="Paris", tokens=128)
-    assert not drift.answer_ok and "does not start with" in drift.why
+    assert not drift.valid and "does not start with" in drift.why
     short = judge_speed_sample(timed(" Paris\n\n", n=5), answer=" Paris\n\n", expect="Paris", tokens=128)
-    assert not short.answer_ok and "generated 5 tokens" in short.why
+    assert not short.valid and "generated 5 tokens" in short.why
     wrong_ref = judge_speed_sample(timed(" Berlin"), answer=" Berlin", expect="Paris", tokens=128)
-    assert not wrong_ref.answer_ok and "lacks 'Paris'" in wrong_ref.why
+    assert not wrong_ref.valid and "lacks 'Paris'" in wrong_ref.why
 
 
-def sample(dps: float, ok: bool = True) -> SpeedSample:
-    return SpeedSample(prompt_tok_s=100.0 + dps, decode_tok_s=dps, prompt_n=12, predicted_n=128, answer_ok=ok, why="" if ok else "bad", text="")
+def sample(dps: float, ok: bool = True) -> Sample:
+    return Sample(prompt_tok_s=100.0 + dps, decode_tok_s=dps, prompt_n=12, predicted_n=128, valid=ok, why="" if ok else "bad", text="")
 
 
 def test_summarize_speed_median_and_validity():
@@ -213,7 +213,7 @@ def test_default_recipe_passes_on_cpu(default_run):
     assert speed is not None and speed.valid
     assert speed.decode_tok_s and speed.decode_tok_s > 1.0 and speed.prompt_tok_s and speed.prompt_tok_s > 1.0
     assert len(speed.samples) == recipe.smoke.speed_repeats and speed.warmup is not None
-    assert all(s.answer_ok and s.predicted_n == recipe.smoke.speed_tokens for s in speed.samples)
+    assert all(s.valid and s.predicted_n == recipe.smoke.speed_tokens for s in speed.samples)
     assert all(s.text.startswith(" Paris") for s in speed.samples)
     # The server is gone, its log kept in the run folder.
     assert all(pid_gone(pid) for pid in server_pids(result))
@@ -260,7 +260,7 @@ def test_wrong_answer_and_wrong_commit_fail_and_invalidate_the_speed(llama_serve
     assert speed is not None and not speed.valid
     assert speed.decode_tok_s is None and speed.prompt_tok_s is None
     assert "answer check of prompt 'capital' failed" in speed.reason
-    assert speed.samples and not any(s.answer_ok for s in speed.samples)
+    assert speed.samples and not any(s.valid for s in speed.samples)
     assert all(pid_gone(pid) for pid in server_pids(result))
 
 

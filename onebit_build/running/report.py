@@ -13,7 +13,9 @@ from onebit_build import __version__
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe
 from onebit_build.core.fsutil import atomic_write_text, write_state
-from onebit_build.running.smoke import Check, DeviceResult, SmokeResult, Speed, SpeedSample
+from onebit_build.running.measure import Sample
+from onebit_build.running.smoke import DeviceResult, SmokeResult
+from onebit_build.running.smoke_checks import SmokeCheck, Speed
 
 REPORT_KIND = "onebit-smoke-report"
 REPORT_SCHEMA = 1
@@ -33,11 +35,11 @@ def _rel(path: Path | None, base: Path) -> str | None:
         return str(path)
 
 
-def _check_doc(c: Check) -> dict[str, Any]:
+def _check_doc(c: SmokeCheck) -> dict[str, Any]:
     return {"name": c.name, "device": c.device, "passed": c.passed, "summary": c.summary, "evidence": c.evidence}
 
 
-def _sample_doc(s: SpeedSample | None) -> dict[str, Any] | None:
+def _sample_doc(s: Sample | None) -> dict[str, Any] | None:
     if s is None:
         return None
     return {
@@ -45,7 +47,7 @@ def _sample_doc(s: SpeedSample | None) -> dict[str, Any] | None:
         "decode_tok_s": s.decode_tok_s,
         "prompt_n": s.prompt_n,
         "predicted_n": s.predicted_n,
-        "answer_ok": s.answer_ok,
+        "answer_ok": s.valid,
         "why": s.why,
         "text": s.text,
     }
@@ -213,7 +215,7 @@ def render_markdown(run_dir: Path, *, recipe: Recipe, smoke: SmokeResult, manife
             out.append("| # | prompt tok/s | decode tok/s | tokens | answer | text |")
             out.append("|---:|---:|---:|---:|---|---|")
             for i, s in enumerate(d.speed.samples, 1):
-                ans = "ok" if s.answer_ok else f"FAIL: {s.why}"
+                ans = "ok" if s.valid else f"FAIL: {s.why}"
                 out.append(f"| {i} | {_fmt(s.prompt_tok_s)} | {_fmt(s.decode_tok_s)} | {s.predicted_n} | {md_cell(ans)} | {md_cell(s.text[:80])} |")
     out.append("")
     return "\n".join(out)

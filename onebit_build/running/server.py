@@ -29,6 +29,7 @@ from onebit_build.core import proc
 from onebit_build.core import ui
 from onebit_build.core.errors import CommandError, SmokeError
 from onebit_build.core.fsutil import tail_lines
+from onebit_build.running.measure import Completion
 
 HOST = "127.0.0.1"
 CPU_DEVICE = "CPU"
@@ -62,6 +63,18 @@ class ServerSpec:
 
 class RequestTimeout(SmokeError):
     """A request got no answer in its time; the caller says which deadline that was."""
+
+
+class AnswerError(SmokeError):
+    """The server answered a request, but not with 200 and a JSON object: this request
+    failed, the server still serves."""
+
+
+def completion_from_reply(status: int, data: Any, *, hint: str | None = None) -> Completion:
+    """The typed answer of a /completion reply; AnswerError when it is not one."""
+    if status != 200 or not isinstance(data, dict):
+        raise AnswerError(f"/completion answered HTTP {status}: {str(data)[:300]}", hint=hint)
+    return Completion.from_json(data)
 
 
 def device_args(device: str) -> list[str]:
@@ -245,19 +258,19 @@ class Server:
         r = self._http.post(self.url + path, json=body, timeout=timeout)
         return r.status_code, _json_or_text(r)
 
-    def complete(self, prompt: str, *, n_predict: int, ignore_eos: bool = False, timeout: float = 300.0) -> dict[str, Any]:
-        """One greedy /completion without the prompt cache; returns the JSON answer.
-        Raises SmokeError when the server does not answer with 200 JSON."""
-        body = completion_body(prompt, n_predict, ignore_eos=ignore_eos)
+    def complete(self, prompt: str, *, n_predict: int, ignore_eos: bool = False, return_tokens: bool = False,
+                 timeout: float = 300.0) -> Completion:
+        """One greedy /completion without the prompt cache (see :func:`completion_body`).
+        Raises RequestTimeout when no answer comes in ``timeout`` seconds, AnswerError when
+        the answer is not 200 JSON, SmokeError when the request fails otherwise."""
+        body = completion_body(prompt, n_predict, ignore_eos=ignore_eos, return_tokens=return_tokens)
         try:
             status, data = self.post_json("/completion", body, timeout=timeout)
         except requests.Timeout:
             raise RequestTimeout(f"/completion gave no answer within {timeout:.0f} s") from None
         except requests.RequestException as exc:
             raise SmokeError(self._gone_message(f"/completion failed: {exc}"), detail=self.log_tail()) from None
-        if status != 200 or not isinstance(data, dict):
-            raise SmokeError(f"/completion answered {status}: {str(data)[:300]}", hint=f"see the server log {self.log}")
-        return data
+        return completion_from_reply(status, data, hint=f"see the server log {self.log}")
 
     def _gone_message(self, what: str) -> str:
         rc = self.returncode()

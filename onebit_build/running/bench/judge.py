@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from onebit_build.running.bench.settings import DEFAULTS
+from onebit_build.running.measure import Completion, answer_starts_with, timing_problem
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,24 +41,14 @@ class Expectation:
         return [(i, st) for i, st in enumerate(self.steps) if st.margin is not None and st.margin < margin]
 
 
-
 def common_prefix(a: str, b: str) -> str:
+    """The longest start ``a`` and ``b`` share."""
     n = 0
     for x, y in zip(a, b):
         if x != y:
             break
         n += 1
     return a[:n]
-
-
-def answer_holds(text: str, expected: str) -> bool:
-    """The answer holds when it starts with the expected prefix. An answer shorter than the
-    prefix (fewer tokens asked than the prefix covers) holds when it is the prefix's start."""
-    if not expected:
-        return False
-    if len(text) >= len(expected):
-        return text.startswith(expected)
-    return bool(text) and expected.startswith(text)
 
 
 def divergence(text: str, expected: str) -> str:
@@ -69,12 +60,14 @@ def divergence(text: str, expected: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Verdict:
+    """Whether one timed answer counts."""
+
     valid: bool
     why: str = ""  # why it is invalid
     note: str = ""  # something a valid answer did that a reader should know
 
 
-def first_difference(got: list[int], steps: tuple[Step, ...]) -> int | None:
+def first_difference(got: tuple[int, ...], steps: tuple[Step, ...]) -> int | None:
     """Index of the first generated token that is not the baseline's; None when all agree."""
     for i, (g, st) in enumerate(zip(got, steps)):
         if g != st.id:
@@ -82,27 +75,21 @@ def first_difference(got: list[int], steps: tuple[Step, ...]) -> int | None:
     return None
 
 
-def judge(data: Any, *, status: int, expected: Expectation | None, tokens: int, tie_margin: float = DEFAULTS.tie_margin) -> Verdict:
-    """Verdict on one timed answer. Its text must start with the expected prefix; where it
-    does not, the divergence is excused only at a near tie: the first differing token is the
-    baseline's runner-up there, and the baseline's margin was below ``tie_margin``."""
-    if status != 200 or not isinstance(data, dict):
-        return Verdict(valid=False, why=f"/completion answered HTTP {status}: {str(data)[:120]}")
-    timings = data.get("timings") if isinstance(data.get("timings"), dict) else {}
-    text = str(data.get("content", ""))
-    if timings.get("predicted_n") != tokens:
-        return Verdict(valid=False, why=f"generated {timings.get('predicted_n')!r} tokens, not {tokens}")
-    for key in ("prompt_per_second", "predicted_per_second"):
-        v = timings.get(key)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
-            return Verdict(valid=False, why=f"no usable timings ({key} is {v!r})")
+def judge_answer(answer: Completion, *, expected: Expectation | None, tokens: int, tie_margin: float = DEFAULTS.tie_margin) -> Verdict:
+    """Verdict on one timed answer. It must have generated ``tokens`` tokens with usable
+    timings, and its text must start with the expected prefix; where it does not, the
+    divergence is excused only at a near tie: the first differing token is the baseline's
+    runner-up there, and the baseline's margin was below ``tie_margin``."""
+    problem = timing_problem(answer, tokens)
+    if problem:
+        return Verdict(valid=False, why=problem)
     if expected is None:
         return Verdict(valid=False, why="no reference answer (the baseline's first round gave none for this prompt)")
-    if answer_holds(text, expected.text):
+    if answer_starts_with(answer.text, expected.text):
         return Verdict(valid=True)
-    why = divergence(text, expected.text)
-    got = data.get("tokens")
-    if not expected.steps or not isinstance(got, list):
+    why = divergence(answer.text, expected.text)
+    got = answer.tokens
+    if not expected.steps or got is None:
         return Verdict(valid=False, why=why)
     at = first_difference(got, expected.steps)
     if at is None:

@@ -252,7 +252,11 @@ def schedule(n_variants: int, rounds: int) -> list[tuple[int, int]]:
     return [(r, i) for r in range(1, rounds + 1) for i in range(n_variants)]
 
 
+# Every bench request generates exactly the tokens asked for (the end of text is ignored)
+# and returns their ids.
+REQUEST_FLAGS = {"ignore_eos": True, "return_tokens": True}
+
+
 def completion_body(prompt: str, n_predict: int) -> dict[str, Any]:
-    """A greedy /completion request (see :func:`server.completion_body`): exactly
-    ``n_predict`` tokens (end of text ignored), token ids returned."""
-    return srvmod.completion_body(prompt, n_predict, ignore_eos=True, return_tokens=True)
+    """The greedy /completion request of the bench (see :func:`server.completion_body`)."""
+    return srvmod.completion_body(prompt, n_predict, **REQUEST_FLAGS)

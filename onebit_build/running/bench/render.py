@@ -16,7 +16,7 @@ from onebit_build.running.bench.plan import completion_body
 from onebit_build.running.bench.plot import fmt_speed, plot
 from onebit_build.running.bench.run import BenchResult
 from onebit_build.running.bench.settings import BENCH_KIND, BENCH_SCHEMA, DEFAULTS
-from onebit_build.running.bench.summary import Stat
+from onebit_build.running.measure import Stat
 
 
 # --------------------------------------------------------------------------- the table

@@ -20,10 +20,11 @@ from onebit_build.core import ui
 from onebit_build.core.errors import LockError, SmokeError
 from onebit_build.core.workspace import FileLock
 from onebit_build.running import server as srvmod
-from onebit_build.running.bench.judge import Expectation, common_prefix, judge, steps_from_probs
-from onebit_build.running.bench.plan import Prompt, Variant, completion_body, schedule
-from onebit_build.running.bench.settings import DEFAULTS
-from onebit_build.running.bench.summary import Cell, Sample, failed_sample, make_sample, summarize
+from onebit_build.running.bench.judge import Expectation, common_prefix, judge_answer, steps_from_probs
+from onebit_build.running.bench.plan import REQUEST_FLAGS, Prompt, Variant, completion_body, schedule
+from onebit_build.running.bench.settings import DEFAULTS, TEXT_KEPT
+from onebit_build.running.bench.summary import Cell, summarize
+from onebit_build.running.measure import Completion, Sample, failed_sample, timed_sample
 from onebit_build.running.model import ModelFile
 
 
@@ -91,14 +92,15 @@ def _post(server: srvmod.Server, path: str, body: dict[str, Any]) -> tuple[int, 
         raise SmokeError(f"{path} failed: {type(exc).__name__}; log: {server.log}") from None
 
 
-def _record_expectation(server: srvmod.Server, data: dict[str, Any], *, prompt: Prompt, prefix_tokens: int, decode_tokens: int, source: str) -> Expectation | None:
+def _record_expectation(server: srvmod.Server, answer: Completion, *, prompt: Prompt, prefix_tokens: int, decode_tokens: int,
+                        source: str) -> Expectation | None:
     """The first ``prefix_tokens`` generated tokens of a baseline answer: their text, and
     per token the runner-up and margin (from one extra, untimed request with ``n_probs``:
     asking for probabilities slows decoding, so timed requests never do)."""
-    text = str(data.get("content", ""))
+    text = answer.text
     k = min(prefix_tokens, decode_tokens)
-    ids = data.get("tokens")
-    if not (isinstance(ids, list) and ids and all(isinstance(t, int) for t in ids)):
+    ids: Any = list(answer.tokens or ())
+    if not ids:
         # An older server without return_tokens: tokenize the text it returned.
         status, tok = _post(server, "/tokenize", {"content": text, "add_special": False})
         ids = tok.get("tokens") if status == 200 and isinstance(tok, dict) else None
@@ -118,13 +120,8 @@ def _record_expectation(server: srvmod.Server, data: dict[str, Any], *, prompt: 
     return Expectation(prompt=prompt.name, text=expected, tokens=k, source=source, steps=tuple(steps))
 
 
-def _ask(server: srvmod.Server, prompt: Prompt, tokens: int, timeout: float) -> tuple[int, Any]:
-    try:
-        return server.post_json("/completion", completion_body(prompt.text, tokens), timeout=timeout)
-    except requests.RequestException as exc:
-        rc = server.returncode()
-        gone = f"; llama-server exited with code {rc}: {srvmod.first_error_line(server.log_tail())}" if rc is not None else ""
-        raise SmokeError(f"/completion failed: {type(exc).__name__}{gone}; log: {server.log}") from None
+def _ask(server: srvmod.Server, prompt: Prompt, tokens: int, timeout: float) -> Completion:
+    return server.complete(prompt.text, n_predict=tokens, timeout=timeout, **REQUEST_FLAGS)
 
 
 def _log_name(rnd: int, variant: str) -> str:
@@ -179,7 +176,7 @@ def _serve_round(req: BenchRequest, v: Variant, rnd: int, log: Path, expectation
     except SmokeError as exc:
         run = ServerRun(round=rnd, variant=v.name, log=log, port=None, ready_s=None, error=str(exc))
         why = f"the server did not start: {exc.message}"
-        return run, [failed_sample(rnd=rnd, variant=v.name, prompt=p.name, why=why) for p in req.prompts], f"server did not start: {exc.message}"
+        return run, [failed_sample(why=why, round=rnd, variant=v.name, prompt=p.name) for p in req.prompts], f"server did not start: {exc.message}"
     try:
         warmup_s, error = _warm_up(server, req)
         samples, parts, error = _ask_prompts(server, req, v, rnd, expectations, record=record, error=error)
@@ -209,23 +206,27 @@ def _ask_prompts(server: srvmod.Server, req: BenchRequest, v: Variant, rnd: int,
     parts: list[str] = []
     for p in req.prompts:
         if error:
-            samples.append(failed_sample(rnd=rnd, variant=v.name, prompt=p.name, why=error))
+            samples.append(failed_sample(why=error, round=rnd, variant=v.name, prompt=p.name))
             continue
         try:
-            status, data = _ask(server, p, req.decode_tokens, req.request_timeout_s)
-            if record and p.name not in expectations and status == 200 and isinstance(data, dict):
-                exp = _record_expectation(server, data, prompt=p, prefix_tokens=req.prefix_tokens,
+            answer = _ask(server, p, req.decode_tokens, req.request_timeout_s)
+            if record and p.name not in expectations:
+                exp = _record_expectation(server, answer, prompt=p, prefix_tokens=req.prefix_tokens,
                                           decode_tokens=req.decode_tokens, source=f"baseline {v.name} round 1")
                 if exp is not None:
                     expectations[p.name] = exp
+        except srvmod.AnswerError as exc:  # this request failed; the server still serves
+            samples.append(failed_sample(why=exc.message, round=rnd, variant=v.name, prompt=p.name))
+            parts.append(f"{p.name} - INVALID")
+            continue
         except SmokeError as exc:
             error = exc.message
-            samples.append(failed_sample(rnd=rnd, variant=v.name, prompt=p.name, why=error))
+            samples.append(failed_sample(why=error, round=rnd, variant=v.name, prompt=p.name))
             parts.append(f"{p.name} FAILED")
             continue
-        verdict = judge(data, status=status, expected=expectations.get(p.name), tokens=req.decode_tokens,
-                        tie_margin=req.tie_margin)
-        s = make_sample(rnd=rnd, variant=v.name, prompt=p.name, data=data, verdict=verdict)
+        verdict = judge_answer(answer, expected=expectations.get(p.name), tokens=req.decode_tokens, tie_margin=req.tie_margin)
+        s = timed_sample(answer, why=verdict.why, note=verdict.note, text=answer.text[:TEXT_KEPT], round=rnd, variant=v.name,
+                         prompt=p.name)
         samples.append(s)
         figure = f"{s.decode_tok_s:.1f}" if s.decode_tok_s is not None else "-"
         parts.append(f"{p.name} {figure}" + ("" if verdict.valid else " INVALID") + (" (near tie)" if verdict.note else ""))
