@@ -1,0 +1,46 @@
+"""Checks as JUnit XML, the format CI systems show as test results (``--junit FILE``).
+
+One ``<testsuite>`` per command; one ``<testcase>`` per check, failed with its reason.
+Written atomically. Pure apart from the write.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from onebit_build.core.fsutil import atomic_write_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    name: str
+    ok: bool
+    message: str = ""  # why it failed (or a note when it passed)
+    detail: str = ""
+    seconds: float = 0.0
+    classname: str = ""
+
+
+def junit_xml(suite: str, cases: Sequence[Case], *, seconds: float = 0.0) -> bytes:
+    failures = sum(1 for c in cases if not c.ok)
+    root = ET.Element("testsuites", name=suite, tests=str(len(cases)), failures=str(failures), time=f"{seconds:.3f}")
+    ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(cases)), failures=str(failures), errors="0",
+                       skipped="0", time=f"{seconds:.3f}")
+    for c in cases:
+        tc = ET.SubElement(ts, "testcase", name=c.name, classname=c.classname or suite, time=f"{c.seconds:.3f}")
+        if not c.ok:
+            f = ET.SubElement(tc, "failure", message=c.message or "failed")
+            f.text = c.detail or c.message
+        elif c.message:
+            out = ET.SubElement(tc, "system-out")
+            out.text = c.message
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def write_junit(path: Path, suite: str, cases: Sequence[Case], *, seconds: float = 0.0) -> Path:
+    atomic_write_bytes(Path(path), junit_xml(suite, cases, seconds=seconds))
+    return Path(path)

@@ -1,0 +1,208 @@
+"""The speed verdict of a verification run: is the new build on par with the working one?
+
+Definition (the README's "Verification runs" says the same):
+
+1. Both builds are served in interleaved rounds (round 1: working, new; round 2: working,
+   new; ...), each time on a fresh server, with the same prompts. Only speeds whose
+   answers held count.
+2. Per round *i*, the ratio ``r_i`` is the geometric mean, over the prompts both builds
+   answered validly in that round, of ``new tok/s / working tok/s``. The two servers of a
+   round ran back to back, so a slow drift of the machine's load touches both alike; a
+   round is one sample (the prompts of one server are not independent of each other).
+3. ``m`` is the median of the ``r_i``; ``[lo, hi]`` is the distribution-free confidence
+   interval of that median: the order statistics ``r_(k)`` and ``r_(n-k+1)`` for the
+   largest ``k`` whose coverage ``1 - 2 P(B <= k-1)``, ``B ~ Binomial(n, 1/2)``, is at
+   least :data:`CONFIDENCE`. It assumes nothing about the shape of the noise; 5 rounds are
+   the fewest that reach 90 % (their minimum and maximum: 93.75 %).
+   The *noise* is the half-width ``(hi - lo) / 2``: how far the rounds themselves leave
+   the median uncertain. More rounds narrow it.
+4. With the tolerance ``t`` (recipe-settable, default 3 %):
+
+   - **on par**: ``|m - 1| <= t`` and noise ``<= t``;
+   - **faster**: ``m > 1 + t`` and ``lo > 1`` (the whole interval is above 1: the
+     difference is outside the noise);
+   - **slower**: ``m < 1 - t`` and ``hi < 1``;
+   - otherwise **too noisy** to decide: the rounds scatter too much for the difference
+     they show; run more rounds (``--rounds``) on a quieter machine.
+
+   With fewer than :data:`MIN_ROUNDS` valid rounds there is no interval of the required
+   coverage, and the verdict is **too few rounds**.
+
+Only "on par" and "faster" let a verification pass. Everything here is pure.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Iterable
+
+DEFAULT_TOLERANCE = 0.03
+CONFIDENCE = 0.90
+# The fewest rounds whose widest interval (minimum to maximum) covers the median with at
+# least CONFIDENCE: 1 - 2 / 2**5 = 0.9375.
+MIN_ROUNDS = 5
+EPSILON = 1e-9
+
+ON_PAR = "on par"
+FASTER = "faster"
+SLOWER = "slower"
+TOO_NOISY = "too noisy"
+TOO_FEW = "too few rounds"
+PASSING = (ON_PAR, FASTER)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measure:
+    """One timed answer: a build's speed on one prompt in one round (None when the answer
+    did not hold or the server gave no figure)."""
+
+    round: int
+    side: str  # "new" or "working"
+    prompt: str
+    tok_s: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundRatio:
+    round: int
+    ratio: float  # geometric mean over the prompts of new / working
+    prompts: int  # how many prompts both builds answered validly in that round
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpeedVerdict:
+    """The verdict on one metric (decode or prompt tok/s) on one device."""
+
+    label: str
+    tolerance: float
+    ratios: tuple[RoundRatio, ...]
+    median: float | None = None
+    low: float | None = None  # the confidence interval of the median ratio
+    high: float | None = None
+    coverage: float | None = None  # the interval's coverage (>= CONFIDENCE when decided)
+    new_median: float | None = None  # tok/s, for the reader
+    working_median: float | None = None
+    rounds_asked: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.label in PASSING
+
+    @property
+    def noise(self) -> float | None:
+        if self.low is None or self.high is None:
+            return None
+        return (self.high - self.low) / 2.0
+
+    def sentence(self) -> str:
+        """One line for a person: the label, the ratio and its spread."""
+        n = len(self.ratios)
+        if self.median is None:
+            return f"{self.label}: no round with valid answers from both builds"
+        spread = f"{_pct(self.low)}..{_pct(self.high)}" if self.low is not None else "n/a"
+        cover = f", {self.coverage:.0%} interval" if self.coverage is not None else ""
+        base = f"new/working {self.median:.3f} ({_signed(self.median)}; spread {spread}{cover}; {n} round{'s' if n != 1 else ''})"
+        if self.label == TOO_FEW:
+            return f"{self.label}: {base}; needs {MIN_ROUNDS} valid rounds to decide"
+        if self.label == TOO_NOISY:
+            return f"{self.label} to decide: {base}; tolerance ±{self.tolerance:.0%}: run more rounds on a quieter machine"
+        return f"{self.label}: {base}; tolerance ±{self.tolerance:.0%}"
+
+    def to_dict(self) -> dict:
+        return {
+            "verdict": self.label, "ok": self.ok, "tolerance": self.tolerance,
+            "median_ratio": self.median, "interval": [self.low, self.high] if self.low is not None else None,
+            "coverage": self.coverage, "noise": self.noise, "rounds_asked": self.rounds_asked,
+            "rounds_valid": len(self.ratios), "new_median_tok_s": self.new_median,
+            "working_median_tok_s": self.working_median,
+            "per_round": [{"round": r.round, "ratio": r.ratio, "prompts": r.prompts} for r in self.ratios],
+        }
+
+
+def _pct(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"{ratio:.3f}"
+
+
+def _signed(ratio: float) -> str:
+    return f"{(ratio - 1.0) * 100:+.1f} %"
+
+
+def round_ratios(measures: Iterable[Measure]) -> tuple[RoundRatio, ...]:
+    """Per round, the geometric mean over prompts of new / working, using only prompts
+    where both builds have a figure in that round. Rounds without any such prompt are left
+    out (they are no sample)."""
+    table: dict[int, dict[str, dict[str, float]]] = {}
+    for m in measures:
+        if m.tok_s is None or not m.tok_s > 0 or not math.isfinite(m.tok_s):
+            continue
+        if m.side not in ("new", "working"):
+            raise ValueError(f"measure side must be 'new' or 'working', not {m.side!r}")
+        table.setdefault(m.round, {}).setdefault(m.prompt, {})[m.side] = m.tok_s
+    out = []
+    for rnd in sorted(table):
+        logs = [math.log(v["new"] / v["working"]) for v in table[rnd].values() if "new" in v and "working" in v]
+        if logs:
+            out.append(RoundRatio(round=rnd, ratio=math.exp(sum(logs) / len(logs)), prompts=len(logs)))
+    return tuple(out)
+
+
+def median_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """The distribution-free confidence interval of the median of ``values``: the k-th
+    smallest and k-th largest value for the largest k whose coverage is at least
+    ``confidence`` (k = 1 when none is: then the coverage returned is below it).
+    Returns (low, high, coverage)."""
+    if not values:
+        raise ValueError("median_interval: no values")
+    xs = sorted(values)
+    n = len(xs)
+    best_k, best_cov = 1, coverage(n, 1)
+    for k in range(2, (n + 1) // 2 + 1):
+        cov = coverage(n, k)
+        if cov < confidence:
+            break
+        best_k, best_cov = k, cov
+    return xs[best_k - 1], xs[n - best_k], best_cov
+
+
+def coverage(n: int, k: int) -> float:
+    """Probability that [x_(k), x_(n-k+1)] of n samples holds the population median."""
+    below = sum(math.comb(n, j) for j in range(k)) / 2.0 ** n
+    return max(0.0, 1.0 - 2.0 * below)
+
+
+def decide(median: float, low: float, high: float, tolerance: float) -> str:
+    """The label for a median ratio and its interval (see the module's definition)."""
+    noise = (high - low) / 2.0
+    tolerance += EPSILON  # a ratio exactly at the tolerance is within it, despite rounding
+    if abs(median - 1.0) <= tolerance and noise <= tolerance:
+        return ON_PAR
+    if median > 1.0 + tolerance and low > 1.0:
+        return FASTER
+    if median < 1.0 - tolerance and high < 1.0:
+        return SLOWER
+    return TOO_NOISY
+
+
+def speed_verdict(measures: Iterable[Measure], *, tolerance: float = DEFAULT_TOLERANCE, rounds_asked: int = 0) -> SpeedVerdict:
+    """The verdict on one metric of one device from its timed answers."""
+    if not 0 < tolerance < 1:
+        raise ValueError(f"tolerance must be between 0 and 1, not {tolerance!r}")
+    measures = list(measures)
+    ratios = round_ratios(measures)
+    medians = {side: _median([m.tok_s for m in measures if m.side == side and m.tok_s is not None]) for side in ("new", "working")}
+    common = dict(tolerance=tolerance, ratios=ratios, new_median=medians["new"], working_median=medians["working"],
+                  rounds_asked=rounds_asked)
+    if not ratios:
+        return SpeedVerdict(label=TOO_FEW, **common)
+    values = [r.ratio for r in ratios]
+    med = statistics.median(values)
+    low, high, cov = median_interval(values)
+    if len(values) < MIN_ROUNDS:
+        return SpeedVerdict(label=TOO_FEW, median=med, low=low, high=high, coverage=cov, **common)
+    return SpeedVerdict(label=decide(med, low, high, tolerance), median=med, low=low, high=high, coverage=cov, **common)
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None

@@ -1,0 +1,167 @@
+"""The verdict of a verification run, from its four parts.
+
+VERIFIED (exit 0) only when every part holds:
+
+1. **artifacts**: every kernel artifact of the recipe's collectors is byte-identical in both
+   builds (N/N); a recipe without kernel collectors compares its output binaries instead
+   (for a CPU build the compiled code is the kernel). Each difference is named, with the
+   toolchain fact that explains it where one differs;
+2. **answers**: on every device, every prompt got the same greedy text from both builds;
+3. **speed**: on every device, decode and prompt tok/s are "on par" or "faster"
+   (:mod:`.speed` defines them);
+4. **provenance**: every server of both builds mapped only its build's own files.
+
+Otherwise NOT VERIFIED (exit 11), naming each failed part. Pure: results in, verdict out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from onebit_build.verification.answers import AnswerComparison
+from onebit_build.verification.provenance import Provenance
+from onebit_build.verification.speed import SpeedVerdict
+
+VERIFIED = "VERIFIED"
+NOT_VERIFIED = "NOT VERIFIED"
+EXIT_VERIFIED = 0
+EXIT_NOT_VERIFIED = 11  # the exit code of a failed verification (README, "Exit codes")
+
+ARTIFACTS = "artifacts"
+ANSWERS = "answers"
+SPEED = "speed"
+PROVENANCE = "provenance"
+PARTS = (ARTIFACTS, ANSWERS, SPEED, PROVENANCE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Part:
+    name: str
+    ok: bool
+    summary: str  # one line
+    lines: tuple[str, ...] = ()  # the details a person reads
+    data: dict[str, Any] = field(default_factory=dict)  # the same, for verification.json
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "summary": self.summary, "lines": list(self.lines), **self.data}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    parts: tuple[Part, ...]
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.parts) and all(p.ok for p in self.parts)
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.parts if not p.ok)
+
+    @property
+    def label(self) -> str:
+        return VERIFIED if self.verified else NOT_VERIFIED
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_VERIFIED if self.verified else EXIT_NOT_VERIFIED
+
+    def headline(self) -> str:
+        if self.verified:
+            return f"{VERIFIED}: " + "; ".join(p.summary for p in self.parts)
+        return f"{NOT_VERIFIED}: " + "; ".join(f"{p.name}: {p.summary}" for p in self.parts if not p.ok)
+
+
+def verdict(parts: Iterable[Part]) -> Verdict:
+    parts = tuple(parts)
+    names = [p.name for p in parts]
+    if sorted(names) != sorted(PARTS):
+        raise ValueError(f"a verdict needs exactly the parts {', '.join(PARTS)}; got {', '.join(names)}")
+    order = {n: i for i, n in enumerate(PARTS)}
+    return Verdict(parts=tuple(sorted(parts, key=lambda p: order[p.name])))
+
+
+# --------------------------------------------------------------------------- the parts
+
+
+def artifacts_part(kernel: Sequence[Any], outputs: Sequence[Any]) -> Part:
+    """From comparisons (``building.verify.SetComparison``) of the kernel-artifact sets and
+    of the output binaries. The kernel sets decide when the recipe has any; otherwise the
+    output binaries do. The other comparison is shown, not counted."""
+    deciding, shown = (kernel, outputs) if kernel else (outputs, ())
+    if not deciding:
+        return Part(name=ARTIFACTS, ok=False, summary="nothing to compare: neither kernel artifacts nor output binaries were recorded")
+    ok = all(c.ok for c in deciding)
+    summary = "; ".join(c.summary() for c in deciding)
+    if not kernel:
+        summary += " (the recipe collects no kernel artifacts: its output binaries are compared)"
+    lines: list[str] = []
+    for c in deciding:
+        lines += c.lines()
+    for c in shown:
+        lines += [f"(not counted) {line}" if i == 0 else line for i, line in enumerate(c.lines())]
+    data = {"counted": [c.to_dict() for c in deciding], "shown": [c.to_dict() for c in shown]}
+    return Part(name=ARTIFACTS, ok=ok, summary=summary, lines=tuple(lines), data=data)
+
+
+def answers_part(comparisons: Sequence[AnswerComparison], *, not_compared: dict[str, str] | None = None) -> Part:
+    """Every device and prompt gave the same text from both builds. ``not_compared`` names
+    devices that could not be compared and why (a failure: the builds differ there)."""
+    not_compared = dict(not_compared or {})
+    bad = [c for c in comparisons if not c.same]
+    devices = sorted({c.device for c in comparisons})
+    prompts = sorted({c.prompt for c in comparisons})
+    ok = bool(comparisons) and not bad and not not_compared
+    if ok:
+        summary = f"same text for {len(prompts)} prompt{'s' if len(prompts) != 1 else ''} on {', '.join(devices)}"
+    elif not comparisons and not not_compared:
+        summary = "no answers were compared"
+    else:
+        parts = [f"{c.device}/{c.prompt}: {c.difference}" for c in bad]
+        parts += [f"{dev}: {why}" for dev, why in not_compared.items()]
+        summary = f"{len(bad) + len(not_compared)} differ: " + "; ".join(parts)
+    lines = tuple(f"{'same   ' if c.same else 'DIFFERS'} {c.device}/{c.prompt}: {c.new.text!r}" + ("" if c.same else f" vs working {c.working.text!r}; {c.difference}")
+                  for c in comparisons) + tuple(f"NOT COMPARED {dev}: {why}" for dev, why in not_compared.items())
+    return Part(name=ANSWERS, ok=ok, summary=summary, lines=lines,
+                data={"comparisons": [c.to_dict() for c in comparisons], "not_compared": not_compared})
+
+
+def speed_part(verdicts: dict[tuple[str, str], SpeedVerdict]) -> Part:
+    """``verdicts`` per (device, metric), metric "decode" or "prompt"."""
+    if not verdicts:
+        return Part(name=SPEED, ok=False, summary="no speed was measured")
+    ok = all(v.ok for v in verdicts.values())
+    lines = tuple(f"{dev} {metric}: {v.sentence()}" for (dev, metric), v in verdicts.items())
+    shown = [(k, v) for k, v in verdicts.items() if not v.ok] or list(verdicts.items())
+    summary = "; ".join(f"{dev} {metric} {v.label}" + (f" {v.median:.3f}" if v.median is not None else "") for (dev, metric), v in shown)
+    data = {"per_device": [{"device": dev, "metric": metric, **v.to_dict()} for (dev, metric), v in verdicts.items()]}
+    return Part(name=SPEED, ok=ok, summary=summary, lines=lines, data=data)
+
+
+def provenance_part(results: Sequence[Provenance]) -> Part:
+    if not results:
+        return Part(name=PROVENANCE, ok=False, summary="no live server was inspected")
+    bad = [r for r in results if not r.ok]
+    ok = not bad
+    if ok:
+        summary = f"{len(results)} live server{'s' if len(results) != 1 else ''}: only the builds' own files mapped"
+    else:
+        summary = "; ".join(r.summary() for r in _first_per_side_device(bad))
+    lines: list[str] = []
+    for r in _first_per_side_device(results):
+        lines.append(r.summary())
+        lines += [f"  {c.line()}" for c in r.checks if not c.ok]
+        lines += [f"  note: {n}" for n in r.notes]
+    return Part(name=PROVENANCE, ok=ok, summary=summary, lines=tuple(lines),
+                data={"servers": [r.to_dict() for r in results]})
+
+
+def _first_per_side_device(results: Iterable[Provenance]) -> list[Provenance]:
+    """One result per (side, device): every round's server is checked, but a person needs
+    each distinct finding once."""
+    seen: dict[tuple[str, str, tuple[str, ...]], Provenance] = {}
+    for r in results:
+        key = (r.side, r.device, tuple(c.line() for c in r.failures) + ((r.error,) if r.error else ()))
+        seen.setdefault(key, r)
+    return list(seen.values())

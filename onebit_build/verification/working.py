@@ -1,0 +1,204 @@
+"""The working build a verification run compares with, from what ``--working PATH`` names.
+
+PATH may be
+
+- a build folder (it holds ``build-manifest.json`` and the llama-server the manifest names);
+  a copy of a build folder counts too: its outputs are looked for where the copy is;
+- the ``llama-server`` of such a folder (``bin/llama-server``);
+- a run folder of onebit-build holding ``build-manifest.json``: the build it names.
+
+Anything else is refused in one line with the remedy (exit 2), and so is a build of another
+recipe. The build's outputs are re-anchored at the folder that was named, so that the
+provenance check expects the files the server will actually load from there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from onebit_build.core.errors import ConfigError
+
+MANIFEST = "build-manifest.json"
+MANIFEST_KIND = "onebit-build/build-manifest"
+MANIFEST_SCHEMA = 1
+SERVER = "llama-server"
+REMEDY = "give the working build's folder, its bin/llama-server, or a run folder of onebit-build that holds build-manifest.json"
+
+BUILD_FOLDER = "build folder"
+SERVER_FILE = "llama-server"
+RUN_FOLDER = "run folder"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Output:
+    name: str
+    path: Path  # where the file is for this build (re-anchored)
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedBuild:
+    """A build as a verification run uses it."""
+
+    folder: Path  # the build folder of the component that builds llama-server
+    server: Path
+    manifest_path: Path
+    manifest: dict[str, Any]
+    given_as: str  # BUILD_FOLDER, SERVER_FILE or RUN_FOLDER
+    outputs: tuple[Output, ...]  # of every component
+
+    @property
+    def recipe(self) -> str:
+        return str(self.manifest.get("recipe", {}).get("name"))
+
+    @property
+    def expected_files(self) -> dict[str, str]:
+        """Real path -> sha256 of every output, as provenance expects them."""
+        return {os.path.realpath(o.path): o.sha256 for o in self.outputs}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"folder": str(self.folder), "server": str(self.server), "manifest": str(self.manifest_path),
+                "given_as": self.given_as, "recipe": self.recipe}
+
+
+def _refuse(path: Path, problem: str, hint: str = REMEDY) -> ConfigError:
+    return ConfigError(f"--working {path}: {problem}", hint=hint)
+
+
+def read_build_manifest(path: Path, named: Path) -> dict[str, Any]:
+    """A build manifest, or a one-line refusal naming what is wrong with it."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise _refuse(named, f"{path.name} cannot be read ({exc.strerror or exc})") from None
+    except ValueError:
+        raise _refuse(named, f"{path} is not valid JSON") from None
+    if not isinstance(doc, dict) or doc.get("kind") != MANIFEST_KIND:
+        raise _refuse(named, f"{path} is not a build manifest of onebit-build")
+    if doc.get("schema") != MANIFEST_SCHEMA:
+        raise _refuse(named, f"{path} has schema {doc.get('schema')!r}; this version reads schema {MANIFEST_SCHEMA}",
+                      hint="rebuild the working build with this version of onebit-build")
+    if not isinstance(doc.get("components"), list) or not isinstance(doc.get("recipe"), dict):
+        raise _refuse(named, f"{path} names no components or recipe", hint="rebuild the working build with onebit-build")
+    return doc
+
+
+def server_component(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The (last) component whose outputs include llama-server."""
+    for comp in reversed(doc.get("components", [])):
+        if any(isinstance(o, dict) and o.get("name") == SERVER for o in comp.get("outputs", [])):
+            return comp
+    return None
+
+
+def anchored(recorded: str, recorded_dir: str, actual_dir: Path) -> Path:
+    """``recorded`` (a path under ``recorded_dir``) moved under ``actual_dir``; paths outside
+    ``recorded_dir`` stay as they are. Pure."""
+    rec = Path(recorded)
+    try:
+        return actual_dir / rec.relative_to(recorded_dir)
+    except ValueError:
+        return rec
+
+
+def outputs_of(doc: dict[str, Any], *, server_comp: dict[str, Any], folder: Path) -> tuple[Output, ...]:
+    """Every output of every component; those of the server's component re-anchored at
+    ``folder``. Pure."""
+    out = []
+    for comp in doc.get("components", []):
+        for o in comp.get("outputs", []):
+            path = Path(o["path"])
+            if comp is server_comp:
+                path = anchored(o["path"], str(comp.get("build_dir", "")), folder)
+            out.append(Output(name=str(o["name"]), path=path, sha256=str(o["sha256"])))
+    return tuple(out)
+
+
+def _server_rel(comp: dict[str, Any]) -> Path:
+    rec = next(o["path"] for o in comp["outputs"] if o.get("name") == SERVER)
+    try:
+        return Path(rec).relative_to(str(comp.get("build_dir", "")))
+    except ValueError:
+        return Path("bin") / SERVER
+
+
+def _manifest_above(server: Path) -> Path | None:
+    """The build folder a llama-server file belongs to: the nearest folder above it (up to
+    three levels) that holds a build manifest."""
+    for folder in list(server.parents)[:3]:
+        if (folder / MANIFEST).is_file():
+            return folder
+    return None
+
+
+def resolve_working(path: Path, *, recipe: str) -> ResolvedBuild:
+    """The working build ``path`` names (see the module's docstring), for ``recipe``."""
+    named = Path(path).expanduser()
+    if not named.exists():
+        raise _refuse(named, "no such file or folder")
+    named = named.resolve()
+    if named.is_file():
+        if named.name == MANIFEST:
+            folder, given = named.parent, None
+        else:
+            folder = _manifest_above(named)
+            if folder is None:
+                raise _refuse(named, f"not a build: no {MANIFEST} in the folders above this file")
+            given = SERVER_FILE
+    elif named.is_dir():
+        if not (named / MANIFEST).is_file():
+            raise _refuse(named, f"not a build: the folder holds no {MANIFEST}")
+        folder, given = named, None
+    else:
+        raise _refuse(named, "not a file or folder")
+    manifest_path = folder / MANIFEST
+    doc = read_build_manifest(manifest_path, named)
+    got = str(doc["recipe"].get("name"))
+    if got != recipe:
+        raise _refuse(named, f"a build of recipe {got!r}, not {recipe!r}",
+                      hint=f"pass --recipe {got} to verify builds of {got}, or give a working build of {recipe}")
+    comp = server_component(doc)
+    if comp is None:
+        raise _refuse(named, f"{manifest_path} records no {SERVER} output", hint="give a build of a recipe that builds llama-server")
+    rel = _server_rel(comp)
+    if given is None:
+        # A build folder holds the server where the manifest says, relative to it; a run
+        # folder does not, and names the build folder instead.
+        if (folder / rel).is_file():
+            given = BUILD_FOLDER
+        else:
+            given = RUN_FOLDER
+            folder = Path(str(comp.get("build_dir", "")))
+            if not folder.is_dir():
+                raise _refuse(named, f"the build folder this run made ({folder}) no longer exists",
+                              hint="give an existing working build, or rebuild it")
+    server = folder / rel
+    if given == SERVER_FILE and server.resolve() != named:
+        raise _refuse(named, f"this is not the llama-server of the build in {folder} (that is {server})",
+                      hint="give the build folder itself")
+    if not server.is_file():
+        raise _refuse(named, f"its llama-server ({server}) is missing", hint="the build was cleaned or moved: rebuild it, or give another")
+    if not os.access(server, os.X_OK):
+        raise _refuse(named, f"its llama-server ({server}) is not executable", hint="restore the file's execute permission")
+    return ResolvedBuild(folder=folder, server=server, manifest_path=manifest_path, manifest=doc, given_as=given,
+                         outputs=outputs_of(doc, server_comp=comp, folder=folder))
+
+
+def resolve_new(manifest_path: Path, doc: dict[str, Any]) -> ResolvedBuild:
+    """The build just made (its manifest is fresh; its outputs are where it records them)."""
+    comp = server_component(doc)
+    if comp is None:
+        raise ConfigError(f"{manifest_path} records no {SERVER} output", hint="verify-run needs a recipe that builds llama-server")
+    folder = Path(str(comp["build_dir"]))
+    return ResolvedBuild(folder=folder, server=folder / _server_rel(comp), manifest_path=manifest_path, manifest=doc,
+                         given_as=BUILD_FOLDER, outputs=outputs_of(doc, server_comp=comp, folder=folder))
+
+
+def same_build(a: ResolvedBuild, b: ResolvedBuild) -> bool:
+    """Whether two resolved builds are the very same folder (comparing it with itself
+    would prove nothing)."""
+    return a.folder.resolve() == b.folder.resolve()

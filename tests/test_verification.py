@@ -1,0 +1,470 @@
+"""Verification runs: the pure parts (speed verdict, answers, provenance, verdict, report),
+resolving --working on real folders, and provenance read from real live processes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import tarfile
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from onebit_build.building.artifacts import Artifact, ArtifactSet
+from onebit_build.building.verify import compare_sets
+from onebit_build.core.errors import ConfigError
+from onebit_build.core.fsutil import sha256_file
+from onebit_build.verification import answers, provenance, report, speed, verdict, working
+from onebit_build.verification.junit import Case, junit_xml, write_junit
+
+# --------------------------------------------------------------------------- speed
+
+
+def measures(pairs: list[tuple[float, float]], prompts: int = 1) -> list[speed.Measure]:
+    """Rounds of (working, new) tok/s, the same on every prompt."""
+    out = []
+    for rnd, (w, n) in enumerate(pairs, start=1):
+        for p in range(prompts):
+            out.append(speed.Measure(round=rnd, side="working", prompt=f"p{p}", tok_s=w))
+            out.append(speed.Measure(round=rnd, side="new", prompt=f"p{p}", tok_s=n))
+    return out
+
+
+def test_coverage_of_the_median_interval():
+    assert speed.coverage(5, 1) == pytest.approx(1 - 2 / 32)
+    assert speed.coverage(4, 1) == pytest.approx(1 - 2 / 16)
+    assert speed.coverage(9, 2) == pytest.approx(1 - 2 * 10 / 512)
+    assert speed.coverage(1, 1) == 0.0
+
+
+def test_median_interval_takes_the_narrowest_with_the_coverage():
+    lo, hi, cov = speed.median_interval([5, 1, 4, 2, 3])
+    assert (lo, hi) == (1, 5) and cov >= 0.9
+    xs = list(range(1, 10))  # 9 values: k = 2 keeps 96 %, k = 3 would be 82 %
+    lo, hi, cov = speed.median_interval(xs)
+    assert (lo, hi) == (2, 8) and cov == pytest.approx(0.961, abs=1e-3)
+    lo, hi, cov = speed.median_interval(list(range(1, 31)))
+    assert 1 < lo < 15 < hi < 30 and cov >= 0.9
+
+
+def test_round_ratio_is_the_geometric_mean_over_prompts_and_skips_missing_figures():
+    ms = [
+        speed.Measure(round=1, side="working", prompt="a", tok_s=10.0),
+        speed.Measure(round=1, side="new", prompt="a", tok_s=20.0),
+        speed.Measure(round=1, side="working", prompt="b", tok_s=10.0),
+        speed.Measure(round=1, side="new", prompt="b", tok_s=5.0),
+        speed.Measure(round=1, side="working", prompt="c", tok_s=10.0),
+        speed.Measure(round=1, side="new", prompt="c", tok_s=None),  # its answer did not hold
+        speed.Measure(round=2, side="working", prompt="a", tok_s=None),
+        speed.Measure(round=2, side="new", prompt="a", tok_s=9.0),
+    ]
+    (r,) = speed.round_ratios(ms)
+    assert r.round == 1 and r.prompts == 2 and r.ratio == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("pairs, label", [
+    ([(100, 100.5), (100, 99.8), (100, 101.0), (100, 100.2), (100, 99.5)], speed.ON_PAR),
+    ([(100, 110), (100, 112), (100, 109), (100, 111), (100, 110)], speed.FASTER),
+    ([(100, 20), (100, 21), (100, 19), (100, 22), (100, 20)], speed.SLOWER),
+    # the median is on par, but the rounds scatter more than the tolerance
+    ([(100, 80), (100, 100), (100, 101), (100, 99), (100, 125)], speed.TOO_NOISY),
+    # 6 % slower in the median, yet one round above 1: the difference is within the noise
+    ([(100, 94), (100, 93), (100, 95), (100, 101), (100, 70)], speed.TOO_NOISY),
+])
+def test_speed_labels(pairs, label):
+    v = speed.speed_verdict(measures(pairs, prompts=3), tolerance=0.03, rounds_asked=len(pairs))
+    assert v.label == label, v.sentence()
+    assert v.ok == (label in (speed.ON_PAR, speed.FASTER))
+
+
+def test_speed_needs_five_valid_rounds():
+    v = speed.speed_verdict(measures([(100, 20)] * 4), tolerance=0.03, rounds_asked=4)
+    assert v.label == speed.TOO_FEW and not v.ok
+    assert "needs 5 valid rounds" in v.sentence()
+    v = speed.speed_verdict([], tolerance=0.03)
+    assert v.label == speed.TOO_FEW and v.median is None
+
+
+def test_slower_says_the_ratio_and_its_spread():
+    v = speed.speed_verdict(measures([(40, 10), (40, 11), (40, 9), (40, 10), (40, 12)]), tolerance=0.03, rounds_asked=5)
+    assert v.label == speed.SLOWER
+    s = v.sentence()
+    assert s.startswith("slower: new/working 0.250 (-75.0 %; spread 0.225..0.300")
+    d = v.to_dict()
+    assert d["median_ratio"] == pytest.approx(0.25) and d["rounds_valid"] == 5 and d["working_median_tok_s"] == 40
+
+
+def test_decide_boundaries():
+    assert speed.decide(1.03, 1.0, 1.06, 0.03) == speed.ON_PAR  # both exactly at the tolerance
+    assert speed.decide(1.031, 1.001, 1.06, 0.03) == speed.FASTER
+    assert speed.decide(1.031, 0.999, 1.06, 0.03) == speed.TOO_NOISY
+    assert speed.decide(0.96, 0.95, 0.999, 0.03) == speed.SLOWER
+    with pytest.raises(ValueError):
+        speed.speed_verdict([], tolerance=0)
+
+
+# --------------------------------------------------------------------------- answers
+
+
+def test_first_differing_token():
+    assert answers.first_differing_token((1, 2, 3), (1, 2, 3)) is None
+    assert answers.first_differing_token((1, 2, 3), (1, 5, 3)) == 1
+    assert answers.first_differing_token((1, 2), (1, 2, 3)) == 2
+
+
+def test_differing_answers_name_the_first_token_and_the_shared_text():
+    new = answers.Answer(text=" Paris, the city of love", tokens=(7, 8, 9, 10), pieces=(" Paris", ",", " the", " city"))
+    old = answers.Answer(text=" Paris, France", tokens=(7, 8, 11), pieces=(" Paris", ",", " France"))
+    c = answers.compare("CPU", "landmark", new=new, working=old)
+    assert not c.same
+    assert c.difference == "token 2 after ' Paris,': new ' the' (id 9), working ' France' (id 11)"
+    same = answers.compare("CPU", "landmark", new=old, working=old)
+    assert same.same and same.difference == ""
+
+
+def test_answer_without_tokens_falls_back_to_characters_and_errors_fail():
+    c = answers.compare("CPU", "p", new=answers.Answer(text="abcX"), working=answers.Answer(text="abcY"))
+    assert c.difference == "character 3 after 'abc': new 'X', working 'Y'"
+    c = answers.compare("CPU", "p", new=answers.Answer(text="", error="server exited"), working=answers.Answer(text="x"))
+    assert not c.same and c.difference == "new: server exited"
+    ended = answers.describe(answers.Answer(text="a", tokens=(1,)), answers.Answer(text="ab", tokens=(1, 2), pieces=("a", "b")))
+    assert "new (the answer ended), working 'b' (id 2)" in ended
+
+
+# --------------------------------------------------------------------------- provenance (pure)
+
+MAPS = textwrap.dedent("""\
+    55d0c0a00000-55d0c0a01000 r--p 00000000 fe:00 100 /b/bin/llama-server
+    55d0c0a01000-55d0c0a02000 r-xp 00001000 fe:00 100 /b/bin/llama-server
+    7f0000000000-7f0000100000 r-xp 00000000 fe:00 201 /b/bin/libggml-base.so.0.25.3
+    7f0000100000-7f0000200000 r-xp 00000000 08:01 301 /usr/lib/x86_64-linux-gnu/libggml.so.0
+    7f0000200000-7f0000300000 r-xp 00000000 fe:00 202 /b/bin/libllama.so.0.5.0 (deleted)
+    7f0000300000-7f0000400000 r-xp 00000000 08:01 400 /usr/lib/x86_64-linux-gnu/libc.so.6
+    7f0000400000-7f0000401000 rw-p 00000000 00:00 0
+    7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]
+    7f0000500000-7f0000600000 r-xp 00000000 fe:00 203 /b/dir with space/libmtmd.so.0.5.0
+    """)
+
+
+def test_parse_maps_lists_each_file_once():
+    files = provenance.parse_maps(MAPS)
+    paths = [f.path for f in files]
+    assert paths == ["/b/bin/llama-server", "/b/bin/libggml-base.so.0.25.3", "/usr/lib/x86_64-linux-gnu/libggml.so.0",
+                     "/b/bin/libllama.so.0.5.0", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/b/dir with space/libmtmd.so.0.5.0"]
+    assert files[1].device == (0xFE, 0) and files[1].inode == 201
+    assert files[3].deleted and not files[1].deleted
+
+
+def test_judge_finds_system_deleted_changed_and_replaced_files():
+    expected = {"/b/bin/llama-server": "a" * 64, "/b/bin/libggml-base.so.0.25.3": "b" * 64,
+                "/b/bin/libllama.so.0.5.0": "c" * 64, "/b/dir with space/libmtmd.so.0.5.0": "d" * 64}
+    on_disk = {
+        "/b/bin/llama-server": provenance.OnDisk(sha256="a" * 64, device=(0xFE, 0), inode=100),
+        "/b/bin/libggml-base.so.0.25.3": provenance.OnDisk(sha256="e" * 64, device=(0xFE, 0), inode=201),
+        "/b/bin/libllama.so.0.5.0": provenance.OnDisk(sha256="c" * 64, device=(0xFE, 0), inode=999),
+        "/b/dir with space/libmtmd.so.0.5.0": provenance.OnDisk(sha256="d" * 64, device=(0xFE, 0), inode=999),
+    }
+    checks = {Path(c.path).name: c for c in provenance.judge(provenance.parse_maps(MAPS), executable="/b/bin/llama-server",
+                                                             expected=expected, on_disk=on_disk)}
+    assert "libc.so.6" not in checks  # not a library provenance judges
+    assert checks["llama-server"].status == provenance.OWN
+    assert checks["libggml-base.so.0.25.3"].status == provenance.CHANGED
+    assert checks["libggml.so.0"].status == provenance.FOREIGN
+    assert checks["libllama.so.0.5.0"].status == provenance.REPLACED  # deleted since mapped
+    assert checks["libmtmd.so.0.5.0"].status == provenance.REPLACED  # another inode at the path now
+
+
+def test_judge_requires_the_executable_among_the_mapped_files():
+    checks = provenance.judge((), executable="/b/bin/llama-server", expected={}, on_disk={})
+    assert [c.status for c in checks] == [provenance.UNREADABLE]
+
+
+# --------------------------------------------------------------------------- provenance (live processes)
+
+LIB_C = "int ggml_answer(void) { return 42; }\n"
+MAIN_C = textwrap.dedent("""\
+    #include <stdio.h>
+    #include <unistd.h>
+    int ggml_answer(void);
+    int main(void) { printf("%d\\n", ggml_answer()); fflush(stdout); sleep(30); return 0; }
+    """)
+
+
+@pytest.fixture(scope="module")
+def tiny_build(tmp_path_factory) -> Path:
+    """A real little "build": bin/llama-server linked (rpath $ORIGIN) to bin/libggml-base.so."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    root = tmp_path_factory.mktemp("tiny-build")
+    src = root / "src"
+    src.mkdir()
+    (src / "lib.c").write_text(LIB_C)
+    (src / "main.c").write_text(MAIN_C)
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(bin_dir / "libggml-base.so"), str(src / "lib.c")], check=True)
+    subprocess.run([cc, "-o", str(bin_dir / "llama-server"), str(src / "main.c"), f"-L{bin_dir}", "-lggml-base",
+                    "-Wl,-rpath,$ORIGIN", "-Wl,--enable-new-dtags"], check=True)
+    return root
+
+
+def _start(server: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    p = subprocess.Popen([str(server)], stdout=subprocess.PIPE, env={**os.environ, **(env or {})})
+    assert p.stdout is not None and p.stdout.readline().strip() == b"42"  # it runs and has mapped its libraries
+    return p
+
+
+def _expected(folder: Path) -> dict[str, str]:
+    return {str(folder / "bin" / n): sha256_file(folder / "bin" / n) for n in ("llama-server", "libggml-base.so")}
+
+
+def test_live_process_with_its_own_libraries_passes(tiny_build):
+    p = _start(tiny_build / "bin" / "llama-server")
+    try:
+        res = provenance.inspect_process(p.pid, side="new", device="CPU", expected=_expected(tiny_build))
+    finally:
+        p.kill()
+        p.wait()
+    assert res.ok, res.summary()
+    assert {Path(c.path).name for c in res.checks} == {"llama-server", "libggml-base.so"}
+    assert res.summary() == "new on CPU: the executable and 1 mapped library are the build's own"
+
+
+def test_library_path_from_another_build_fails(tiny_build, tmp_path):
+    other = tmp_path / "other-build"
+    other.mkdir()
+    shutil.copy2(tiny_build / "bin" / "libggml-base.so", other / "libggml-base.so")  # the same bytes, another build
+    p = _start(tiny_build / "bin" / "llama-server", env={"LD_LIBRARY_PATH": str(other)})
+    try:
+        res = provenance.inspect_process(p.pid, side="working", device="CPU", expected=_expected(tiny_build))
+    finally:
+        p.kill()
+        p.wait()
+    assert not res.ok
+    (bad,) = res.failures
+    assert bad.status == provenance.FOREIGN and bad.path == str(other / "libggml-base.so")
+    assert f"LD_LIBRARY_PATH={other}" in res.notes
+
+
+def test_library_changed_after_the_manifest_fails(tiny_build, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_build, copy)
+    expected = _expected(copy)
+    lib = copy / "bin" / "libggml-base.so"
+    with open(lib, "ab") as f:  # same inode, other bytes
+        f.write(b"\0")
+    p = _start(copy / "bin" / "llama-server")
+    try:
+        res = provenance.inspect_process(p.pid, side="new", device="CPU", expected=expected)
+    finally:
+        p.kill()
+        p.wait()
+    (bad,) = res.failures
+    assert bad.status == provenance.CHANGED and "the manifest records" in bad.detail
+
+
+def test_a_gone_process_cannot_be_inspected():
+    p = subprocess.Popen(["true"])
+    p.wait()
+    res = provenance.inspect_process(p.pid, side="new", device="CPU", expected={})
+    assert not res.ok and "could not be read" in res.error
+
+
+# --------------------------------------------------------------------------- resolving --working
+
+
+def fake_build(folder: Path, *, recipe: str = "default", recorded: Path | None = None) -> Path:
+    """A build folder as onebit-build leaves it: bin/llama-server, a library and the
+    manifest (which records ``recorded`` as the build folder, default ``folder``)."""
+    recorded = recorded or folder
+    (folder / "bin").mkdir(parents=True)
+    server = folder / "bin" / "llama-server"
+    server.write_bytes(b"#!/bin/sh\nexit 0\n")
+    server.chmod(0o755)
+    (folder / "bin" / "libggml.so.1").write_bytes(b"lib")
+    (folder / "CMakeCache.txt").write_text("")
+    doc = {
+        "kind": working.MANIFEST_KIND, "schema": working.MANIFEST_SCHEMA, "recipe": {"name": recipe},
+        "components": [{"name": "llama", "build_dir": str(recorded), "outputs": [
+            {"name": "llama-server", "path": str(recorded / "bin" / "llama-server"), "sha256": sha256_file(server), "size": 1},
+            {"name": "libggml.so.1", "path": str(recorded / "bin" / "libggml.so.1"), "sha256": "f" * 64, "size": 3},
+        ]}],
+    }
+    (folder / working.MANIFEST).write_text(json.dumps(doc))
+    return folder
+
+
+def test_working_build_folder_and_its_server(tmp_path):
+    b = fake_build(tmp_path / "b")
+    got = working.resolve_working(b, recipe="default")
+    assert got.folder == b and got.server == b / "bin" / "llama-server" and got.given_as == working.BUILD_FOLDER
+    by_server = working.resolve_working(b / "bin" / "llama-server", recipe="default")
+    assert by_server.folder == b and by_server.given_as == working.SERVER_FILE
+    assert got.expected_files[str(b / "bin" / "libggml.so.1")] == "f" * 64
+
+
+def test_copied_build_folder_is_anchored_where_it_is(tmp_path):
+    b = fake_build(tmp_path / "copy", recorded=tmp_path / "original")
+    got = working.resolve_working(b, recipe="default")
+    assert got.server == b / "bin" / "llama-server"
+    assert set(got.expected_files) == {str(b / "bin" / "llama-server"), str(b / "bin" / "libggml.so.1")}
+
+
+def test_run_folder_names_its_build(tmp_path):
+    b = fake_build(tmp_path / "build")
+    run = tmp_path / "runs" / "20260101-000000-default-build"
+    run.mkdir(parents=True)
+    shutil.copy2(b / working.MANIFEST, run / working.MANIFEST)
+    got = working.resolve_working(run, recipe="default")
+    assert got.given_as == working.RUN_FOLDER and got.folder == b and got.manifest_path == run / working.MANIFEST
+    shutil.rmtree(b)
+    with pytest.raises(ConfigError, match="no longer exists"):
+        working.resolve_working(run, recipe="default")
+
+
+def _touch(path: Path) -> Path:
+    path.write_text("")
+    return path
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda t: t / "missing", "no such file or folder"),
+    (lambda t: t, "not a build: the folder holds no build-manifest.json"),
+    (lambda t: _touch(t / "x.txt"), "no build-manifest.json in the folders above"),
+])
+def test_not_a_build_is_refused_in_one_line(tmp_path, make, message):
+    with pytest.raises(ConfigError) as exc:
+        working.resolve_working(make(tmp_path), recipe="default")
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+    assert exc.value.exit_code == 2 and "give the working build's folder" in str(exc.value)
+
+
+def test_build_of_another_recipe_is_refused(tmp_path):
+    b = fake_build(tmp_path / "b", recipe="vulkan")
+    with pytest.raises(ConfigError) as exc:
+        working.resolve_working(b, recipe="default")
+    assert "a build of recipe 'vulkan', not 'default'" in str(exc.value) and "pass --recipe vulkan" in str(exc.value)
+
+
+def test_broken_manifest_and_missing_server_are_refused(tmp_path):
+    b = fake_build(tmp_path / "b")
+    (b / "bin" / "llama-server").unlink()
+    with pytest.raises(ConfigError, match="not a build|is missing"):
+        working.resolve_working(b, recipe="default")
+    (b / working.MANIFEST).write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        working.resolve_working(b, recipe="default")
+    (b / working.MANIFEST).write_text(json.dumps({"kind": "something-else"}))
+    with pytest.raises(ConfigError, match="not a build manifest"):
+        working.resolve_working(b, recipe="default")
+
+
+def test_same_build_is_detected(tmp_path):
+    b = fake_build(tmp_path / "b")
+    x = working.resolve_working(b, recipe="default")
+    assert working.same_build(x, working.resolve_working(b / "bin" / "llama-server", recipe="default"))
+
+
+# --------------------------------------------------------------------------- verdict and report
+
+
+def _set(names_hashes: dict[str, str], facts: dict[str, str] | None = None) -> ArtifactSet:
+    return ArtifactSet(kind="spirv", root="/x", items=tuple(Artifact(name=n, size=4, sha256=h) for n, h in names_hashes.items()),
+                       facts=facts or {"glslc": "shaderc 2023.2-1"})
+
+
+def _parts(*, spv_ok: bool = True, same: bool = True, slow: bool = False, own: bool = True) -> list[verdict.Part]:
+    ref = _set({"a.spv": "1" * 64, "b.spv": "2" * 64})
+    cur = _set({"a.spv": "1" * 64, "b.spv": ("2" if spv_ok else "3") * 64})
+    art = verdict.artifacts_part([compare_sets("llama", cur, ref)], [])
+    old = answers.Answer(text=" Paris", tokens=(1,), pieces=(" Paris",))
+    new = old if same else answers.Answer(text=" Lyon", tokens=(2,), pieces=(" Lyon",))
+    ans = verdict.answers_part([answers.compare("CPU", "capital", new=new, working=old)])
+    ratio = 0.5 if slow else 1.0
+    sp = verdict.speed_part({("CPU", "decode"): speed.speed_verdict(measures([(30, 30 * ratio)] * 5), rounds_asked=5),
+                             ("CPU", "prompt"): speed.speed_verdict(measures([(200, 200)] * 5), rounds_asked=5)})
+    check = provenance.FileCheck(path="/b/bin/libggml.so", status=provenance.OWN if own else provenance.FOREIGN, detail="" if own else "system")
+    prov = verdict.provenance_part([provenance.Provenance(side="new", device="CPU", pid=1, executable="/b/bin/llama-server", checks=(check,))])
+    return [prov, sp, ans, art]
+
+
+def test_verified_only_when_all_parts_hold():
+    v = verdict.verdict(_parts())
+    assert v.verified and v.exit_code == 0 and v.label == "VERIFIED" and v.failed == ()
+    assert [p.name for p in v.parts] == list(verdict.PARTS)
+
+
+def test_not_verified_names_each_failed_part():
+    v = verdict.verdict(_parts(spv_ok=False, same=False, slow=True, own=False))
+    assert not v.verified and v.exit_code == 11
+    assert v.failed == ("artifacts", "answers", "speed", "provenance")
+    head = v.headline()
+    assert head.startswith("NOT VERIFIED: artifacts: Vulkan SPIR-V: 1/2 byte-identical")
+    assert "differs  b.spv" in "\n".join(v.parts[0].lines)
+    assert "token 0 at the start: new ' Lyon' (id 2), working ' Paris' (id 1)" in head
+    assert "CPU decode slower 0.500" in head
+    with pytest.raises(ValueError):
+        verdict.verdict(_parts()[:3])
+
+
+def test_recipe_without_kernel_artifacts_compares_its_outputs():
+    outs = compare_sets("llama", _set({"libggml-cpu.so": "1" * 64}), _set({"libggml-cpu.so": "2" * 64}))
+    p = verdict.artifacts_part([], [outs])
+    assert not p.ok and "output binaries are compared" in p.summary and "differs  libggml-cpu.so" in "\n".join(p.lines)
+
+
+def _facts(tmp_path: Path) -> report.RunFacts:
+    return report.RunFacts(recipe="default", new={"folder": "/n", "given_as": "build folder"},
+                           working={"folder": "/w", "given_as": "run folder"}, rounds=5, tolerance=0.03,
+                           devices=("CPU",), started_at="2026-01-01T00:00:00+00:00", seconds=12.3, run_dir=str(tmp_path))
+
+
+def test_report_files_are_written_whole(tmp_path):
+    log = tmp_path / "logs" / "server-r1-new.log"
+    log.parent.mkdir()
+    log.write_text("started\n")
+    v = verdict.verdict(_parts(slow=True))
+    w = report.write_all(tmp_path, v, _facts(tmp_path), bundle_files=[("logs/server-r1-new.log", log), ("missing.json", tmp_path / "nope")])
+    doc = report.read_doc(w.json)
+    assert doc["schema"] == report.SCHEMA and doc["verdict"] == "NOT VERIFIED" and doc["exit_code"] == 11 and doc["failed"] == ["speed"]
+    speed_part = next(p for p in doc["parts"] if p["name"] == "speed")
+    assert speed_part["per_device"][0]["verdict"] == "slower"
+    md = w.md.read_text()
+    assert md.startswith("## Verification run: NOT VERIFIED (speed)")
+    assert "| CPU | decode | 30.0 | 15.0 | 0.500 | 0.500..0.500 (94%) | 5/5 | slower |" in md
+    with tarfile.open(w.bundle) as tar:
+        assert tar.getnames() == ["verification.md", "verification.json", "logs/server-r1-new.log"]
+        assert json.loads(tar.extractfile("verification.json").read())["verdict"] == "NOT VERIFIED"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "verification.json", "verification.md", "verification.tar.gz"]
+
+
+def test_run_dir_file_names_the_folder(tmp_path):
+    target = tmp_path / "where" / "run-dir.txt"
+    report.write_run_dir_file(target, tmp_path / "runs" / "x")
+    assert target.read_text() == f"{tmp_path / 'runs' / 'x'}\n"
+
+
+# --------------------------------------------------------------------------- junit
+
+
+def test_junit_xml_lists_each_check(tmp_path):
+    cases = [Case(name="artifacts", ok=True, message="2/2"), Case(name="speed", ok=False, message="slower 0.5", detail="CPU decode")]
+    path = write_junit(tmp_path / "j.xml", "verify-run", cases, seconds=1.5)
+    root = ET.parse(path).getroot()
+    suite = root.find("testsuite")
+    assert suite is not None and suite.get("tests") == "2" and suite.get("failures") == "1"
+    failed = [tc for tc in suite.iter("testcase") if tc.find("failure") is not None]
+    assert [tc.get("name") for tc in failed] == ["speed"] and failed[0].find("failure").get("message") == "slower 0.5"
+    assert junit_xml("x", []).startswith(b"<?xml")
+
+
+def test_geometric_mean_is_symmetric():
+    up = speed.round_ratios(measures([(10, 20)]))[0].ratio
+    down = speed.round_ratios(measures([(20, 10)]))[0].ratio
+    assert math.isclose(up * down, 1.0)
