@@ -193,32 +193,29 @@ def render_markdown(run_dir: Path, *, recipe: Recipe, smoke: SmokeResult, manife
     for c in smoke.checks:
         out.append(f"| {md_cell(c.name)} | {_mark(c.passed)} | {md_cell(c.summary)} |")
     for d in smoke.device_results:
-        out.append("")
-        out.append(f"## {d.device}: {'pass' if d.passed else 'FAIL'} ({d.seconds:.1f} s)")
-        out.append("")
-        out.append("| check | result | evidence |")
-        out.append("|---|---|---|")
-        for c in d.checks:
-            out.append(f"| {md_cell(c.name)} | {_mark(c.passed)} | {md_cell(c.summary)} |")
-        tails = [c for c in d.checks if not c.passed and c.evidence.get("log_tail")]
-        for c in tails:
-            out.append("")
-            out.append(f"Log tail for `{c.name}`:")
-            out.append("")
-            out.append("```")
-            out.extend(str(c.evidence["log_tail"]).splitlines()[-20:])
-            out.append("```")
-        if d.speed is not None and d.speed.samples:
-            out.append("")
-            out.append(f"Timed requests (prompt `{d.speed.prompt}`, {d.speed.tokens} tokens each, after one warm-up):")
-            out.append("")
-            out.append("| # | prompt tok/s | decode tok/s | tokens | answer | text |")
-            out.append("|---:|---:|---:|---:|---|---|")
-            for i, s in enumerate(d.speed.samples, 1):
-                ans = "ok" if s.valid else f"FAIL: {s.why}"
-                out.append(f"| {i} | {_fmt(s.prompt_tok_s)} | {_fmt(s.decode_tok_s)} | {s.predicted_n} | {md_cell(ans)} | {md_cell(s.text[:80])} |")
+        out.extend(_device_section(d))
     out.append("")
     return "\n".join(out)
+
+
+def _device_section(d: DeviceResult) -> list[str]:
+    """One device's checks, the log tails of its failed ones and its timed requests."""
+    out = ["", f"## {d.device}: {'pass' if d.passed else 'FAIL'} ({d.seconds:.1f} s)", "",
+           "| check | result | evidence |", "|---|---|---|"]
+    for c in d.checks:
+        out.append(f"| {md_cell(c.name)} | {_mark(c.passed)} | {md_cell(c.summary)} |")
+    tails = [c for c in d.checks if not c.passed and c.evidence.get("log_tail")]
+    for c in tails:
+        out += ["", f"Log tail for `{c.name}`:", "", "```"]
+        out.extend(str(c.evidence["log_tail"]).splitlines()[-20:])
+        out.append("```")
+    if d.speed is not None and d.speed.samples:
+        out += ["", f"Timed requests (prompt `{d.speed.prompt}`, {d.speed.tokens} tokens each, after one warm-up):", "",
+                "| # | prompt tok/s | decode tok/s | tokens | answer | text |", "|---:|---:|---:|---:|---|---|"]
+        for i, s in enumerate(d.speed.samples, 1):
+            ans = "ok" if s.valid else f"FAIL: {s.why}"
+            out.append(f"| {i} | {_fmt(s.prompt_tok_s)} | {_fmt(s.decode_tok_s)} | {s.predicted_n} | {md_cell(ans)} | {md_cell(s.text[:80])} |")
+    return out
 
 
 # --------------------------------------------------------------------------- entry points
