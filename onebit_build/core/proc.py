@@ -181,3 +181,30 @@ def run(
             hint=hint,
         )
     return Completed(argv=args, returncode=rc, output="\n".join(captured))
+
+
+# --------------------------------------------------------------------------- long-running programs
+
+
+def spawn(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    log: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start a long-running program (a server) in its own process group and return at once.
+    Its stdin is closed; its output is appended to ``log`` after a ``$ command`` line. Stop
+    it with :func:`stop_group`. ``preexec_fn`` runs in the child before the program starts."""
+    args = [os.fspath(a) for a in argv]
+    args[0] = which(args[0])
+    ui.detail(f"$ {shlex.join(args)}")
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as logf:
+        logf.write(f"$ {shlex.join(args)}\n".encode())
+        logf.flush()
+        return subprocess.Popen(args, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=preexec_fn)

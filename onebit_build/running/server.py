@@ -1,9 +1,10 @@
 """Start and stop one llama-server: a free port on 127.0.0.1, wait for /health, always stop.
 
-The server is a service, so it is started with Popen directly (its own session, output to
-its log file) rather than through :func:`proc.run`. Whatever happens (a failed check, an
-exception, Ctrl-C) :func:`serving` stops it: SIGTERM to its process group, then SIGKILL.
-On Linux the server is also told to die with the process that started it.
+The server is a service, so it is started with :func:`proc.spawn` (its own process group,
+output to its log file) rather than :func:`proc.run`. Whatever happens (a failed check, an
+exception, Ctrl-C) :func:`serving` stops it with :func:`proc.stop_group`: SIGTERM to its
+process group, a second SIGTERM, then SIGKILL. On Linux the server is also told to die with
+the process that started it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import sys
 import time
 from contextlib import contextmanager
@@ -36,6 +36,10 @@ CPU_DEVICE = "CPU"
 LOG_TAIL_LINES = 30
 BIND_ERRORS = ("couldn't bind", "address already in use")
 PORT_ATTEMPTS = 3
+# How stop() ends a server: each signal with its grace, and the name stopped_by records.
+SECOND_TERM_GRACE_S = 2.0
+KILL_GRACE_S = 10.0
+STOP_LABELS = ("SIGTERM", "second SIGTERM", "SIGKILL")
 
 
 # --------------------------------------------------------------------------- inputs
@@ -217,7 +221,7 @@ def _stop_all() -> None:
 class Server:
     """A started llama-server. Use :func:`serving` to get one that is healthy and stopped."""
 
-    def __init__(self, spec: ServerSpec, port: int, popen: subprocess.Popen[bytes], argv: list[str]):
+    def __init__(self, spec: ServerSpec, port: int, popen: proc.subprocess.Popen[bytes], argv: list[str]):
         self.spec = spec
         self.port = port
         self.popen = popen
@@ -288,20 +292,18 @@ class Server:
         try:
             self._http.close()
             if self.popen.poll() is None:
-                steps = ((signal.SIGTERM, self.spec.stop_timeout_s, "SIGTERM"),
-                         (signal.SIGTERM, 2.0, "second SIGTERM"),
-                         (signal.SIGKILL, 10.0, "SIGKILL"))
-                for sig, wait, label in steps:
-                    try:
-                        os.killpg(self.popen.pid, sig)
-                    except ProcessLookupError:
-                        break
-                    self.stopped_by = label
-                    try:
-                        self.popen.wait(timeout=wait)
-                        break
-                    except subprocess.TimeoutExpired:
-                        ui.detail(f"llama-server {self.popen.pid} still runs {wait:g} s after {label}")
+                steps = ((signal.SIGTERM, self.spec.stop_timeout_s), (signal.SIGTERM, SECOND_TERM_GRACE_S),
+                         (signal.SIGKILL, KILL_GRACE_S))
+                outlived: list[str] = []
+
+                def told(sig: signal.Signals, grace: float) -> None:
+                    label = STOP_LABELS[len(outlived)]
+                    outlived.append(label)
+                    ui.detail(f"llama-server {self.popen.pid} still runs {grace:g} s after {label}")
+
+                sent = proc.stop_group(self.popen, steps, on_timeout=told)
+                if sent:
+                    self.stopped_by = STOP_LABELS[sent - 1]
             # Nothing of its group may outlive it.
             try:
                 os.killpg(self.popen.pid, signal.SIGKILL)
@@ -338,23 +340,11 @@ def _json_or_text(r: requests.Response) -> Any:
 
 
 def _spawn(spec: ServerSpec, port: int, *, first: bool) -> Server:
+    """Start the server on ``port``; its log starts afresh on the first attempt."""
     argv = server_argv(spec, port)
-    env = dict(os.environ)
-    env.update(dict(spec.env))
-    spec.log.parent.mkdir(parents=True, exist_ok=True)
-    with open(spec.log, "wb" if first else "ab") as logf:
-        logf.write(("$ " + " ".join(argv) + "\n").encode())
-        logf.flush()
-        ui.detail(f"$ {' '.join(argv)}")
-        popen = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            preexec_fn=_child_setup if _LIBC is not None else None,
-        )
+    if first:
+        spec.log.unlink(missing_ok=True)
+    popen = proc.spawn(argv, log=spec.log, env=dict(spec.env), preexec_fn=_child_setup if _LIBC is not None else None)
     server = Server(spec, port, popen, argv)
     _LIVE.add(server)
     return server
