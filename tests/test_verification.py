@@ -316,6 +316,19 @@ def test_copied_build_folder_is_anchored_where_it_is(tmp_path):
     assert set(got.expected_files) == {str(b / "bin" / "llama-server"), str(b / "bin" / "libggml.so.1")}
 
 
+def test_install_prefix_and_its_server(tmp_path):
+    b = fake_build(tmp_path / "build")
+    prefix = tmp_path / "prefix"
+    (prefix / "share" / "onebit-build").mkdir(parents=True)
+    shutil.copytree(b / "bin", prefix / "bin")
+    shutil.copy2(b / working.MANIFEST, prefix / "share" / "onebit-build" / working.MANIFEST)
+    got = working.resolve_working(prefix, recipe="default")
+    assert got.given_as == working.INSTALL_PREFIX and got.installed and got.server == prefix / "bin" / "llama-server"
+    assert set(got.expected_files) == {str(prefix / "bin" / "llama-server"), str(prefix / "bin" / "libggml.so.1")}
+    by_server = working.resolve_working(prefix / "bin" / "llama-server", recipe="default")
+    assert by_server.folder == prefix and by_server.given_as == working.SERVER_FILE and by_server.installed
+
+
 def test_run_folder_names_its_build(tmp_path):
     b = fake_build(tmp_path / "build")
     run = tmp_path / "runs" / "20260101-000000-default-build"

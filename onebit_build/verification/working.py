@@ -5,7 +5,9 @@ PATH may be
 - a build folder (it holds ``build-manifest.json`` and the llama-server the manifest names);
   a copy of a build folder counts too: its outputs are looked for where the copy is;
 - the ``llama-server`` of such a folder (``bin/llama-server``);
-- a run folder of onebit-build holding ``build-manifest.json``: the build it names.
+- a run folder of onebit-build holding ``build-manifest.json``: the build it names;
+- an install prefix made by ``onebit-build install`` (``bin/`` and
+  ``share/onebit-build/build-manifest.json``), or its ``bin/llama-server``.
 
 Anything else is refused in one line with the remedy (exit 2), and so is a build of another
 recipe. The build's outputs are re-anchored at the folder that was named, so that the
@@ -23,14 +25,17 @@ from typing import Any
 from onebit_build.core.errors import ConfigError
 
 MANIFEST = "build-manifest.json"
+INSTALLED_MANIFEST = Path("share") / "onebit-build" / MANIFEST  # under an install prefix
 MANIFEST_KIND = "onebit-build/build-manifest"
 MANIFEST_SCHEMA = 1
 SERVER = "llama-server"
-REMEDY = "give the working build's folder, its bin/llama-server, or a run folder of onebit-build that holds build-manifest.json"
+REMEDY = ("give the working build's folder, its bin/llama-server, an install prefix of 'onebit-build install',"
+          " or a run folder of onebit-build that holds build-manifest.json")
 
 BUILD_FOLDER = "build folder"
 SERVER_FILE = "llama-server"
 RUN_FOLDER = "run folder"
+INSTALL_PREFIX = "install prefix"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,12 +53,17 @@ class ResolvedBuild:
     server: Path
     manifest_path: Path
     manifest: dict[str, Any]
-    given_as: str  # BUILD_FOLDER, SERVER_FILE or RUN_FOLDER
+    given_as: str  # BUILD_FOLDER, SERVER_FILE, RUN_FOLDER or INSTALL_PREFIX
     outputs: tuple[Output, ...]  # of every component
 
     @property
     def recipe(self) -> str:
         return str(self.manifest.get("recipe", {}).get("name"))
+
+    @property
+    def installed(self) -> bool:
+        """An install prefix: it holds the outputs and the manifest, not the build tree."""
+        return self.manifest_path.parent.name == "onebit-build" and self.manifest_path.parent.parent.name == "share"
 
     @property
     def expected_files(self) -> dict[str, str]:
@@ -105,14 +115,16 @@ def anchored(recorded: str, recorded_dir: str, actual_dir: Path) -> Path:
         return rec
 
 
-def outputs_of(doc: dict[str, Any], *, server_comp: dict[str, Any], folder: Path) -> tuple[Output, ...]:
+def outputs_of(doc: dict[str, Any], *, server_comp: dict[str, Any], folder: Path, installed: bool = False) -> tuple[Output, ...]:
     """Every output of every component; those of the server's component re-anchored at
-    ``folder``. Pure."""
+    ``folder``. Under an install prefix every output is in ``folder/bin``. Pure."""
     out = []
     for comp in doc.get("components", []):
         for o in comp.get("outputs", []):
             path = Path(o["path"])
-            if comp is server_comp:
+            if installed:
+                path = folder / "bin" / path.name
+            elif comp is server_comp:
                 path = anchored(o["path"], str(comp.get("build_dir", "")), folder)
             out.append(Output(name=str(o["name"]), path=path, sha256=str(o["sha256"])))
     return tuple(out)
@@ -127,10 +139,10 @@ def _server_rel(comp: dict[str, Any]) -> Path:
 
 
 def _manifest_above(server: Path) -> Path | None:
-    """The build folder a llama-server file belongs to: the nearest folder above it (up to
-    three levels) that holds a build manifest."""
+    """The build folder (or install prefix) a llama-server file belongs to: the nearest
+    folder above it (up to three levels) that holds a build manifest."""
     for folder in list(server.parents)[:3]:
-        if (folder / MANIFEST).is_file():
+        if (folder / MANIFEST).is_file() or (folder / INSTALLED_MANIFEST).is_file():
             return folder
     return None
 
@@ -150,12 +162,13 @@ def resolve_working(path: Path, *, recipe: str) -> ResolvedBuild:
                 raise _refuse(named, f"not a build: no {MANIFEST} in the folders above this file")
             given = SERVER_FILE
     elif named.is_dir():
-        if not (named / MANIFEST).is_file():
+        if not (named / MANIFEST).is_file() and not (named / INSTALLED_MANIFEST).is_file():
             raise _refuse(named, f"not a build: the folder holds no {MANIFEST}")
         folder, given = named, None
     else:
         raise _refuse(named, "not a file or folder")
-    manifest_path = folder / MANIFEST
+    installed = not (folder / MANIFEST).is_file()
+    manifest_path = folder / (INSTALLED_MANIFEST if installed else MANIFEST)
     doc = read_build_manifest(manifest_path, named)
     got = str(doc["recipe"].get("name"))
     if got != recipe:
@@ -164,8 +177,10 @@ def resolve_working(path: Path, *, recipe: str) -> ResolvedBuild:
     comp = server_component(doc)
     if comp is None:
         raise _refuse(named, f"{manifest_path} records no {SERVER} output", hint="give a build of a recipe that builds llama-server")
-    rel = _server_rel(comp)
-    if given is None:
+    rel = Path("bin") / SERVER if installed else _server_rel(comp)
+    if installed:
+        given = given or INSTALL_PREFIX
+    elif given is None:
         # A build folder holds the server where the manifest says, relative to it; a run
         # folder does not, and names the build folder instead.
         if (folder / rel).is_file():
@@ -185,7 +200,7 @@ def resolve_working(path: Path, *, recipe: str) -> ResolvedBuild:
     if not os.access(server, os.X_OK):
         raise _refuse(named, f"its llama-server ({server}) is not executable", hint="restore the file's execute permission")
     return ResolvedBuild(folder=folder, server=server, manifest_path=manifest_path, manifest=doc, given_as=given,
-                         outputs=outputs_of(doc, server_comp=comp, folder=folder))
+                         outputs=outputs_of(doc, server_comp=comp, folder=folder, installed=installed))
 
 
 def resolve_new(manifest_path: Path, doc: dict[str, Any]) -> ResolvedBuild:
