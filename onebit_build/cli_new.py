@@ -11,7 +11,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from onebit_build import commands, options, stages
+from onebit_build import commands, options
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, OnebitError, SpaceError, WorkspaceError
 from onebit_build.core.project import find_root
@@ -40,12 +40,14 @@ def positive_int(text: str) -> int:
 
 def global_options(p: argparse.ArgumentParser, *, listed: bool) -> None:
     """The options every command takes. Listed once, in the top-level help; accepted after
-    the subcommand too (there without a help entry, and without overriding a value given
-    before it)."""
+    the subcommand too (there without a help entry; a repeatable option given on both sides
+    keeps all its values)."""
     g = p.add_argument_group("global options") if listed else p
     kw = {} if listed else {"default": argparse.SUPPRESS, "help": argparse.SUPPRESS}
 
     def add(*names: str, help: str, **more) -> None:
+        if not listed and more.get("action") == "append":  # kept apart, then joined in from_args
+            more["dest"] = (more.get("dest") or names[-1].lstrip("-").replace("-", "_")) + "_after"
         g.add_argument(*names, **more, **({"help": help} | kw))
 
     add("--recipe", metavar="NAME|FILE", help="a recipe from 'onebit-build recipes', or a recipe YAML file (default: default)")
@@ -105,12 +107,37 @@ def make_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("pins", help="pin tools").add_subparsers(dest="pins_command", metavar="ACTION", required=True)
     global_options(lk := pl.add_parser("lock", help="resolve abbreviated pins and record them in pins.lock"), listed=False)
     lk.add_argument("sources", nargs="*", help="only these sources (default: all abbreviated pins)")
-    from onebit_build.running.bench.cli import add_bench_parser
-
-    global_options(add_bench_parser(sub, positive_int), listed=False)
+    bench_parser(cmd("bench", "benchmark llama-server configs, builds or devices: interleaved, answer-checked, locked; table, JSON and plot"))
     cp = sub.add_parser("completion", help="print a shell completion script (bash)")
     cp.add_argument("shell", choices=["bash"])
     return p
+
+
+def bench_parser(bp: argparse.ArgumentParser) -> None:
+    from onebit_build.running.bench.settings import DEFAULTS as D
+
+    bp.add_argument("--config", metavar="NAME=ARGS", action="append", dest="bench_configs",
+                    help="extra llama-server arguments under a name, e.g. t1='-t 1' (repeatable; the first is the baseline)")
+    bp.add_argument("--server", metavar="[NAME=]PATH", action="append", dest="bench_builds",
+                    help="a llama-server binary to benchmark as it is, without the build pipeline (repeatable)")
+    bp.add_argument("--build", metavar="[NAME=]DIR", action="append", dest="bench_builds",
+                    help="a build folder holding bin/llama-server (repeatable; default: the recipe's latest build)")
+    bp.add_argument("--device", metavar="NAME", action="append", dest="bench_devices",
+                    help="device to serve on: CPU, Vulkan0, CUDA0, HRX20..., or 'all' for the CPU and every device the build lists (repeatable; default CPU)")
+    bp.add_argument("--rounds", type=positive_int, default=D.rounds, help=f"rounds of every variant, interleaved (default {D.rounds})")
+    bp.add_argument("--decode-tokens", type=positive_int, default=D.decode_tokens, metavar="N", help=f"tokens generated per request (default {D.decode_tokens})")
+    bp.add_argument("--prefix-tokens", type=positive_int, default=D.prefix_tokens, metavar="K",
+                    help=f"answers must match the baseline's first K generated tokens (default {D.prefix_tokens})")
+    bp.add_argument("--expect", metavar="FILE", help="expected answer prefixes: an earlier bench.json or a YAML 'prompt: text' mapping")
+    bp.add_argument("--tie-margin", type=float, default=D.tie_margin, metavar="NATS",
+                    help="excuse a divergence where the baseline's two likeliest tokens were closer than this in log-probability"
+                         f" and the variant took the second (default {D.tie_margin:g})")
+    bp.add_argument("--prompts", metavar="DIR", help="folder with code.txt, prose.txt, short.txt (default: smoke/prompts)")
+    bp.add_argument("--ctx-size", type=positive_int, default=D.ctx_size, metavar="N", help=f"server context size (default {D.ctx_size})")
+    bp.add_argument("--lock", metavar="FILE", dest="bench_lock", help="the bench lock file (default: bench.lock in the workspace)")
+    bp.add_argument("--wait", metavar="SECONDS", type=float, nargs="?", const=D.lock_wait_s, default=0.0,
+                    help="when another bench holds the lock, wait for it (default: fail at once; --wait alone: up to an hour)")
+    bp.add_argument("--out", metavar="DIR", help="write the results here (default: a new run folder in the workspace)")
 
 
 def dispatch(opts: options.Options, ns: argparse.Namespace) -> int:
@@ -120,11 +147,7 @@ def dispatch(opts: options.Options, ns: argparse.Namespace) -> int:
     project = find_root(given=opts.root, env=os.environ, cwd=Path.cwd())
     if opts.dry_run and opts.command in (*JOBS, "verify", "plan"):
         return commands.plan(opts, project)
-    if opts.command == "bench":
-        from onebit_build.running.bench.cli import bench_command
-
-        return bench_command(ns, opts, project, stages)
-    table = {"recipes": commands.recipes, "doctor": commands.doctor, "serve": commands.serve, "install": commands.install,
+    table = {"bench": commands.bench, "recipes": commands.recipes, "doctor": commands.doctor, "serve": commands.serve, "install": commands.install,
              "patches": commands.patches_export, "pins": commands.pins_lock}
     return table.get(opts.command, commands.job)(opts, project)
 

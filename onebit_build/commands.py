@@ -34,7 +34,7 @@ def version(opts: Options, project: ProjectRoot | None, error: ConfigError | Non
 
 def plan(opts: Options, project: ProjectRoot) -> int:
     """Print the whole plan without fetching, building or taking the workspace lock."""
-    from onebit_build.building.plan import make_plan, plan_doc, render_plan
+    from onebit_build.building.plan import make_plan, render_plan
 
     pins, recipe = stages.load_pins_and_recipe(project, opts)
     the_plan = make_plan(recipe, pins, workspace=Workspace(root=opts.workspace), patches_dir=project.patches,
@@ -48,6 +48,20 @@ def plan(opts: Options, project: ProjectRoot) -> int:
         for d in opts.defines:
             sys.stdout.write(f"override   -D {d.render()}\n")
     return 0
+
+
+def plan_doc(the_plan) -> dict:
+    """The plan as plain JSON values (paths and tuples as strings and lists). Pure."""
+    from dataclasses import asdict
+
+    def plain(value):
+        return json.loads(json.dumps(value, default=str))
+
+    return {"recipe": the_plan.recipe.name, "workspace": str(the_plan.workspace),
+            "toolchain": plain(asdict(the_plan.toolchain)) if the_plan.toolchain else None,
+            "sources": [plain(asdict(s)) for s in the_plan.sources],
+            "components": [plain(asdict(c)) for c in the_plan.components],
+            "runtime_env": dict(the_plan.runtime_env), "problems": list(the_plan.problems)}
 
 
 def recipe_rows(project: ProjectRoot, opts: Options) -> list[dict]:
@@ -153,13 +167,13 @@ def pins_lock(opts: Options, project: ProjectRoot) -> int:
 def patches_export(opts: Options, project: ProjectRoot) -> int:
     def body(ctx: Context) -> int:
         from onebit_build import pipeline
-        from onebit_build.building.patch import export_series, tree_as_it_is
+        from onebit_build.building.patch import export_series
 
         (source,) = opts.sources
         pins, _ = stages.load_pins_and_recipe(project, opts)
         pins.get(source)
         fetched = pipeline.run_fetch(ctx, pins, [source])
-        tree = tree_as_it_is(ctx.workspace, source, fetched[source].commit, ctx.patches_dir)
+        tree = _tree_as_it_is(ctx, source, fetched[source].commit)
         written = export_series(tree, ctx.patches_dir / source, log=ctx.run_dir / "patch.log")
         for p in written:
             ui.info(f"  {p}")
@@ -167,6 +181,21 @@ def patches_export(opts: Options, project: ProjectRoot) -> int:
         return 0
 
     return in_workspace(opts, project, body)
+
+
+def _tree_as_it_is(ctx: Context, source: str, commit: str):
+    """The prepared tree of ``source`` as it is now (the user may have committed changes in
+    it), found by its pin and the current patch series."""
+    from onebit_build.building.patch import PreparedTree, canonical_path, list_patches, patch_digest
+    from onebit_build.core.gitops import Git
+
+    patches = list_patches(ctx.patches_dir, source)
+    digest = patch_digest(commit, patches)
+    path = canonical_path(ctx.workspace, source, commit, digest)
+    if not path.exists():
+        raise OnebitError(f"no prepared tree for {source} at {path}", hint="run 'onebit-build patch' first, commit your changes in that tree, then export")
+    head = Git(path).out("rev-parse", "HEAD")
+    return PreparedTree(source=source, path=path, commit=commit, head=head, patches=patches, patch_digest=digest, reused=True)
 
 
 # --------------------------------------------------------------------------- using a build
@@ -194,8 +223,6 @@ def install(opts: Options, project: ProjectRoot) -> int:
 def install_tree(builds: list, manifest: Path, prefix: Path) -> list[Path]:
     """Copy every output file (symbolic links kept as links) into ``prefix/bin`` and the manifest
     into ``prefix/share/onebit-build``; each file lands under a temporary name and is renamed."""
-    from onebit_build.core.fsutil import atomic_copy
-
     bin_dir = prefix / "bin"
     share = prefix / "share" / "onebit-build"
     for d in (bin_dir, share):
@@ -210,11 +237,17 @@ def install_tree(builds: list, manifest: Path, prefix: Path) -> list[Path]:
             tmp.symlink_to(src.readlink())
             tmp.replace(target)
         else:
-            atomic_copy(src, target)
+            _copy(src, target)
         done.append(target)
-    atomic_copy(manifest, share / "build-manifest.json")
+    _copy(manifest, share / "build-manifest.json")
     done.append(share / "build-manifest.json")
     return done
+
+
+def _copy(src: Path, target: Path) -> None:
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.copy2(src, tmp)
+    tmp.replace(target)
 
 
 def _output_files(path: Path) -> list[Path]:
@@ -225,22 +258,89 @@ def _output_files(path: Path) -> list[Path]:
 
 
 def serve(opts: Options, project: ProjectRoot) -> int:
-    """Build if needed, then run llama-server in the foreground until Ctrl-C."""
+    """Build if needed (holding the workspace lock), then run llama-server in the foreground
+    until Ctrl-C (without the lock: other runs may use the workspace meanwhile)."""
     from dataclasses import replace
 
-    from onebit_build.running.server import serve_foreground
+    from onebit_build.running.model import chat_template
+    from onebit_build.running.server import ServerSpec, serve_foreground
+
+    found: dict = {}
 
     def body(ctx: Context) -> int:
         pins, recipe = stages.load_pins_and_recipe(project, opts)
         built = stages.build_part(ctx, replace(opts, command="build"), pins, recipe)
         assert built is not None
-        server = stages.server_of(built.builds, recipe)
-        model = stages.resolve_model(recipe, opts, models_dir=ctx.workspace.models, log=ctx.run_dir / "model.log")
-        run_recipe = stages.with_runtime_env(recipe, opts.toolchain_root)
-        if shutil.which("true") is None:  # pragma: no cover - a broken PATH
-            raise NotAvailableError("no PATH", hint="set PATH")
-        return serve_foreground(server=server, model=model.path, host=opts.serve.host, port=opts.serve.port,
-                                extra=opts.serve.extra, env=run_recipe.smoke.env, log=ctx.run_dir / "server.log",
-                                chat_template=model.chat_template if hasattr(model, "chat_template") else None)
+        found["server"] = stages.server_of(built.builds, recipe)
+        found["model"] = stages.resolve_model(recipe, opts, models_dir=ctx.workspace.models, log=ctx.run_dir / "model.log")
+        found["env"] = stages.with_runtime_env(recipe, opts.toolchain_root).smoke.env
+        found["log"] = ctx.run_dir / "server.log"
+        found["log"].parent.mkdir(parents=True, exist_ok=True)
+        return 0
 
-    return in_workspace(opts, project, body)
+    in_workspace(opts, project, body)
+    spec = ServerSpec(binary=found["server"], model=found["model"].path, log=found["log"], host=opts.serve.host, port=opts.serve.port,
+                      extra_args=opts.serve.extra, env=found["env"], health_timeout_s=300.0)
+    return serve_foreground(spec, has_chat_template=chat_template(found["model"].path) is not None)
+
+
+# --------------------------------------------------------------------------- bench
+
+
+def bench(opts: Options, project: ProjectRoot) -> int:
+    """Benchmark: parse and check everything first, then take the bench lock and run."""
+    from onebit_build.core.errors import SmokeError
+    from onebit_build.running import bench as b
+
+    bo = opts.bench
+    assert bo is not None
+    ws = Workspace(root=opts.workspace)
+    configs = b.parse_configs(list(bo.configs))
+    builds = b.parse_builds(list(bo.builds))
+    prompts = b.load_prompts(bo.prompts or project.path / "smoke" / "prompts")
+    given = b.load_expectations(bo.expect, tuple(p.name for p in prompts)) if bo.expect else ()
+    recipe = stages.load_pins_and_recipe(project, opts, locked=False)[1] if not builds or opts.model is None else None
+    env: tuple[tuple[str, str], ...] = ()
+    if not builds:
+        builds = (b.Build(name=recipe.name, server=b.server_in(latest_server(ws, recipe.name))),)
+        env = stages.with_runtime_env(recipe, opts.toolchain_root).smoke.env
+    lock_path = bo.lock or ws.root / "bench.lock"
+    with b.BenchLock(lock_path, f"onebit-build bench {', '.join(c.name for c in configs)}", wait_s=bo.wait_s):
+        run_dir = bo.out or ws.new_run_dir(recipe.name if recipe is not None and not bo.builds else "local", "bench")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        mf = stages.resolve_model(recipe, opts, models_dir=ws.models, log=run_dir / "model.log")
+        devices = b.resolve_devices(builds, bo.devices, env=env, log_dir=run_dir / "logs")
+        variants = b.make_variants(configs, builds, devices)
+        ui.info(f"bench: {len(variants)} variant(s) x {bo.rounds} round(s) x {len(prompts)} prompts, {bo.decode_tokens} tokens each; "
+                f"baseline {variants[0].name}; model {mf.path.name}; lock {lock_path}")
+        result = b.run_bench(b.BenchRequest(
+            variants=variants, model=mf, prompts=prompts, run_dir=run_dir, rounds=bo.rounds, decode_tokens=bo.decode_tokens,
+            prefix_tokens=bo.prefix_tokens, tie_margin=bo.tie_margin, ctx_size=bo.ctx_size, given=given, env=env, lock=lock_path,
+        ))
+        outputs = b.write_outputs(result, run_dir)
+    sys.stdout.write("\n" + b.render_table(result) + "\n")
+    for what in ("table", "plot", "json"):
+        ui.info(f"{what}: {getattr(outputs, what)}")
+    bad = [c for c in result.cells if not c.valid]
+    if bad:
+        ui.warn(f"{len(bad)} of {len(result.cells)} figures are INVALID (their answers did not hold); first: {bad[0].variant} {bad[0].prompt}: {bad[0].reason}")
+        return SmokeError.exit_code
+    return 0
+
+
+def latest_server(ws: Workspace, recipe: str) -> Path:
+    """The llama-server of the recipe's latest build in the workspace (no build is started)."""
+    from onebit_build.building.manifest import read_manifest
+    from onebit_build.pipeline import manifest_path
+
+    path = manifest_path(ws, recipe)
+    try:
+        doc = read_manifest(path)
+    except FileNotFoundError:
+        raise NotAvailableError(f"no build of recipe {recipe} in {ws.root} (no {path.name} manifest)",
+                                hint=f"run 'onebit-build --recipe {recipe} build' first, or pass --server PATH") from None
+    for comp in doc.get("components", []):
+        for o in comp.get("outputs", []):
+            if o.get("name") == "llama-server":
+                return Path(o["path"])
+    raise NotAvailableError(f"the {recipe} build lists no llama-server output ({path})", hint="pass --server PATH")

@@ -36,6 +36,25 @@ class ServeOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BenchOptions:
+    """``bench``: what to compare and how (defaults: running.bench.settings.DEFAULTS)."""
+
+    configs: tuple[str, ...] = ()
+    builds: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
+    rounds: int
+    decode_tokens: int
+    prefix_tokens: int
+    tie_margin: float
+    ctx_size: int
+    expect: Path | None = None
+    prompts: Path | None = None
+    lock: Path | None = None
+    wait_s: float = 0.0
+    out: Path | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Define:
     """A ``-D [COMPONENT:]NAME=VALUE`` override of a recipe's CMake define."""
 
@@ -70,6 +89,7 @@ class Options:
     prefix: Path | None = None  # 'install --prefix'
     verify: VerifyOptions = field(default_factory=VerifyOptions)
     serve: ServeOptions = field(default_factory=ServeOptions)
+    bench: BenchOptions | None = None
 
     @property
     def recipe_is_file(self) -> bool:
@@ -131,16 +151,26 @@ def from_args(ns: argparse.Namespace) -> Options:
         recipe=recipe_choice(recipe=get("recipe"), hrx=get("hrx")),
         root=get("root"),
         workspace=Path(get("workspace") or default_workspace()).expanduser().resolve(),
-        mirror_dirs=mirror_dirs_from(get("mirror_dir")),
+        mirror_dirs=mirror_dirs_from([*(get("mirror_dir") or ()), *(get("mirror_dir_after") or ())]),
         offline=bool(get("offline")), locked=bool(get("locked")), jobs=get("jobs"),
         verbose=bool(get("verbose")), quiet=bool(get("quiet")), json=bool(get("json")),
         dry_run=bool(get("dry_run")) or command == "plan",
         model=_path(get("model")), server=_path(get("server")),
         toolchain_root=get("toolchain_root"),
-        defines=tuple(parse_define(d) for d in (get("defines") or ())),
+        defines=tuple(parse_define(d) for d in (*(get("defines") or ()), *(get("defines_after") or ()))),
         sources=sources, prefix=_path(get("prefix")),
         verify=VerifyOptions(reference=_path(get("reference")), write_reference=_path(get("write_reference")), rebuild=bool(get("rebuild"))),
         serve=ServeOptions(host=get("host") or "127.0.0.1", port=get("port") or 8080, extra=extra),
+        bench=_bench_options(get) if command == "bench" else None,
+    )
+
+
+def _bench_options(get) -> BenchOptions:
+    return BenchOptions(
+        configs=tuple(get("bench_configs") or ()), builds=tuple(get("bench_builds") or ()), devices=tuple(get("bench_devices") or ()),
+        rounds=get("rounds"), decode_tokens=get("decode_tokens"), prefix_tokens=get("prefix_tokens"),
+        tie_margin=max(0.0, get("tie_margin")), ctx_size=get("ctx_size"), expect=_path(get("expect")), prompts=_path(get("prompts")),
+        lock=_path(get("bench_lock")), wait_s=max(0.0, get("wait") or 0.0), out=_path(get("out")),
     )
 
 

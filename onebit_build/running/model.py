@@ -314,3 +314,68 @@ def local_model(path: Path) -> ModelFile:
             hint="pass a .gguf model with --model",
         )
     return ModelFile(path=path, sha256=sha256_file(path), source="local")
+
+
+# --------------------------------------------------------------------------- GGUF metadata
+
+GGUF_MAGIC = b"GGUF"
+# Sizes of GGUF's fixed-width value types (uint8 .. float64, bool); 8 is a string, 9 an array.
+_GGUF_FIXED = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def gguf_string_value(path: Path, key: str) -> str | None:
+    """The string value of one metadata key of a GGUF file (version 2 or 3), read from its
+    header without loading the tensors; None when the key is absent."""
+    import struct
+
+    with path.open("rb") as f:
+        def read(n: int) -> bytes:
+            data = f.read(n)
+            if len(data) != n:
+                raise ValueError(f"{path}: truncated GGUF header")
+            return data
+
+        def u32() -> int:
+            return struct.unpack("<I", read(4))[0]
+
+        def u64() -> int:
+            return struct.unpack("<Q", read(8))[0]
+
+        def string() -> bytes:
+            return read(u64())
+
+        def skip(kind: int) -> None:
+            if kind in _GGUF_FIXED:
+                f.seek(_GGUF_FIXED[kind], 1)
+            elif kind == _GGUF_STRING:
+                f.seek(u64(), 1)
+            elif kind == _GGUF_ARRAY:
+                inner, count = u32(), u64()
+                if inner in _GGUF_FIXED:
+                    f.seek(_GGUF_FIXED[inner] * count, 1)
+                else:
+                    for _ in range(count):
+                        skip(inner)
+            else:
+                raise ValueError(f"{path}: unknown GGUF value type {kind}")
+
+        if read(4) != GGUF_MAGIC:
+            raise ValueError(f"{path}: not a GGUF file")
+        if u32() not in (2, 3):
+            raise ValueError(f"{path}: GGUF version not supported")
+        u64()  # tensor count
+        for _ in range(u64()):
+            name, kind = string().decode("utf-8", "replace"), u32()
+            if name == key and kind == _GGUF_STRING:
+                return string().decode("utf-8", "replace")
+            skip(kind)
+    return None
+
+
+def chat_template(path: Path) -> str | None:
+    """The model's own chat template (``tokenizer.chat_template``); None for a base model
+    without one (llama-server then falls back to a generic template that such a model does
+    not follow)."""
+    value = gguf_string_value(path, "tokenizer.chat_template")
+    return value if value and value.strip() else None

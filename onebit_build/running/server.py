@@ -53,6 +53,7 @@ class ServerSpec:
     model: Path
     log: Path
     device: str = CPU_DEVICE
+    host: str = HOST  # address to listen on (the checks always talk to it over loopback)
     ctx_size: int = 2048
     port: int | None = None  # preferred port; another free one is chosen when it is taken
     threads: int | None = None
@@ -92,7 +93,7 @@ def server_argv(spec: ServerSpec, port: int) -> list[str]:
     argv = [
         str(spec.binary),
         "-m", str(spec.model),
-        "--host", HOST,
+        "--host", spec.host,
         "--port", str(port),
         "-np", "1",
         "-c", str(spec.ctx_size),
@@ -165,6 +166,11 @@ def first_error_line(log_text: str) -> str:
 # --------------------------------------------------------------------------- ports
 
 
+def client_host(listen: str) -> str:
+    """Where a client on this machine reaches a server listening on ``listen``. Pure."""
+    return HOST if listen in ("0.0.0.0", "::", "") else listen
+
+
 def port_is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
@@ -226,7 +232,7 @@ class Server:
         self.port = port
         self.popen = popen
         self.argv = argv
-        self.url = f"http://{HOST}:{port}"
+        self.url = f"http://{client_host(spec.host)}:{port}"
         self.ready_s: float | None = None  # seconds from start to healthy
         self.stopped_by: str | None = None  # the last signal stop() had to send
         self._http = requests.Session()
@@ -430,3 +436,27 @@ def list_devices(binary: Path, *, env: tuple[tuple[str, str], ...] = (), log: Pa
             detail=exc.tail,
         ) from None
     return parse_list_devices(done.output)
+
+
+def serve_foreground(spec: ServerSpec, *, has_chat_template: bool) -> int:
+    """Run one server until it exits or Ctrl-C; then stop it (its whole process group).
+    Prints the OpenAI base URL, and a warning when the model has no chat template of its
+    own. Returns 0 when stopped by the user, else the server's exit status."""
+    if spec.port is not None and not port_is_free(spec.port):
+        raise SmokeError(f"port {spec.port} is in use", hint="pass --port with a free port, or stop what listens there")
+    server = start(spec)
+    try:
+        base = f"http://{client_host(spec.host)}:{server.port}/v1"
+        ui.info(f"serving {spec.model.name} on {spec.host}:{server.port} (pid {server.pid}, log {spec.log})")
+        ui.info(f"OpenAI base URL: {base}   (Ctrl-C stops the server)")
+        if not has_chat_template:
+            ui.warn("the model has no chat template: /v1/chat/completions will answer junk; use /v1/completions with plain text")
+        while server.alive():
+            time.sleep(0.5)
+        ui.error(f"llama-server exited with status {server.returncode()}: {first_error_line(server.log_tail())}")
+        return server.returncode() or 1
+    except KeyboardInterrupt:
+        ui.info("stopping llama-server")
+        return 0
+    finally:
+        server.stop()
