@@ -117,6 +117,16 @@ def user_model(spec):
     return mf
 
 
+def chat_note(model: Path) -> str | None:
+    """What a user of the chat endpoint must know about this model (None: nothing)."""
+    from onebit_build.running.model import chat_template
+
+    if chat_template(model) is None:
+        return (f"{model.name} has no chat template of its own (a base model): llama-server answers /v1/chat/completions"
+                " through a generic template this model does not follow, so chat replies are junk; use /v1/completions")
+    return None
+
+
 # --------------------------------------------------------------------------- the job
 
 
@@ -311,8 +321,11 @@ def smoke_stage(ctx: pipeline.Context, recipe: Recipe, *, server: Path, manifest
         st["note"] = "all checks passed" if result.passed else "CHECKS FAILED"
         if not result.passed:
             st["status"] = "FAILED"
+    chat = chat_note(mf.path)
+    if chat:
+        ui.warn(chat)
     json_path, md_path = report_mod.write_report(ctx.run_dir, recipe=recipe, smoke=result, manifest=manifest,
-                                                 extra={"verify": verified, "skipped_devices": skipped})
+                                                 extra={"verify": verified, "skipped_devices": skipped, "chat": chat or "checked"})
     report_mod.print_summary(result)
     ui.info(f"report: {md_path}")
     return 0 if result.passed else SmokeError.exit_code

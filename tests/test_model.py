@@ -270,3 +270,45 @@ def test_real_model_in_cache_is_used_offline(gemma_model, tmp_path):
     assert (cache / (spec.file + ".stamp.json")).is_file()
     second = ensure_model(spec, cache_dir=cache, offline=True, log=tmp_path / "log")
     assert second.path == first.path and not second.fetched
+
+
+def _gguf(path, kvs):
+    """A minimal GGUF v3 header with the given string / uint32 / string-array values."""
+    import struct
+
+    def s(text):
+        b = text.encode()
+        return struct.pack("<Q", len(b)) + b
+
+    out = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs))
+    for key, value in kvs:
+        out += s(key)
+        if isinstance(value, str):
+            out += struct.pack("<I", 8) + s(value)
+        elif isinstance(value, int):
+            out += struct.pack("<II", 4, value)
+        else:
+            out += struct.pack("<IIQ", 9, 8, len(value)) + b"".join(s(v) for v in value)
+    path.write_bytes(out)
+    return path
+
+
+def test_chat_template_read_from_the_gguf_header(tmp_path):
+    from onebit_build.running.model import chat_template, gguf_string_value
+
+    with_t = _gguf(tmp_path / "chat.gguf", [("general.architecture", "llama"), ("tokenizer.ggml.tokens", ["a", "bb", "ccc"]),
+                                            ("x.count", 7), ("tokenizer.chat_template", "{{ messages }}")])
+    assert chat_template(with_t) == "{{ messages }}"
+    assert gguf_string_value(with_t, "general.architecture") == "llama"
+    base = _gguf(tmp_path / "base.gguf", [("general.architecture", "gemma3"), ("tokenizer.ggml.tokens", ["a"])])
+    assert chat_template(base) is None
+    (tmp_path / "bad.gguf").write_bytes(b"GGML\0\0\0\0")
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        chat_template(tmp_path / "bad.gguf")
+
+
+def test_the_smoke_model_is_a_base_model_without_a_chat_template(gemma_model):
+    from onebit_build.running.model import chat_template, gguf_string_value
+
+    assert gguf_string_value(gemma_model, "general.architecture") == "gemma3"
+    assert chat_template(gemma_model) is None

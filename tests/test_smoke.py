@@ -367,3 +367,13 @@ def test_ctrl_c_during_smoke_leaves_no_server(llama_server, gemma_model, tmp_pat
             child.wait()
         if server_pid and not pid_gone(server_pid, timeout=0):
             os.kill(server_pid, signal.SIGKILL)
+
+
+def test_check_chat_needs_an_assistant_message():
+    from onebit_build.running.smoke_checks import check_chat
+
+    ok = check_chat("CPU", 200, {"choices": [{"message": {"role": "assistant", "content": "Hello!"}}]})
+    assert ok.passed and "Hello!" in ok.summary
+    assert not check_chat("CPU", 200, {"choices": [{"message": {"content": "  "}}]}).passed
+    assert not check_chat("CPU", 500, {"error": "x"}).passed
+    assert not check_chat("CPU", 200, "not json").passed

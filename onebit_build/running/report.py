@@ -235,7 +235,11 @@ def write_report(
     json_path = run_dir / "report.json"
     md_path = run_dir / "report.md"
     write_state(json_path, REPORT_KIND, REPORT_SCHEMA, report_doc(run_dir, recipe=recipe, smoke=smoke, manifest=manifest, extra=extra))
-    atomic_write_text(md_path, render_markdown(run_dir, recipe=recipe, smoke=smoke, manifest=manifest))
+    text = render_markdown(run_dir, recipe=recipe, smoke=smoke, manifest=manifest)
+    chat = (extra or {}).get("chat")
+    if chat and chat != "checked":
+        text += f"\n## Chat endpoint\n\n{chat}\n"
+    atomic_write_text(md_path, text)
     return json_path, md_path
 
 

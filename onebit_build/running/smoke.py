@@ -27,12 +27,13 @@ from onebit_build.core import ui
 from onebit_build.core.config import PromptCheck, Recipe, SmokeSpec
 from onebit_build.core.errors import SmokeError
 from onebit_build.running.measure import Completion, Sample
-from onebit_build.running.model import ModelFile
+from onebit_build.running.model import ModelFile, chat_template
 from onebit_build.running.smoke_checks import (
     SmokeCheck,
     Speed,
     check_answer,
     check_catalog,
+    check_chat,
     check_devices,
     check_health,
     check_props,
@@ -199,6 +200,7 @@ class _DeviceRun:
     model: ModelFile
     expect_commit: str
     deadlines: Deadlines
+    chat: bool = False  # the model has its own chat template: check /v1/chat/completions
 
 
 def _smoke_device(run: _DeviceRun, *, server_bin: Path, log: Path, threads: int | None) -> DeviceResult:
@@ -237,6 +239,9 @@ def _checks_on(server: srvmod.Server, run: _DeviceRun) -> tuple[list[SmokeCheck]
         device, *server.get_json("/v1/models"), model_id=str(model.path), ctx_size=spec.ctx_size)))
     checks.append(_guarded("props", device, server, lambda: check_props(
         device, *server.get_json("/props"), expect_commit=run.expect_commit, model_path=model.path, ctx_size=spec.ctx_size)))
+    if run.chat:  # only a model with its own template answers the chat endpoint meaningfully
+        body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0}
+        checks.append(_guarded("chat", device, server, lambda: check_chat(device, *server.post_json("/v1/chat/completions", body))))
     answers: dict[str, tuple[str, bool]] = {}
     for prompt in spec.prompts:
         def ask(prompt: PromptCheck = prompt) -> SmokeCheck:
@@ -303,7 +308,8 @@ def run_smoke(
             results.append(_not_started(device, f"{device} is not offered by this llama-server (--list-devices); not started",
                                         {"listed": list(listed or ())}))
         else:
-            run = _DeviceRun(device=device, spec=spec, model=model, expect_commit=expect_commit, deadlines=deadlines)
+            run = _DeviceRun(device=device, spec=spec, model=model, expect_commit=expect_commit, deadlines=deadlines,
+                             chat=chat_template(model.path) is not None)
             results.append(_smoke_device(run, server_bin=server_bin, log=logs / log_name(device), threads=threads))
     return SmokeResult(
         recipe=recipe.name, server_bin=server_bin, model=model, expect_commit=expect_commit, run_dir=run_dir,

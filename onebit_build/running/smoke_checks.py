@@ -201,6 +201,19 @@ def check_answer(device: str, prompt: PromptCheck, answer: Completion, *, n_pred
     )
 
 
+def check_chat(device: str, status: int, body: Any) -> SmokeCheck:
+    """/v1/chat/completions of a model with its own chat template: HTTP 200 and a non-empty
+    assistant message."""
+    content = None
+    if isinstance(body, dict):
+        choices = body.get("choices") or [{}]
+        message = choices[0].get("message") if isinstance(choices[0], dict) else None
+        content = message.get("content") if isinstance(message, dict) else None
+    ok = status == 200 and isinstance(content, str) and bool(content.strip())
+    summary = f"chat: HTTP {status}, reply {short(content or '', 60)!r}" if ok else f"chat: HTTP {status}, no assistant message"
+    return SmokeCheck(name="chat", device=device, passed=ok, summary=summary, evidence={"status": status, "reply": short(content or "")})
+
+
 def judge_speed_sample(timed: Completion, *, answer: str, expect: str, tokens: int, prompt: str = "") -> Sample:
     """Judge one timed request. Its speed counts only when its own text starts with
     ``answer``, the checked greedy answer of the same prompt (which must contain the
