@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,13 +32,15 @@ from onebit_build.building.artifacts import read_cmake_cache
 from onebit_build.building.builder import compiler_path, resolve_refs
 from onebit_build.core.config import Pins, Recipe
 from onebit_build.core.errors import OnebitError
+from onebit_build.core.proc import PROBE_TIMEOUT_S, capture, probe, version_line
 from onebit_build.building.fetch import local_mirror_candidates, sdist_store_cached
 from onebit_build.core.gitops import Git
 from onebit_build.building.plan import ToolchainSettings, join_lists, resolve_toolchain, runtime_env, toolchain_refs
 from onebit_build.core.workspace import Workspace
+from onebit_build.running.server import parse_list_devices
 
 VULKAN_MIN_HEADER = 261  # 1.3.261: VK_EXT_layer_settings, used by ggml-vulkan
-PROBE_TIMEOUT_S = 30.0
+LIST_DEVICES_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,28 +79,6 @@ class DoctorReport:
 # --------------------------------------------------------------------------- probes
 
 
-def probe_output(argv: list[str], env: Mapping[str, str] | None = None) -> str | None:
-    """Output (stdout, else stderr) of a short command that succeeded, or None when it cannot
-    run or fails. ``env`` overrides entries of this process's environment."""
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
-                             env=None if env is None else {**os.environ, **env})
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0:
-        return None
-    return out.stdout or out.stderr
-
-
-def first_line(argv: list[str], env: Mapping[str, str] | None = None) -> str | None:
-    """First output line of a short command, or None when it cannot run."""
-    text = probe_output(argv, env)
-    if text is None:
-        return None
-    lines = text.strip().splitlines()
-    return lines[0].strip() if lines else ""
-
-
 def vulkan_header_version(text: str) -> tuple[int, int, int] | None:
     """(major, minor, patch) from vulkan_core.h. Pure."""
     m = re.search(r"#define\s+VK_HEADER_VERSION\s+(\d+)", text)
@@ -118,16 +97,6 @@ def vulkan_header_dirs(environ: Mapping[str, str]) -> list[Path]:
         dirs.append(Path(environ["VULKAN_SDK"]) / "include")
     dirs += [Path("/usr/local/include"), Path("/usr/include")]
     return dirs
-
-
-def listed_devices(text: str) -> list[str]:
-    """Device names from ``llama-server --list-devices`` output ('  Vulkan0: ...'). Pure."""
-    out = []
-    for line in text.splitlines():
-        m = re.match(r"^\s*([A-Za-z][A-Za-z0-9_]*\d+):\s", line)
-        if m:
-            out.append(m.group(1))
-    return out
 
 
 # --------------------------------------------------------------------------- checks
@@ -158,7 +127,7 @@ def toolchain_checks(recipe: Recipe, tc: ToolchainSettings, environ: Mapping[str
                     continue
                 seen.append((label, path))
                 name = Path(path).name
-                version = first_line([path, "--version"]) if os.access(path, os.X_OK) else None
+                version = version_line(path) if os.access(path, os.X_OK) else None
                 where_from = f" ({key})" if COMPILER_DEFINES[key] else ""
                 if version is not None:
                     checks.append(Check(name=label, ok=True, detail=f"{path}{where_from}: {version}"))
@@ -167,7 +136,7 @@ def toolchain_checks(recipe: Recipe, tc: ToolchainSettings, environ: Mapping[str
                                         fix=f"install TheRock (it provides bin/{name}) or point {where} at it"))
     if any("ar" in toolchain_refs(c.defines) for c in recipe.components):
         if tc.ar:
-            checks.append(Check(name="archiver (CMAKE_AR)", ok=True, detail=f"{tc.ar}: {first_line([tc.ar, '--version']) or 'version unknown'}"))
+            checks.append(Check(name="archiver (CMAKE_AR)", ok=True, detail=f"{tc.ar}: {version_line(tc.ar) or 'version unknown'}"))
         else:
             checks.append(Check(name="archiver (CMAKE_AR)", ok=False, detail=f"none of {', '.join(spec.ar)} found",
                                 fix="install binutils (Debian: apt-get install binutils) or LLVM's llvm-ar"))
@@ -191,14 +160,14 @@ def system_checks(workspace: Path, environ: Mapping[str, str]) -> list[Check]:
     path = environ.get("PATH", os.defpath)
     checks = []
     git_exe = shutil.which("git", path=path)
-    checks.append(Check(name="git", ok=git_exe is not None, detail=(first_line([git_exe, "--version"]) or git_exe) if git_exe else "not on PATH",
+    checks.append(Check(name="git", ok=git_exe is not None, detail=(version_line(git_exe) or git_exe) if git_exe else "not on PATH",
                         fix=None if git_exe else "install git (Debian: apt-get install git)"))
     for label, kind, var in (("C compiler", "c", "CC"), ("C++ compiler", "cxx", "CXX")):
         chosen = environ.get(var)
         named = compiler_path(kind, (), environ)
         found = shutil.which(named, path=path) if named else None
         checks.append(Check(name=label, ok=found is not None,
-                            detail=(first_line([found, "--version"]) or found) if found else (f"${var}={chosen} not found" if chosen else "none on PATH"),
+                            detail=(version_line(found) or found) if found else (f"${var}={chosen} not found" if chosen else "none on PATH"),
                             fix=None if found else "install one (Debian: apt-get install build-essential) or set " + var))
     checks.append(workspace_check(workspace))
     return checks
@@ -234,7 +203,7 @@ def build_tool_checks() -> list[Check]:
 def vulkan_checks(environ: Mapping[str, str]) -> list[Check]:
     checks = []
     glslc = shutil.which("glslc", path=environ.get("PATH"))
-    version = first_line([glslc, "--version"]) if glslc else None
+    version = version_line(glslc) if glslc else None
     if version is not None:
         checks.append(Check(name="glslc", ok=True, detail=f"{glslc}: {version}"))
     else:
@@ -260,7 +229,7 @@ def vulkan_checks(environ: Mapping[str, str]) -> list[Check]:
 
 def index_lists(package: str, version: str, environ: Mapping[str, str]) -> bool:
     """Whether the package index pip is configured with lists ``package==version``."""
-    text = probe_output([sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check", package], environ)
+    text = probe([sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check", package], env=environ)
     return text is not None and version in listed_versions(text)
 
 
@@ -288,7 +257,7 @@ def cuda_checks(recipe: Recipe, environ: Mapping[str, str]) -> list[Check]:
         if tool != "nvcc" and not needs_cubins:
             continue
         path = environ.get("CUDACXX") if tool == "nvcc" and environ.get("CUDACXX") else shutil.which(tool, path=environ.get("PATH"))
-        text = probe_output([path, "--version"], environ) if path else None
+        text = probe([path, "--version"], env=environ) if path else None
         if text is None:
             checks.append(Check(name=tool, ok=False, detail=f"{tool} not found or not working ({why})", fix=fix))
             continue
@@ -330,14 +299,10 @@ def source_checks(req: DoctorRequest, environ: Mapping[str, str]) -> list[Check]
         if listed:
             checks.append(Check(name=label, ok=True, detail=f"{listed[0].label} listed by the package index (downloaded on first fetch)"))
             continue
-        try:
-            out = subprocess.run(["git", "ls-remote", "--exit-code", pin.url, "HEAD"], capture_output=True, text=True,
-                                 timeout=PROBE_TIMEOUT_S, env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"})
-            reached = out.returncode == 0
-            why = (out.stderr.strip().splitlines() or ["no answer"])[-1]
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            reached, why = False, str(exc)
-        if reached:
+        out = capture(["git", "ls-remote", "--exit-code", pin.url, "HEAD"], timeout=PROBE_TIMEOUT_S,
+                      env={"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"})
+        why = (out.stderr.strip().splitlines() or ["no answer"])[-1]
+        if out.ok:
             checks.append(Check(name=label, ok=True, detail=f"{pin.url} answers"))
         else:
             where = f"{pin.url} is not reachable ({why})"
@@ -436,10 +401,7 @@ def gpu_checks(req: DoctorRequest, tc: ToolchainSettings | None, environ: Mappin
         hint = None
         vk = shutil.which("vulkaninfo", path=environ.get("PATH"))
         if vk and gpu:
-            try:
-                text = subprocess.run([vk, "--summary"], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S).stdout
-            except (OSError, subprocess.TimeoutExpired):
-                text = ""
+            text = capture([vk, "--summary"], timeout=PROBE_TIMEOUT_S).stdout
             hint = f"vulkaninfo {'lists' if gpu.lower() in text.lower() else 'does not list'} {gpu}"
         detail = f"not built yet, so the device list cannot be read{'; ' + hint if hint else ''}"
         return [Check(name="GPU", ok=None, detail=detail, fix=f"run 'onebit-build --recipe {recipe.name} build', then doctor again")]
@@ -447,12 +409,11 @@ def gpu_checks(req: DoctorRequest, tc: ToolchainSettings | None, environ: Mappin
         env = dict(runtime_env(recipe, tc, environ))
     except OnebitError as exc:
         return [Check(name="GPU", ok=False, detail=f"cannot set the runtime environment: {exc.message}", fix=exc.hint)]
-    try:
-        out = subprocess.run([str(server), "--list-devices"], capture_output=True, text=True, timeout=120.0, env={**os.environ, **env})
-        text = out.stdout + out.stderr
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return [Check(name="GPU", ok=False, detail=f"{server} --list-devices failed: {exc}", fix="rebuild, then run doctor again")]
-    listed = listed_devices(text)
+    out = capture([server, "--list-devices"], timeout=LIST_DEVICES_TIMEOUT_S, env=env)
+    if out.returncode is None:
+        return [Check(name="GPU", ok=False, detail=f"{server} --list-devices failed: {out.stderr}", fix="rebuild, then run doctor again")]
+    text = out.stdout + out.stderr
+    listed = parse_list_devices(text)
     checks = []
     missing = [d for d in devices if d not in listed]
     if missing:

@@ -10,11 +10,12 @@ import pytest
 
 from _support import REPO, cuda_wheel_bin, make_repo, run_cli
 from onebit_build.core.config import load_pins, load_recipe
-from onebit_build.doctor import (DoctorRequest, listed_devices, listed_versions, render, run_doctor, same_cmake_value, stale_defines,
+from onebit_build.doctor import (DoctorRequest, listed_versions, render, run_doctor, same_cmake_value, stale_defines,
                                  vulkan_header_version)
 from onebit_build.building.fetch import _sdist_dir
 from onebit_build.building.manifest import write_manifest
 from onebit_build.core.workspace import Workspace
+from onebit_build.running.server import parse_list_devices
 from test_hrx_standins import bare, fake_toolchain
 
 HEADER = """\
@@ -44,7 +45,7 @@ def test_pure_parsers():
     assert vulkan_header_version("#define VK_HEADER_VERSION 239\n") == (1, 3, 239)
     assert vulkan_header_version("nothing") is None
     text = "Available devices:\n  Vulkan0: AMD Radeon 8060S Graphics (RADV STRIX_HALO)\n  HRX20: AMD Radeon 8060S (gfx1151)\n"
-    assert listed_devices(text) == ["Vulkan0", "HRX20"]
+    assert parse_list_devices(text) == ("Vulkan0", "HRX20")
 
 
 def test_everything_present(tmp_path):

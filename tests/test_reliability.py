@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import sys
 import tarfile
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from _support import git, make_repo, only_find_links
+from onebit_build.core import proc
 from onebit_build.core.config import Pin, SdistMirror
 from onebit_build.core.errors import SpaceError
 from onebit_build.building.fetch import FetchRequest, fetch
@@ -159,6 +161,37 @@ def test_removing_the_lock_file_does_not_let_a_second_run_in(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+# --------------------------------------------------------------------------- stopping and probing programs
+
+
+IGNORES_TERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+
+
+def test_stop_group_follows_the_given_signals_and_graces():
+    child = subprocess.Popen([sys.executable, "-c", IGNORES_TERM], stdout=subprocess.PIPE, start_new_session=True)
+    assert child.stdout is not None and child.stdout.readline().strip() == b"ready"
+    outlived = []
+    t0 = time.monotonic()
+    sent = proc.stop_group(child, ((signal.SIGTERM, 0.3), (signal.SIGKILL, 5.0)),
+                           on_timeout=lambda sig, grace: outlived.append((sig, grace)))
+    assert time.monotonic() - t0 < 4
+    assert sent == 2 and outlived == [(signal.SIGTERM, 0.3)]
+    assert child.returncode == -signal.SIGKILL
+    assert proc.stop_group(child) == 0  # already gone: nothing is sent
+
+
+def test_capture_probe_and_version_line():
+    done = proc.capture([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"])
+    assert (done.returncode, done.stdout, done.stderr, done.ok) == (3, "out\n", "err\n", False)
+    missing = proc.capture(["/nonexistent/tool", "--version"])
+    assert missing.returncode is None and "nonexistent" in missing.stderr
+    slow = proc.capture([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+    assert slow.returncode is None and "timed out" in slow.stderr
+    assert proc.probe([sys.executable, "-c", "import sys; sys.exit(1)"]) is None
+    assert proc.version_line(sys.executable) == f"Python {sys.version.split()[0]}"
+    assert proc.version_line("/nonexistent/tool") is None
 
 
 # --------------------------------------------------------------------------- a full disk

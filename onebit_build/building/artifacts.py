@@ -15,14 +15,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from onebit_build.core import ui
+from onebit_build.core import proc, ui
 from onebit_build.core.errors import VerifyError
 from onebit_build.core.fsutil import StateError, read_state, sha256_bytes, sha256_file, write_state
 
@@ -85,15 +84,6 @@ def read_cmake_cache(build_dir: Path) -> dict[str, str]:
     return out
 
 
-def _version_line(argv: list[str]) -> str:
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    lines = (out.stdout or out.stderr).strip().splitlines()
-    return lines[0].strip() if lines else "unknown"
-
-
 def _files(kind: str, root: Path, names: list[str]) -> tuple[Artifact, ...]:
     return tuple(Artifact(name=n, size=(root / n).stat().st_size, sha256=sha256_file(root / n)) for n in names)
 
@@ -105,7 +95,7 @@ def collect_spirv(build_dir: Path) -> ArtifactSet:
     names = sorted(p.name for p in root.glob("*.spv") if p.is_file())
     cache = read_cmake_cache(build_dir)
     glslc = cache.get("Vulkan_GLSLC_EXECUTABLE") or shutil.which("glslc") or "glslc"
-    facts = {"glslc": _version_line([glslc, "--version"])}
+    facts = {"glslc": proc.version_line(glslc) or "unknown"}
     facts.update(glslc_probes(build_dir, Path(cache.get("CMAKE_HOME_DIRECTORY", "")) if cache.get("CMAKE_HOME_DIRECTORY") else None))
     return ArtifactSet(kind="spirv", root=str(root), items=_files("spirv", root, names), facts=facts)
 
@@ -228,8 +218,8 @@ def sass_code_digest(sass: str) -> str:
 
 
 def _cubin_item(cuobjdump: str, path: Path) -> Artifact:
-    r = subprocess.run([cuobjdump, "-sass", str(path)], capture_output=True, text=True)
-    if r.returncode != 0:
+    r = proc.capture([cuobjdump, "-sass", path])
+    if not r.ok:
         raise VerifyError(f"cuobjdump -sass {path.name} failed (exit {r.returncode}): {r.stderr.strip()[-300:]}",
                           hint="is this cuobjdump from the CUDA toolkit that built the library?")
     return Artifact(name=path.name, size=path.stat().st_size, sha256=sha256_file(path),
@@ -268,8 +258,8 @@ def collect_cubin(build_dir: Path, *, jobs: int | None = None) -> ArtifactSet:
     if cuobjdump is None:
         raise VerifyError("cuobjdump not found: CUDA kernels cannot be listed", hint="install the CUDA toolkit (cuobjdump) or skip artifact collection for CUDA")
     with tempfile.TemporaryDirectory(prefix="onebit-cubin-") as tmp:
-        r = subprocess.run([cuobjdump, "-xelf", "all", str(lib)], cwd=tmp, capture_output=True, text=True)
-        if r.returncode != 0:
+        r = proc.capture([cuobjdump, "-xelf", "all", lib], cwd=Path(tmp))
+        if not r.ok:
             raise VerifyError(f"cuobjdump -xelf all {lib.name} failed (exit {r.returncode}): {r.stderr.strip()[-300:]}",
                               hint="is this cuobjdump from the CUDA toolkit that built the library?")
         cubins = sorted(Path(tmp).iterdir())

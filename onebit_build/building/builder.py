@@ -9,7 +9,6 @@ import os
 import platform
 import re
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from onebit_build.building.cmake import Tools, build_argv, configure_argv, find_
 from onebit_build.core.config import REF_RE, Component, Pin
 from onebit_build.core.errors import BuildError, CommandError, ConfigError
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
-from onebit_build.core.proc import run
+from onebit_build.core.proc import run, version_line
 
 if TYPE_CHECKING:
     from onebit_build.building.assemble import AssemblePlan
@@ -146,15 +145,6 @@ def parse_progress(line: str) -> tuple[int, int] | None:
 # --------------------------------------------------------------------------- toolchain probing
 
 
-def _first_line(argv: list[str]) -> str:
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    text = (out.stdout or out.stderr).strip()
-    return text.splitlines()[0] if text else ""
-
-
 def compiler_path(kind: str, defines: Sequence[tuple[str, str]], env: Mapping[str, str]) -> str | None:
     key = "CMAKE_C_COMPILER" if kind == "c" else "CMAKE_CXX_COMPILER"
     for k, v in defines:
@@ -182,8 +172,8 @@ def probe_toolchain(tools: Tools, defines: Sequence[tuple[str, str]], env: Mappi
     return Toolchain(
         cmake=tools.cmake_version,
         ninja=tools.ninja_version,
-        c_compiler=f"{cc}: {_first_line([cc, '--version'])}",
-        cxx_compiler=f"{cxx}: {_first_line([cxx, '--version'])}",
+        c_compiler=f"{cc}: {version_line(cc) or ''}",
+        cxx_compiler=f"{cxx}: {version_line(cxx) or ''}",
         launcher=launcher,
     )
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from onebit_build.building.artifacts import ArtifactSet
+from onebit_build.core import proc
 from onebit_build.core.errors import VerifyError
 from onebit_build.core.fsutil import write_state
 
@@ -228,8 +228,8 @@ def first_spirv_diff(ref_file: Path, cur_file: Path, lines: int = 12) -> str | N
         return None
     texts = []
     for f in (ref_file, cur_file):
-        out = subprocess.run([dis, "--no-header", "--raw-id", str(f)], capture_output=True, text=True)
-        texts.append(out.stdout.splitlines() if out.returncode == 0 else [])
+        out = proc.capture([dis, "--no-header", "--raw-id", f])
+        texts.append(out.stdout.splitlines() if out.ok else [])
     a, b = texts
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:

@@ -72,23 +72,114 @@ def _wait_group(proc: subprocess.Popen[bytes], pgid: int, timeout: float) -> boo
     return proc.returncode is not None and not _group_alive(pgid)
 
 
-def stop_group(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
-    """Interrupt, then terminate, then kill the child's process group. Between steps the
-    whole group gets time to exit, so that a build tool can stop its own children."""
+# Interrupt, then terminate, then kill: each signal with the seconds the group gets to exit.
+STOP_STEPS: tuple[tuple[signal.Signals, float], ...] = (
+    (signal.SIGINT, 5.0),
+    (signal.SIGTERM, 5.0),
+    (signal.SIGKILL, 5.0),
+)
+
+
+def stop_group(
+    proc: subprocess.Popen[bytes],
+    steps: Sequence[tuple[signal.Signals, float]] = STOP_STEPS,
+    *,
+    on_timeout: Callable[[signal.Signals, float], None] | None = None,
+) -> int:
+    """Send each signal of ``steps`` in turn to the child's process group, giving the whole
+    group the step's grace to exit before the next one, so that a build tool can stop its
+    own children. ``on_timeout(signal, grace)`` is told of each step the group outlived.
+    Returns how many signals were sent (0: the group had already gone)."""
     pgid = proc.pid
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+    sent = 0
+    for sig, grace in steps:
         if proc.poll() is not None and not _group_alive(pgid):
-            return
+            return sent
         try:
             os.killpg(pgid, sig)
         except ProcessLookupError:
             pass
+        sent += 1
         if _wait_group(proc, pgid, grace):
-            return
+            return sent
+        if on_timeout is not None:
+            on_timeout(sig, grace)
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
+    return sent
+
+
+def _environ(env: Mapping[str, str] | None) -> dict[str, str]:
+    """This process's environment with ``env``'s entries on top."""
+    full = dict(os.environ)
+    if env:
+        full.update(env)
+    return full
+
+
+# --------------------------------------------------------------------------- short runs
+
+PROBE_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Captured:
+    """A short run's output, stdout and stderr kept apart. ``returncode`` is None when the
+    program could not be started or ran past its time; ``stderr`` then says why."""
+
+    argv: list[str]
+    returncode: int | None
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def capture(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+) -> Captured:
+    """Run a short program whose output is data (a probe, a disassembly) and keep what it
+    wrote. Never raises for the program: the caller decides what a failure means. Not
+    echoed and not logged, unlike :func:`run`."""
+    args = [os.fspath(a) for a in argv]
+    try:
+        done = subprocess.run(args, cwd=cwd, env=_environ(env), stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, errors="replace", timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Captured(argv=args, returncode=None, stdout="", stderr=str(exc))
+    return Captured(argv=args, returncode=done.returncode, stdout=done.stdout, stderr=done.stderr)
+
+
+def probe(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = PROBE_TIMEOUT_S,
+) -> str | None:
+    """Output (stdout, else stderr) of a short command that succeeded; None when it cannot
+    run, runs too long or fails."""
+    done = capture(argv, env=env, timeout=timeout)
+    return (done.stdout or done.stderr) if done.ok else None
+
+
+def version_line(exe: str | os.PathLike[str], *, env: Mapping[str, str] | None = None) -> str | None:
+    """First line of ``exe --version`` ("" when it prints nothing); None when it cannot run."""
+    text = probe([exe, "--version"], env=env)
+    if text is None:
+        return None
+    lines = text.strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
+# --------------------------------------------------------------------------- logged runs
 
 
 def run(
@@ -111,9 +202,7 @@ def run(
     args[0] = which(args[0])
     shown = shlex.join([Path(args[0]).name, *args[1:]])
     ui.detail(f"$ {shown}")
-    full_env = dict(os.environ)
-    if env:
-        full_env.update(env)
+    full_env = _environ(env)
     logf = None
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
