@@ -32,8 +32,10 @@ from onebit_build.building.artifacts import read_cmake_cache
 from onebit_build.building.builder import compiler_path, resolve_refs
 from onebit_build.core.config import Pins, Recipe
 from onebit_build.core.errors import OnebitError
+from onebit_build.core.fsutil import StateError
 from onebit_build.core.proc import PROBE_TIMEOUT_S, capture, probe, version_line
 from onebit_build.building.fetch import local_mirror_candidates, sdist_store_cached
+from onebit_build.building.manifest import Manifest, load_latest
 from onebit_build.core.gitops import Git
 from onebit_build.building.plan import ToolchainSettings, join_lists, resolve_toolchain, runtime_env, toolchain_refs
 from onebit_build.core.workspace import Workspace
@@ -313,14 +315,11 @@ def source_checks(req: DoctorRequest, environ: Mapping[str, str]) -> list[Check]
     return checks
 
 
-def _built_manifest(req: DoctorRequest) -> dict | None:
-    from onebit_build.core.fsutil import StateError
-    from onebit_build.building.manifest import read_manifest
-
-    path = req.workspace.root / "manifests" / f"{req.recipe.name}.json"
+def _built_manifest(req: DoctorRequest) -> Manifest | None:
+    """The manifest of the recipe's latest build; None when there is none or it is unreadable."""
     try:
-        return read_manifest(path)
-    except (FileNotFoundError, StateError):
+        return load_latest(req.workspace, req.recipe.name)
+    except (StateError, OnebitError):
         return None
 
 
@@ -353,16 +352,15 @@ def built_checks(req: DoctorRequest) -> list[Check]:
     """Each built component against the recipe: its CMake cache must hold every define the
     recipe fixes (no ``${...}`` reference). A build made before the recipe changed is named,
     so that e.g. a runtime built without its AMDGPU driver explains a missing device."""
-    doc = _built_manifest(req)
-    if doc is None:
+    man = _built_manifest(req)
+    if man is None:
         return []
-    built = {c.get("name"): c for c in doc.get("components", [])}
     checks = []
     for comp in req.recipe.components:
-        entry = built.get(comp.name)
-        if entry is None or not entry.get("build_dir"):
+        entry = man.component(comp.name)
+        if entry is None or not entry.build_dir:
             continue
-        build_dir = Path(entry["build_dir"])
+        build_dir = Path(entry.build_dir)
         cache = read_cmake_cache(build_dir)
         label = f"built {comp.name}"
         if not cache:
@@ -380,14 +378,9 @@ def built_checks(req: DoctorRequest) -> list[Check]:
 
 
 def _built_server(req: DoctorRequest) -> Path | None:
-    doc = _built_manifest(req)
-    if doc is None:
-        return None
-    for comp in doc.get("components", []):
-        for o in comp.get("outputs", []):
-            if o.get("name") == "llama-server" and Path(o.get("path", "")).is_file():
-                return Path(o["path"])
-    return None
+    man = _built_manifest(req)
+    server = man.output("llama-server") if man else None
+    return Path(server.path) if server and Path(server.path).is_file() else None
 
 
 def gpu_checks(req: DoctorRequest, tc: ToolchainSettings | None, environ: Mapping[str, str]) -> list[Check]:

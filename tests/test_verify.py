@@ -10,7 +10,10 @@ import pytest
 
 from _support import bare_mirror, make_repo, project_tree, run_cli
 from onebit_build.building.artifacts import Artifact, ArtifactSet
-from onebit_build.building.verify import compare_sets
+from onebit_build.building.manifest import Manifest, latest_path, load_latest, write_manifest
+from onebit_build.building.verify import compare_sets, reference_doc
+from onebit_build.core.fsutil import StateError
+from onebit_build.core.workspace import Workspace
 
 SHADER_PROJECT = {
     "CMakeLists.txt": """\
@@ -161,3 +164,45 @@ def test_compare_sets_pure():
     res = compare_sets("llama", b, a)
     assert res.ok and res.summary() == "HRX2 Loom bytecode: 1/1 byte-identical"
     assert res.warnings and "another path" in res.warnings[0]
+
+
+def manifest_doc() -> dict:
+    spv = ArtifactSet(kind="spirv", root="/b/spv", items=(Artifact(name="add.spv", size=3, sha256="a" * 64),), facts={"glslc": "shaderc 1"})
+    return {
+        "tool": {"name": "onebit-build", "version": "0"}, "project_root": "/p", "data_from": "checkout", "created": "2025-01-01T00:00:00+0000",
+        "recipe": {"name": "tiny", "path": "/p/recipes/tiny.yaml", "sha256": "r" * 64, "backends": ["vulkan"]},
+        "host": {"hostname": "box", "system": "Linux"}, "toolchain": {"cmake": "3.31", "glslc": "shaderc 1"},
+        "sources": [{"name": "src", "url": "https://example.org/src.git", "commit": "c" * 40, "resolved_from": None, "mirror_used": "cache",
+                     "archive_sha256": None, "tree": "/w/src", "patched_head": "d" * 40, "patch_digest": "p" * 64,
+                     "patches": [{"name": "0001-x.patch", "sha256": "e" * 64}]}],
+        "components": [{"name": "llama", "source": "src", "build_dir": "/b", "key": "k" * 64, "build_type": "Release", "targets": ["llama-server"],
+                        "defines": {"GGML_VULKAN": "ON"}, "configure_argv": ["cmake"], "build_argv": ["ninja"], "toolchain": {"cmake": "3.31"},
+                        "outputs": [{"name": "llama-server", "path": "/b/bin/llama-server", "sha256": "f" * 64, "size": 9}],
+                        "artifacts": [spv.to_dict()]}],
+    }
+
+
+def test_manifest_round_trip_and_lookups(tmp_path):
+    doc = manifest_doc()
+    man = Manifest.from_doc(doc)
+    assert man.to_doc() == doc
+    assert man.output("llama-server").path == "/b/bin/llama-server" and man.output("nothing") is None
+    assert man.source_commit("src") == "c" * 40
+    with pytest.raises(KeyError):
+        man.source_commit("other")
+    assert list(man.artifact_sets()) == [("llama", "spirv")]
+    ref = reference_doc(man)
+    assert ref == reference_doc(doc) and "hostname" not in ref["host"]
+    assert ref["components"][0]["artifacts"][0]["root"] == "" and "path" not in ref["components"][0]["outputs"][0]
+    with pytest.raises(StateError):
+        Manifest.from_doc({"components": [{"outputs": []}]})  # a component without a name
+
+
+def test_latest_manifest_of_a_recipe(tmp_path):
+    ws = Workspace(root=tmp_path / "ws")
+    assert load_latest(ws, "tiny") is None
+    write_manifest(latest_path(ws, "tiny"), Manifest.from_doc(manifest_doc()))
+    assert load_latest(ws, "tiny") == Manifest.from_doc(manifest_doc())
+    latest_path(ws, "tiny").write_text("{}")
+    with pytest.raises(StateError):
+        load_latest(ws, "tiny")

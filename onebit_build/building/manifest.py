@@ -1,23 +1,202 @@
-"""The build manifest: what was built, from what, with what; versioned and written atomically."""
+"""The build manifest: what was built, from what, with what; versioned and written atomically.
+
+:class:`Manifest` is the typed, frozen view of the document (``from_doc`` / ``to_doc``);
+:func:`make_manifest` writes the document of a finished build and :func:`load_latest`
+finds the latest one of a recipe in a workspace.
+"""
 
 from __future__ import annotations
 
 import platform
 import socket
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from onebit_build import __version__
 from onebit_build.building.artifacts import ArtifactSet
 from onebit_build.building.builder import BuildResult
-from onebit_build.core.config import Recipe
 from onebit_build.building.fetch import FetchResult
-from onebit_build.core.fsutil import read_state, sha256_file, write_state
 from onebit_build.building.patch import PreparedTree
+from onebit_build.core.config import Recipe
+from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
+from onebit_build.core.workspace import Workspace
 
 KIND = "onebit-build/build-manifest"
 SCHEMA = 1
+LATEST_DIR = "manifests"  # in the workspace: <recipe>.json, the manifest of its latest build
+
+
+# --------------------------------------------------------------------------- the typed view
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputRecord:
+    name: str
+    path: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceRecord:
+    name: str
+    commit: str
+    url: str = ""
+    resolved_from: str | None = None
+    mirror_used: str | None = None
+    archive_sha256: str | None = None
+    tree: str = ""
+    patched_head: str | None = None
+    patch_digest: str | None = None
+    patches: tuple[tuple[str, str], ...] = ()  # (name, sha256)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComponentRecord:
+    name: str
+    source: str = ""
+    build_dir: str = ""
+    key: str = ""
+    build_type: str = ""
+    targets: tuple[str, ...] = ()
+    defines: Mapping[str, str] = field(default_factory=dict)
+    configure_argv: tuple[str, ...] = ()
+    build_argv: tuple[str, ...] = ()
+    toolchain: Mapping[str, Any] = field(default_factory=dict)
+    outputs: tuple[OutputRecord, ...] = ()
+    artifacts: tuple[ArtifactSet, ...] = ()
+
+    def output(self, name: str) -> OutputRecord | None:
+        return next((o for o in self.outputs if o.name == name), None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    """One build manifest. Documents of older versions may lack keys; they read as empty."""
+
+    recipe: str
+    recipe_path: str = ""
+    recipe_sha256: str = ""
+    backends: tuple[str, ...] = ()
+    tool: Mapping[str, str] = field(default_factory=dict)
+    created: str | None = None
+    host: Mapping[str, str] = field(default_factory=dict)
+    toolchain: Mapping[str, Any] = field(default_factory=dict)
+    sources: tuple[SourceRecord, ...] = ()
+    components: tuple[ComponentRecord, ...] = ()
+    project_root: str | None = None  # absent in manifests written before it was recorded
+    data_from: str | None = None
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any], where: str = "manifest") -> "Manifest":
+        """The manifest of a document (as :func:`read_manifest` returns it). Raises
+        StateError when its shape is wrong, VerifyError for a malformed artifact set."""
+        try:
+            return _manifest_from_doc(doc, where)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise StateError(f"{where}: not a build manifest ({type(exc).__name__}: {exc})") from None
+
+    @classmethod
+    def of(cls, manifest: "Manifest | Mapping[str, Any]") -> "Manifest":
+        """``manifest`` itself, or the manifest of a document."""
+        return manifest if isinstance(manifest, Manifest) else cls.from_doc(manifest)
+
+    def to_doc(self) -> dict[str, Any]:
+        """The document, in the order and form :func:`make_manifest` writes it."""
+        project = {k: v for k, v in (("project_root", self.project_root), ("data_from", self.data_from)) if v is not None}
+        return {
+            "tool": dict(self.tool),
+            **project,
+            "created": self.created,
+            "recipe": {"name": self.recipe, "path": self.recipe_path, "sha256": self.recipe_sha256, "backends": list(self.backends)},
+            "host": dict(self.host),
+            "toolchain": dict(self.toolchain),
+            "sources": [_source_doc(s) for s in self.sources],
+            "components": [_component_doc(c) for c in self.components],
+        }
+
+    def component(self, name: str) -> ComponentRecord | None:
+        return next((c for c in self.components if c.name == name), None)
+
+    def output(self, name: str) -> OutputRecord | None:
+        """The first output called ``name`` (e.g. ``llama-server``) of any component."""
+        return next((o for c in self.components for o in c.outputs if o.name == name), None)
+
+    def source_commit(self, source: str) -> str:
+        """The commit the build used of ``source``; KeyError when the manifest has none."""
+        for s in self.sources:
+            if s.name == source:
+                return s.commit
+        raise KeyError(source)
+
+    def artifact_sets(self) -> dict[tuple[str, str], ArtifactSet]:
+        """Every kernel-artifact set, keyed by (component, kind)."""
+        return {(c.name, a.kind): a for c in self.components for a in c.artifacts}
+
+
+def _manifest_from_doc(doc: Mapping[str, Any], where: str) -> Manifest:
+    recipe = doc.get("recipe") or {}
+    return Manifest(
+        recipe=str(recipe.get("name", "")),
+        recipe_path=str(recipe.get("path", "")),
+        recipe_sha256=str(recipe.get("sha256", "")),
+        backends=tuple(recipe.get("backends", ())),
+        tool=dict(doc.get("tool", {})),
+        created=doc.get("created"),
+        host=dict(doc.get("host", {})),
+        toolchain=dict(doc.get("toolchain", {})),
+        sources=tuple(_source_from_doc(s) for s in doc.get("sources", [])),
+        components=tuple(_component_from_doc(c, where) for c in doc.get("components", [])),
+        project_root=doc.get("project_root"),
+        data_from=doc.get("data_from"),
+    )
+
+
+def _source_from_doc(s: Mapping[str, Any]) -> SourceRecord:
+    return SourceRecord(
+        name=str(s["name"]), commit=str(s["commit"]), url=str(s.get("url", "")),
+        resolved_from=s.get("resolved_from"), mirror_used=s.get("mirror_used"), archive_sha256=s.get("archive_sha256"),
+        tree=str(s.get("tree", "")), patched_head=s.get("patched_head"), patch_digest=s.get("patch_digest"),
+        patches=tuple((str(p["name"]), str(p["sha256"])) for p in s.get("patches", [])),
+    )
+
+
+def _source_doc(s: SourceRecord) -> dict[str, Any]:
+    return {
+        "name": s.name, "url": s.url, "commit": s.commit, "resolved_from": s.resolved_from,
+        "mirror_used": s.mirror_used, "archive_sha256": s.archive_sha256,
+        "tree": s.tree, "patched_head": s.patched_head, "patch_digest": s.patch_digest,
+        "patches": [{"name": n, "sha256": h} for n, h in s.patches],
+    }
+
+
+def _component_from_doc(c: Mapping[str, Any], where: str) -> ComponentRecord:
+    name = str(c["name"])
+    return ComponentRecord(
+        name=name, source=str(c.get("source", "")), build_dir=str(c.get("build_dir") or ""), key=str(c.get("key", "")),
+        build_type=str(c.get("build_type", "")), targets=tuple(c.get("targets", ())),
+        defines=dict(c.get("defines", {})), configure_argv=tuple(c.get("configure_argv", ())),
+        build_argv=tuple(c.get("build_argv", ())), toolchain=dict(c.get("toolchain", {})),
+        outputs=tuple(OutputRecord(name=str(o["name"]), path=str(o.get("path", "")), sha256=str(o.get("sha256", "")),
+                                   size=int(o.get("size", 0))) for o in c.get("outputs", [])),
+        artifacts=tuple(ArtifactSet.from_dict(a, f"{where}: component {name}") for a in c.get("artifacts") or []),
+    )
+
+
+def _component_doc(c: ComponentRecord) -> dict[str, Any]:
+    return {
+        "name": c.name, "source": c.source, "build_dir": c.build_dir, "key": c.key,
+        "build_type": c.build_type, "targets": list(c.targets),
+        "defines": dict(c.defines), "configure_argv": list(c.configure_argv),
+        "build_argv": list(c.build_argv), "toolchain": dict(c.toolchain),
+        "outputs": [{"name": o.name, "path": o.path, "sha256": o.sha256, "size": o.size} for o in c.outputs],
+        "artifacts": [a.to_dict() for a in c.artifacts],
+    }
+
+
+# --------------------------------------------------------------------------- writing and finding
 
 
 def host_info() -> dict[str, str]:
@@ -77,9 +256,29 @@ def make_manifest(recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[s
     }
 
 
-def write_manifest(path: Path, doc: dict[str, Any]) -> None:
-    write_state(path, KIND, SCHEMA, doc)
+def write_manifest(path: Path, doc: Manifest | dict[str, Any]) -> None:
+    write_state(path, KIND, SCHEMA, doc.to_doc() if isinstance(doc, Manifest) else doc)
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
+    """The manifest document at ``path`` (FileNotFoundError, or StateError when it is not one)."""
     return read_state(path, KIND, SCHEMA)
+
+
+def load_manifest(path: Path) -> Manifest:
+    """The manifest at ``path`` (FileNotFoundError, or StateError when it is not one)."""
+    return Manifest.from_doc(read_manifest(path), str(path))
+
+
+def latest_path(ws: Workspace, recipe: str) -> Path:
+    """Where the manifest of a recipe's latest build in a workspace is kept."""
+    return ws.root / LATEST_DIR / f"{recipe}.json"
+
+
+def load_latest(ws: Workspace, recipe: str) -> Manifest | None:
+    """The manifest of the recipe's latest build in the workspace; None when it has none
+    (raises StateError when the file is there but is not a manifest)."""
+    try:
+        return load_manifest(latest_path(ws, recipe))
+    except FileNotFoundError:
+        return None

@@ -7,17 +7,17 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
+from onebit_build.building import manifest as manifest_mod
 from onebit_build.building.artifacts import ArtifactSet
+from onebit_build.building.manifest import Manifest
 from onebit_build.core import proc
 from onebit_build.core.errors import VerifyError
-from onebit_build.core.fsutil import write_state
+from onebit_build.core.fsutil import StateError, write_state
 
 REF_KIND = "onebit-build/artifact-reference"
 REF_SCHEMA = 1
-MANIFEST_KIND = "onebit-build/build-manifest"
-MANIFEST_SCHEMA = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,36 +112,32 @@ def compare_outputs(cur: list[dict[str, Any]], ref: list[dict[str, Any]]) -> Set
 # --------------------------------------------------------------------------- references
 
 
-def manifest_sets(manifest: dict[str, Any]) -> dict[tuple[str, str], ArtifactSet]:
-    out = {}
-    for comp in manifest.get("components", []):
-        for s in comp.get("artifacts", []) or []:
-            aset = ArtifactSet.from_dict(s, f"component {comp.get('name')}")
-            out[(str(comp.get("name")), aset.kind)] = aset
-    return out
+def manifest_sets(manifest: Manifest | Mapping[str, Any]) -> dict[tuple[str, str], ArtifactSet]:
+    """The kernel-artifact sets of a manifest (or of its document), by (component, kind)."""
+    return Manifest.of(manifest).artifact_sets()
 
 
-def reference_doc(manifest: dict[str, Any]) -> dict[str, Any]:
+def reference_doc(manifest: Manifest | Mapping[str, Any]) -> dict[str, Any]:
     """What a reference keeps: the artifacts, their facts and the outputs' hashes; no paths
     of the machine that made it (except facts that are paths, which verify warns about)."""
-    host = {k: v for k, v in manifest.get("host", {}).items() if k != "hostname"}
+    man = Manifest.of(manifest)
     return {
-        "recipe": manifest["recipe"]["name"],
-        "created": manifest.get("created"),
-        "host": host,
-        "toolchain": {k: v for k, v in manifest.get("toolchain", {}).items() if k in ("cmake", "ninja", "glslc", "nvcc")},
-        "sources": [{"name": s["name"], "commit": s["commit"], "patch_digest": s.get("patch_digest"),
-                     "patches": s.get("patches", [])} for s in manifest.get("sources", [])],
+        "recipe": man.recipe,
+        "created": man.created,
+        "host": {k: v for k, v in man.host.items() if k != "hostname"},
+        "toolchain": {k: v for k, v in man.toolchain.items() if k in ("cmake", "ninja", "glslc", "nvcc")},
+        "sources": [{"name": s.name, "commit": s.commit, "patch_digest": s.patch_digest,
+                     "patches": [{"name": n, "sha256": h} for n, h in s.patches]} for s in man.sources],
         "components": [
-            {"name": c["name"],
-             "artifacts": [{**a, "root": ""} for a in c.get("artifacts", [])],
-             "outputs": [{k: v for k, v in o.items() if k != "path"} for o in c.get("outputs", [])]}
-            for c in manifest.get("components", [])
+            {"name": c.name,
+             "artifacts": [{**a.to_dict(), "root": ""} for a in c.artifacts],
+             "outputs": [{"name": o.name, "sha256": o.sha256, "size": o.size} for o in c.outputs]}
+            for c in man.components
         ],
     }
 
 
-def write_reference(path: Path, manifest: dict[str, Any]) -> Path:
+def write_reference(path: Path, manifest: Manifest | Mapping[str, Any]) -> Path:
     doc = reference_doc(manifest)
     if not any(c["artifacts"] for c in doc["components"]):
         raise VerifyError(f"recipe {doc['recipe']} recorded no kernel artifacts", hint="only recipes with an 'artifacts:' collector have a reference")
@@ -180,21 +176,27 @@ def load_reference(path: Path) -> Reference:
         if schema != REF_SCHEMA:
             raise VerifyError(f"reference {path} has schema {schema!r}; this version reads schema {REF_SCHEMA}", hint="regenerate it with this version's --write-reference")
         recipe = str(doc.get("recipe"))
-    elif kind == MANIFEST_KIND:
-        if schema != MANIFEST_SCHEMA:
-            raise VerifyError(f"manifest {path} has schema {schema!r}; this version reads schema {MANIFEST_SCHEMA}", hint="rebuild with this version")
-        recipe = str(doc.get("recipe", {}).get("name"))
-        for c in doc.get("components", []):
-            if c.get("build_dir"):
-                build_dirs[str(c["name"])] = Path(c["build_dir"])
+    elif kind == manifest_mod.KIND:
+        if schema != manifest_mod.SCHEMA:
+            raise VerifyError(f"manifest {path} has schema {schema!r}; this version reads schema {manifest_mod.SCHEMA}", hint="rebuild with this version")
+        man = _parsed(doc, path)
+        recipe = man.recipe
+        build_dirs = {c.name: Path(c.build_dir) for c in man.components if c.build_dir}
     else:
         raise VerifyError(f"{path} is neither an artifact reference nor a build manifest (kind {kind!r})", hint="give a file written by --write-reference")
     comps = doc.get("components")
     if not isinstance(comps, list):
         raise VerifyError(f"reference {path} has no components list", hint="regenerate it with --write-reference")
-    sets = manifest_sets({"components": comps})
+    sets = _parsed({"components": comps}, path).artifact_sets()
     outputs = {str(c.get("name")): list(c.get("outputs", [])) for c in comps}
     return Reference(path=path, recipe=recipe, sets=sets, outputs=outputs, build_dirs=build_dirs)
+
+
+def _parsed(doc: Mapping[str, Any], path: Path) -> Manifest:
+    try:
+        return Manifest.from_doc(doc, f"reference {path}")
+    except StateError as exc:
+        raise VerifyError(str(exc), hint="regenerate it with --write-reference") from None
 
 
 def find_matching_reference(refs_dir: Path, sets: dict[tuple[str, str], ArtifactSet]) -> tuple[Path | None, list[str]]:
@@ -242,11 +244,12 @@ def first_spirv_diff(ref_file: Path, cur_file: Path, lines: int = 12) -> str | N
     return None
 
 
-def verify_against(manifest: dict[str, Any], ref: Reference, *, with_outputs: bool = False) -> list[SetComparison]:
-    cur_sets = manifest_sets(manifest)
+def verify_against(manifest: Manifest | Mapping[str, Any], ref: Reference, *, with_outputs: bool = False) -> list[SetComparison]:
+    man = Manifest.of(manifest)
+    cur_sets = man.artifact_sets()
     results = []
     if not cur_sets:
-        raise VerifyError(f"recipe {manifest['recipe']['name']} recorded no kernel artifacts", hint="add an 'artifacts:' collector to the recipe's component")
+        raise VerifyError(f"recipe {man.recipe} recorded no kernel artifacts", hint="add an 'artifacts:' collector to the recipe's component")
     for key, cur in sorted(cur_sets.items()):
         r = ref.sets.get(key)
         if r is None:
@@ -259,9 +262,9 @@ def verify_against(manifest: dict[str, Any], ref: Reference, *, with_outputs: bo
                 comp = SetComparison(**{**comp.__dict__, "first_diff": diff})
         results.append(comp)
     if with_outputs:
-        for comp in manifest.get("components", []):
-            name = comp["name"]
-            if name in ref.outputs:
-                oc = compare_outputs(comp.get("outputs", []), ref.outputs[name])
-                results.append(SetComparison(**{**oc.__dict__, "component": name}))
+        for c in man.components:
+            if c.name in ref.outputs:
+                outputs = [{"name": o.name, "size": o.size, "sha256": o.sha256} for o in c.outputs]
+                oc = compare_outputs(outputs, ref.outputs[c.name])
+                results.append(SetComparison(**{**oc.__dict__, "component": c.name}))
     return results
