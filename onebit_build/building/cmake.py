@@ -69,10 +69,3 @@ def build_argv(tools: Tools, build_dir: Path, targets: Sequence[str], jobs: int 
     if jobs:
         argv += ["--parallel", str(jobs)]
     return argv
-
-
-def hand_equivalent(tools: Tools, source_dir: Path, build_dir: Path, build_type: str, defines: Sequence[tuple[str, str]], targets: Sequence[str]) -> list[list[str]]:
-    """The same configure + build typed by hand with -D flags (for the report and timing)."""
-    conf = ["cmake", "-S", str(source_dir), "-B", str(build_dir), "-G", "Ninja", f"-DCMAKE_BUILD_TYPE={build_type}"]
-    conf += [f"-D{k}={v}" for k, v in defines]
-    return [conf, ["cmake", "--build", str(build_dir), "--target", *targets]]

