@@ -84,12 +84,34 @@ def build_cases() -> list[Case]:
     for mode in MODES:
         for rows, blocks, n in tail:
             cases.append(Case("tailrows", rows, blocks, n, mode))
+    # row counts = 1, 2, 3 (mod 4) above the minimum row count, on each form of the patch: register
+    # form (4097 x 4096 at 5..7 columns, 4099 x 4160 whose rows are not a multiple of 256 values),
+    # shared-memory form (4098 x 17408 at 5, 6 columns), tensor-core form (8 columns; 7 columns from
+    # 32M weights), whose 16-row tiles end in 1, 2, 3 or 15 rows here
+    tail2 = ([(4097, 128, n) for n in range(5, 9)] + [(4098, 544, n) for n in range(5, 9)]
+             + [(4099, 130, n) for n in range(5, 9)] + [(14335, 128, 7), (14335, 128, 8), (6145, 344, 8)])
+    for mode in MODES:
+        for rows, blocks, n in tail2:
+            cases.append(Case("tail2", rows, blocks, n, mode))
     # the timed shapes, every column count
     for mode in MODES:
-        for rows, blocks in ((4096, 128), (4096, 448), (14336, 128)):
+        for rows, blocks in ((4096, 128), (4096, 448), (14336, 128), (5120, 544)):
             for n in range(1, 9):
                 cases.append(Case("perfshape", rows, blocks, n, mode))
     return cases
+
+
+def kernel_path(rows: int, blocks: int, n: int, min_rows: int) -> str:
+    """Which kernel the patch runs for a MUL_MAT of this shape (data from ggml's allocator, so 16-byte
+    aligned): the dispatch of mul_mat_vec_q4_0_q8_1_rt_switch, for labelling only."""
+    if n < 5 or rows < min_rows:
+        return "unpatched"
+    aligned = blocks % 8 == 0
+    if aligned and (n == 8 or (n == 7 and rows * blocks * QK >= 4096 * 8192)):
+        return "tensor-core"
+    if aligned and n <= 6 and blocks * QK >= 16384:
+        return "shared-mem"
+    return "registers"
 
 
 def make_weights(rng: np.random.Generator, rows: int, blocks: int, mode: str):
@@ -199,12 +221,11 @@ def main() -> int:
     ap.add_argument("--build", action="append", required=True, help="NAME=LIBDIR[,VAR=VALUE...]; first is the reference")
     ap.add_argument("--backend", default="CUDA0")
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--rows-per-warp", type=int, default=4, help="only labels which path a case takes")
     ap.add_argument("--min-rows", type=int, default=4096,
                     help="only labels which path a case takes: the patch's MMVQ_Q4_0_RT_MIN_ROWS (0 for builds without it)")
     ap.add_argument("--q8-model", choices=("q8_1", "none"), default="q8_1",
                     help="activation quantization to emulate for the tight check (none: backends that use another)")
-    ap.add_argument("--groups", default="base40,oddrows,tailrows,perfshape")
+    ap.add_argument("--groups", default="base40,oddrows,tailrows,tail2,perfshape")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--table", default=None, help="also write the table (markdown) here")
     args = ap.parse_args()
@@ -271,8 +292,7 @@ def main() -> int:
         outs = {}
         for name, _, _ in builds:
             outs[name] = np.fromfile(work / f"o{ci}-{name}.bin", dtype=np.float32).reshape(c.ncols, c.rows)
-        tiled = c.ncols >= 5 and c.rows % args.rows_per_warp == 0 and c.rows >= args.min_rows
-        path = "row-tiled" if tiled else "unpatched"
+        path = kernel_path(c.rows, c.blocks, c.ncols, args.min_rows)
         row = [c.group, str(c.rows), str(c.k), str(c.ncols), c.mode, path]
         base_bits = outs[ref_name].view(np.uint32)
         for name, _, _ in builds[1:]:

@@ -3,8 +3,9 @@
 # checks the row-tiled Q4_0 kernel bit for bit and against float64, and times both side by side.
 #
 # usage: smoke/kernels/h200_run.sh LLAMA_SRC OUTDIR [final|explore|explore1]
-#   LLAMA_SRC  unpatched llama.cpp tree at the pinned commit (only CMakeLists.txt, cmake/, ggml/,
-#              src/, vendor/, licenses/ are needed)
+#   LLAMA_SRC  unpatched llama.cpp tree at the pinned commit (CMakeLists.txt, cmake/, ggml/, src/,
+#              include/, vendor/, licenses/, and app/ and tools/ui/ are needed: the top-level
+#              CMakeLists.txt reads include/ and configure fails without it)
 #   OUTDIR     receives check.md, perf.md, perf.json, machine.txt, logs.tar.gz
 #              (explore mode also explore.md, explore.json)
 #   final      base vs patched: all check groups, 3 timing rounds (default)
