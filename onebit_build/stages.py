@@ -152,7 +152,7 @@ def run_job(ctx: pipeline.Context, opts: Options) -> int:
     if built is None:
         return 0
     if opts.command == "build":
-        ui.info(f"done in {time.monotonic() - t_start:.1f} s; logs: {ctx.run_dir}")
+        ui.result(f"done in {time.monotonic() - t_start:.1f} s; logs: {ctx.run_dir}")
         return 0
     if opts.command == "verify":
         return verify_command(ctx, built, opts)
@@ -185,7 +185,7 @@ def build_part(ctx: pipeline.Context, opts: Options, pins: Pins, recipe: Recipe)
     for b in builds:
         for o in b.outputs:
             ui.info(f"  {o.name}: {o.path}  sha256 {o.sha256[:16]}")
-    ui.info(f"  manifest: {man}")
+    ui.result(f"  manifest: {man}")
     return Built(pins=pins, recipe=recipe, fetched=fetched, trees=trees, builds=builds, manifest=man)
 
 
@@ -327,5 +327,5 @@ def smoke_stage(ctx: pipeline.Context, recipe: Recipe, *, server: Path, manifest
     json_path, md_path = report_mod.write_report(ctx.run_dir, recipe=recipe, smoke=result, manifest=manifest,
                                                  extra={"verify": verified, "skipped_devices": skipped, "chat": chat or "checked"})
     report_mod.print_summary(result)
-    ui.info(f"report: {md_path}")
+    ui.result(f"report: {md_path}")
     return 0 if result.passed else SmokeError.exit_code

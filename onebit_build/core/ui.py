@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 _console = Console(stderr=True, highlight=False, soft_wrap=True)
 _verbose = False
+_quiet = False
 
 
 def set_verbose(flag: bool) -> None:
@@ -19,11 +20,23 @@ def set_verbose(flag: bool) -> None:
     _verbose = flag
 
 
+def set_quiet(flag: bool) -> None:
+    """-q: only warnings, errors and result lines (no stage lines, no progress)."""
+    global _quiet
+    _quiet = flag
+
+
 def is_verbose() -> bool:
     return _verbose
 
 
 def info(msg: str) -> None:
+    if not _quiet:
+        _console.print(msg, markup=False)
+
+
+def result(msg: str) -> None:
+    """A line that answers the command (a path, a verdict): printed even with -q."""
     _console.print(msg, markup=False)
 
 
@@ -44,22 +57,23 @@ def warn(msg: str) -> None:
 def stage(name: str) -> Iterator[dict[str, str]]:
     """Time a stage and print one result line: ``fetch ... ok (1.2 s) <note>``."""
     t0 = time.monotonic()
-    result: dict[str, str] = {"note": ""}
+    fields: dict[str, str] = {"note": ""}
     try:
-        yield result
+        yield fields
     except BaseException:
-        info(f"{name:<8} failed ({time.monotonic() - t0:.1f} s)")
+        result(f"{name:<8} failed ({time.monotonic() - t0:.1f} s)")
         raise
-    note = result.get("note", "")
-    status = result.get("status") or "ok"  # a stage that ran to its end but found faults says so
-    info(f"{name:<8} {status} ({time.monotonic() - t0:.1f} s){'  ' + note if note else ''}")
+    note = fields.get("note", "")
+    status = fields.get("status") or "ok"  # a stage that ran to its end but found faults says so
+    line = f"{name:<8} {status} ({time.monotonic() - t0:.1f} s){'  ' + note if note else ''}"
+    (info if status == "ok" else result)(line)
 
 
 class StepProgress:
     """A progress bar fed with (done, total) pairs, e.g. from ninja's ``[n/m]`` lines."""
 
     def __init__(self, label: str):
-        self._enabled = sys.stderr.isatty() and not _verbose
+        self._enabled = sys.stderr.isatty() and not _verbose and not _quiet
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
