@@ -30,7 +30,8 @@ from typing import Mapping
 
 from onebit_build.building.artifacts import read_cmake_cache
 from onebit_build.building.builder import compiler_path, resolve_refs
-from onebit_build.core.config import Pins, Recipe
+from onebit_build.core.config import Recipe
+from onebit_build.core.pins import Pins
 from onebit_build.core.errors import OnebitError
 from onebit_build.core.fsutil import StateError
 from onebit_build.core.proc import PROBE_TIMEOUT_S, capture, probe, version_line

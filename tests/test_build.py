@@ -15,7 +15,8 @@ import pytest
 
 from _support import TINY_CMAKE, bare_mirror, make_repo, project_tree, run_cli, tiny_recipe
 from onebit_build.building.builder import BuildRequest, Toolchain, build_key, parse_progress, resolve_refs
-from onebit_build.core.config import Component, Pin
+from onebit_build.core.config import Component
+from onebit_build.core.pins import Pin
 from onebit_build.building.manifest import read_manifest
 
 TC = Toolchain(cmake="3.30.0", ninja="1.12.0", c_compiler="cc: gcc 12", cxx_compiler="c++: g++ 12")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from onebit_build.core.config import apply_lock, load_pins, load_recipe, order_components, read_lock, render_lock, Component
+from onebit_build.core.config import load_recipe, order_components, Component
+from onebit_build.core.pins import apply_lock, load_pins, read_lock, render_lock
 from onebit_build.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from _support import REPO, cuda_wheel_bin, make_repo, run_cli
-from onebit_build.core.config import load_pins, load_recipe
+from onebit_build.core.config import load_recipe
+from onebit_build.core.pins import load_pins
 from onebit_build.doctor import (DoctorRequest, listed_versions, render, run_doctor, same_cmake_value, stale_defines,
                                  vulkan_header_version)
 from onebit_build.building.fetch import _sdist_dir

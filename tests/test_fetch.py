@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from _support import bare_mirror, git, make_repo
-from onebit_build.core.config import Pin, SdistMirror
+from onebit_build.core.pins import Pin, SdistMirror
 from onebit_build.core.errors import FetchError, IntegrityError
 from onebit_build.building.fetch import FetchRequest, check_member, fetch, safe_extract, sdist_git_store
 from onebit_build.core.workspace import Workspace

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from _support import git, make_repo, only_find_links
-from onebit_build.core.config import Pin, SdistMirror
+from onebit_build.core.pins import Pin, SdistMirror
 from onebit_build.core.errors import FetchError, IntegrityError
 from onebit_build.building.fetch import FetchRequest, fetch
 from onebit_build.core.fsutil import sha256_file

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from onebit_build.core import ui
 from onebit_build.building.cmake import Tools, build_argv, configure_argv, find_tools, write_init_cache
-from onebit_build.core.config import REF_RE, Component, Pin
+from onebit_build.core.config import REF_RE, Component
+from onebit_build.core.pins import Pin
 from onebit_build.core.errors import BuildError, CommandError, ConfigError
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
 from onebit_build.core.proc import run, version_line

@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from onebit_build.building import pkgindex
 
 from onebit_build.core import ui
-from onebit_build.core.config import Pin, SdistMirror
+from onebit_build.core.pins import Pin, SdistMirror
 from onebit_build.core.errors import ConfigError, FetchError, IntegrityError, SpaceError
 from onebit_build.core.fsutil import sha256_file
 from onebit_build.core.gitops import Git, init_bare
@@ -160,47 +160,70 @@ def _verify(bare: Git, sha: str, pin: Pin, where: str) -> None:
 
 
 def fetch(req: FetchRequest) -> FetchResult:
+    """The pinned commit in the workspace's git store, from the first place that has it:
+    the store itself, a mirror folder, a PyPI sdist that carries it, the network."""
     pin = req.pin
-    ws = req.workspace
-    bare_path = ws.bare_repo(pin.name)
-    bare = init_bare(bare_path, log=req.log)
+    bare_path = req.workspace.bare_repo(pin.name)
+    bare = _open_store(bare_path, pin, req.log)
+    tried: list[str] = []
+    sha, used, archive = (_from_cache(bare, req, tried) or _from_mirror_dirs(bare, req, tried)
+                          or _from_sdists(bare, req, tried) or _from_network(bare, req, tried))
+    _verify(bare, sha, pin, used)
+    return FetchResult(
+        name=pin.name, url=pin.url, commit=sha, mirror_used=used, archive_sha256=archive,
+        bare_repo=bare_path, resolved_from=None if pin.resolved else pin.commit,
+    )
+
+
+# (commit, where it came from, sha256 of the archive it came in)
+Found = tuple[str, str, str | None]
+
+
+def _open_store(bare_path: Path, pin: Pin, log: Path | None) -> Git:
+    """The source's git store; a damaged one is replaced by a fresh one."""
+    bare = init_bare(bare_path, log=log)
     if any(bare_path.glob("objects/pack/*.pack")) or any(bare_path.glob("objects/??")):
         damage = store_damage(bare)
         if damage:
             ui.warn(f"fetch {pin.name}: the cached git store {bare_path} is damaged ({damage}); fetching into a fresh one")
             shutil.rmtree(bare_path)
-            bare = init_bare(bare_path, log=req.log)
-    tried: list[str] = []
+            bare = init_bare(bare_path, log=log)
+    return bare
 
-    def done(sha: str, used: str, archive: str | None) -> FetchResult:
-        _verify(bare, sha, pin, used)
-        return FetchResult(
-            name=pin.name, url=pin.url, commit=sha, mirror_used=used, archive_sha256=archive,
-            bare_repo=bare_path, resolved_from=None if pin.resolved else pin.commit,
-        )
 
-    # 1. The cache.
+def _fetched(bare: Git, pin: Pin) -> str | None:
+    """The pinned commit once a fetch brought it (an abbreviated pin resolved), else None."""
+    sha = pin.commit if pin.resolved else resolve_prefix(bare, pin)
+    return sha if bare.has_commit(sha) else None
+
+
+def _from_cache(bare: Git, req: FetchRequest, tried: list[str]) -> Found | None:
+    pin = req.pin
     if pin.resolved and bare.has_commit(pin.commit):
-        return done(pin.commit, "cache", _cached_archive_sha(ws, pin))
+        return pin.commit, "cache", _cached_archive_sha(req.workspace, pin)
     if not pin.resolved:
         r = bare.run("rev-parse", f"--disambiguate={pin.commit}", check=False)
         if any(bare.has_commit(s) for s in r.out.split()):
-            return done(resolve_prefix(bare, pin), "cache", None)
-    tried.append(f"cache {bare_path}")
+            return resolve_prefix(bare, pin), "cache", None
+    tried.append(f"cache {bare.where}")
+    return None
 
-    # 2. Local mirror directories.
+
+def _from_mirror_dirs(bare: Git, req: FetchRequest, tried: list[str]) -> Found | None:
+    pin = req.pin
     for cand in local_mirror_candidates(pin.name, req.mirror_dirs):
         ui.detail(f"fetch {pin.name}: trying mirror {cand}")
         ok, complaint = _try_fetch(bare, str(cand), pin, is_bundle=cand.suffix == ".bundle")
-        if ok:
-            sha = pin.commit if pin.resolved else resolve_prefix(bare, pin)
-            if bare.has_commit(sha):
-                return done(sha, f"mirror-dir:{cand}", None)
+        if ok and (sha := _fetched(bare, pin)):
+            return sha, f"mirror-dir:{cand}", None
         if cand.suffix == ".git" and (damage := store_damage(Git(cand, log=req.log, bare=True))):
             complaint = f"damaged: {damage}; repair it (git fsck) or remove it from the mirror folder"
         tried.append(f"mirror {cand}" + (f" ({_bundle_hint(cand, complaint)})" if complaint else ""))
+    return None
 
-    # 3. PyPI sdists that carry the commit.
+
+def _from_sdists(bare: Git, req: FetchRequest, tried: list[str]) -> Found | None:
+    pin, ws = req.pin, req.workspace
     for m in pin.mirrors:
         store, archive_sha = sdist_git_store(m, ws=ws, offline=req.offline, log=req.log)
         if store is not None:
@@ -213,13 +236,14 @@ def fetch(req: FetchRequest) -> FetchResult:
             tried.append(f"{m.label} (not cached; offline)")
             continue
         ui.detail(f"fetch {pin.name}: trying {m.label}")
-        if _try_fetch(bare, str(store), pin, is_bundle=False)[0]:
-            sha = pin.commit if pin.resolved else resolve_prefix(bare, pin)
-            if bare.has_commit(sha):
-                return done(sha, m.label, archive_sha)
+        if _try_fetch(bare, str(store), pin, is_bundle=False)[0] and (sha := _fetched(bare, pin)):
+            return sha, m.label, archive_sha
         tried.append(f"{m.label} (commit not in its git store)")
+    return None
 
-    # 4. The network.
+
+def _from_network(bare: Git, req: FetchRequest, tried: list[str]) -> Found:
+    pin = req.pin
     if req.offline:
         raise FetchError(
             f"offline: source {pin.name} at {pin.commit} is not available (looked in: {'; '.join(tried)})",
@@ -227,9 +251,8 @@ def fetch(req: FetchRequest) -> FetchResult:
         )
     ui.detail(f"fetch {pin.name}: trying {pin.url}")
     if _try_fetch(bare, pin.url, pin, is_bundle=False)[0]:
-        sha = pin.commit if pin.resolved else resolve_prefix(bare, pin)
-        if bare.has_commit(sha):
-            return done(sha, pin.url, None)
+        if sha := _fetched(bare, pin):
+            return sha, pin.url, None
         raise FetchError(
             f"source {pin.name}: commit {pin.commit} is not in {pin.url}",
             hint="check the pin in pins.yaml (was the commit force-pushed away?)",

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Mapping
 
 from onebit_build.building.builder import resolve_refs
-from onebit_build.core.config import REF_RE, Component, Pin, Pins, Recipe, ToolchainSpec
+from onebit_build.core.config import REF_RE, Component, Recipe, ToolchainSpec
+from onebit_build.core.pins import Pin, Pins
 from onebit_build.core.errors import ToolMissingError
 from onebit_build.building.patch import PatchFile, canonical_path, list_patches, patch_digest
 from onebit_build.core.workspace import Workspace
@@ -277,6 +278,19 @@ def render_plan(plan: Plan, *, project: str | None = None) -> str:
     if project:
         out.append(f"project    {project}")
     out.append(f"workspace  {plan.workspace}")
+    out += _toolchain_lines(plan)
+    out += _source_lines(plan)
+    out += _component_lines(plan)
+    out += _runtime_lines(plan)
+    if plan.problems:
+        out.append("")
+        out.append("problems a real run would meet")
+        out += [f"  {p}" for p in plan.problems]
+    return "\n".join(out) + "\n"
+
+
+def _toolchain_lines(plan: Plan) -> list[str]:
+    out: list[str] = []
     tc = plan.toolchain
     if tc is not None:
         out.append("")
@@ -285,6 +299,11 @@ def render_plan(plan: Plan, *, project: str | None = None) -> str:
                    + ("" if tc.root.is_dir() else "  [not present on this machine]"))
         out.append(f"  ar       {tc.ar or '<not found: tried ' + ', '.join(tc.spec.ar) + '>'}")
         out.append(f"  libhsa   {tc.libhsa or '<not found under the root: ' + ', '.join(tc.spec.libhsa) + '>'}")
+    return out
+
+
+def _source_lines(plan: Plan) -> list[str]:
+    out: list[str] = []
     out.append("")
     out.append("sources")
     for s in plan.sources:
@@ -301,6 +320,11 @@ def render_plan(plan: Plan, *, project: str | None = None) -> str:
                 out.append(f"    patch {p.name}  sha256 {p.sha256[:16]}")
         else:
             out.append("    patches: none")
+    return out
+
+
+def _component_lines(plan: Plan) -> list[str]:
+    out: list[str] = []
     out.append("")
     order = ", ".join(c.name for c in plan.components)
     out.append(f"components, in build order: {order}")
@@ -320,8 +344,14 @@ def render_plan(plan: Plan, *, project: str | None = None) -> str:
         out += [f"      {n}: {p}" for n, p in c.outputs]
         if c.artifacts:
             out.append(f"    kernel artifacts  {', '.join(c.artifacts)} (hashed into the build manifest; see 'onebit-build verify')")
+    return out
+
+
+def _runtime_lines(plan: Plan) -> list[str]:
+    out: list[str] = []
     out.append("")
     out.append("runtime (smoke)")
+    r = plan.recipe
     sm = r.smoke
     out.append(f"  devices  {', '.join(sm.devices)}")
     for k, v in plan.runtime_env:
@@ -341,8 +371,4 @@ def render_plan(plan: Plan, *, project: str | None = None) -> str:
     if sm.reference_tok_s:
         refs = ", ".join(f"{d} {v:g} tok/s" for d, v in sm.reference_tok_s)
         out.append(f"  decode   {sm.speed_tokens} tokens x {sm.speed_repeats}; reference {refs}; on par within {sm.tolerance:.0%}")
-    if plan.problems:
-        out.append("")
-        out.append("problems a real run would meet")
-        out += [f"  {p}" for p in plan.problems]
-    return "\n".join(out) + "\n"
+    return out

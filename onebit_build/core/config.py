@@ -1,4 +1,5 @@
-"""Pins and recipes: frozen dataclasses loaded from YAML and validated once, at load.
+"""Recipes: frozen dataclasses loaded from YAML and validated once, at load (the pins are in
+:mod:`onebit_build.core.pins`; their names are also importable from here).
 
 Every error names the file, the key path and the fix. Unknown keys are errors.
 """
@@ -6,300 +7,17 @@ Every error names the file, the key path and the fix. Unknown keys are errors.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
-
-import yaml
+from typing import Iterable
 
 from onebit_build.core.errors import ConfigError
+# The pins were part of this module: their names stay importable from here.
+from onebit_build.core.pins import SHA256_RE, Pin, Pins, SdistMirror, apply_lock, load_pins, read_lock, render_lock  # noqa: F401
+from onebit_build.core.yamlnode import Node, check_schema, load_yaml
 
-PINS_SCHEMA = 1
 RECIPE_SCHEMA = 1
-LOCK_SCHEMA = 1
-
-FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
-ABBREV_SHA = re.compile(r"^[0-9a-f]{4,39}$")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 REF_RE = re.compile(r"\$\{([^}]*)\}")
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-
-
-# --------------------------------------------------------------------------- reading helpers
-
-
-class _Node:
-    """A YAML mapping with its file and key path, for errors that say where."""
-
-    def __init__(self, file: Path, path: str, data: Any):
-        self.file = file
-        self.path = path
-        if not isinstance(data, dict):
-            self.fail(f"expected a mapping, found {type(data).__name__}", "write KEY: VALUE pairs")
-        self.data: dict[str, Any] = data
-
-    def where(self, key: str | None = None) -> str:
-        if key is None:
-            return self.path or "(top level)"
-        return f"{self.path}.{key}" if self.path else key
-
-    def fail(self, problem: str, fix: str, key: str | None = None) -> None:
-        raise ConfigError(f"{self.file}: {self.where(key)}: {problem}", hint=fix)
-
-    def only(self, allowed: Iterable[str]) -> None:
-        allowed = set(allowed)
-        for key in self.data:
-            if key not in allowed:
-                self.fail(
-                    "unknown key",
-                    f"remove it or use one of: {', '.join(sorted(allowed))}",
-                    key=str(key),
-                )
-
-    def has(self, key: str) -> bool:
-        return key in self.data and self.data[key] is not None
-
-    def get(self, key: str, kind: type | tuple[type, ...], *, required: bool = True, default: Any = None, fix: str = "") -> Any:
-        if key not in self.data or self.data[key] is None:
-            if required:
-                self.fail("missing", fix or f"add {key}", key=key)
-            return default
-        value = self.data[key]
-        if kind is str and isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = str(value)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-            self.fail(f"expected {names}, found {type(value).__name__} {value!r}", fix or f"give {key} a {names}", key=key)
-        return value
-
-    def child(self, key: str, *, required: bool = True) -> "_Node | None":
-        if not self.has(key):
-            if required:
-                self.fail("missing", f"add a {key}: mapping", key=key)
-            return None
-        return _Node(self.file, self.where(key), self.data[key])
-
-    def str_list(self, key: str, *, required: bool = True) -> tuple[str, ...]:
-        value = self.get(key, list, required=required, default=[])
-        out = []
-        for i, item in enumerate(value):
-            if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-                self.fail(f"item {i} must be a string, found {item!r}", "write a list of strings", key=key)
-            out.append(str(item))
-        return tuple(out)
-
-
-def _load_yaml(path: Path, what: str) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: {what} file not found", hint="check the path or create it") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}:{where}: malformed YAML: {problem}", hint="fix the YAML syntax there") from None
-
-
-def _check_schema(node: _Node, expected: int) -> None:
-    schema = node.get("schema", int, fix=f"add 'schema: {expected}' at the top")
-    if schema != expected:
-        node.fail(f"schema {schema} is not supported (this version reads schema {expected})", "upgrade onebit-build or convert the file", key="schema")
-
-
-# --------------------------------------------------------------------------- pins
-
-
-@dataclass(frozen=True, kw_only=True)
-class SdistMirror:
-    """A PyPI source distribution that carries a git store holding the pinned commit."""
-
-    package: str
-    version: str
-    sha256: str
-    git_dir: str  # path of the embedded git store inside the unpacked sdist
-
-    @property
-    def label(self) -> str:
-        return f"pypi-sdist:{self.package}=={self.version}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Pin:
-    name: str
-    url: str
-    commit: str  # 40 hex, or an abbreviation when ``abbreviated``
-    branch: str | None = None
-    abbreviated: bool = False
-    build_number: str | None = None
-    mirrors: tuple[SdistMirror, ...] = ()
-    note: str | None = None
-    before: str | None = None  # a full SHA the pinned commit must not descend from
-
-    @property
-    def resolved(self) -> bool:
-        return bool(FULL_SHA.match(self.commit))
-
-    @property
-    def short(self) -> str:
-        return self.commit[:7]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Pins:
-    path: Path
-    sources: dict[str, Pin] = field(default_factory=dict)
-
-    @property
-    def lock_path(self) -> Path:
-        return self.path.with_name("pins.lock")
-
-    def get(self, name: str, *, context: str = "") -> Pin:
-        if name not in self.sources:
-            raise ConfigError(
-                f"{context or self.path}: unknown source {name!r}",
-                hint=f"add it to {self.path.name} or use one of: {', '.join(sorted(self.sources))}",
-            )
-        return self.sources[name]
-
-
-def load_pins(path: Path) -> Pins:
-    path = Path(path).resolve()
-    root = _Node(path, "", _load_yaml(path, "pins"))
-    root.only({"schema", "sources"})
-    _check_schema(root, PINS_SCHEMA)
-    sources_node = root.child("sources")
-    assert sources_node is not None
-    sources: dict[str, Pin] = {}
-    for name in sources_node.data:
-        name = str(name)
-        if not NAME_RE.match(name):
-            sources_node.fail("not a valid source name", "use letters, digits, '.', '_' and '-'", key=name)
-        node = sources_node.child(name)
-        assert node is not None
-        node.only({"url", "commit", "branch", "abbreviated", "build_number", "mirrors", "note", "before"})
-        url = node.get("url", str)
-        commit = node.get("commit", str, fix="give the full 40-hex commit SHA").lower()
-        abbreviated = node.get("abbreviated", bool, required=False, default=False)
-        if not FULL_SHA.match(commit):
-            if not ABBREV_SHA.match(commit):
-                node.fail(
-                    f"{commit!r} is not a commit SHA",
-                    "give the full 40-hex SHA (not a branch or tag name)",
-                    key="commit",
-                )
-            if not abbreviated:
-                node.fail(
-                    f"{commit!r} is abbreviated ({len(commit)} of 40 hex digits)",
-                    "give the full SHA, or add 'abbreviated: true' when only a prefix is known "
-                    "(it is then resolved once fetched and recorded in pins.lock)",
-                    key="commit",
-                )
-        mirrors: list[SdistMirror] = []
-        for i, m in enumerate(node.get("mirrors", list, required=False, default=[])):
-            mnode = _Node(path, node.where(f"mirrors[{i}]"), m)
-            mnode.only({"pypi-sdist", "sha256", "git-dir"})
-            spec = mnode.get("pypi-sdist", str, fix="name the sdist as PACKAGE==VERSION")
-            if "==" not in spec:
-                mnode.fail(f"{spec!r} is not PACKAGE==VERSION", "pin an exact version, e.g. pkg==1.2.3", key="pypi-sdist")
-            pkg, ver = (s.strip() for s in spec.split("==", 1))
-            sha = mnode.get("sha256", str, fix="record the sdist's sha256").lower()
-            if not SHA256_RE.match(sha):
-                mnode.fail(f"{sha!r} is not a sha256", "give 64 hex digits", key="sha256")
-            git_dir = mnode.get("git-dir", str, fix="give the path of the git store inside the sdist")
-            if git_dir.startswith("/") or ".." in Path(git_dir).parts:
-                mnode.fail(f"{git_dir!r} must be a relative path inside the sdist", "remove leading / and '..'", key="git-dir")
-            mirrors.append(SdistMirror(package=pkg, version=ver, sha256=sha, git_dir=git_dir))
-        bn = node.get("build_number", (str, int), required=False)
-        sources[name] = Pin(
-            name=name,
-            url=url,
-            commit=commit,
-            branch=node.get("branch", str, required=False),
-            abbreviated=abbreviated,
-            build_number=str(bn) if bn is not None else None,
-            mirrors=tuple(mirrors),
-            note=node.get("note", str, required=False),
-            before=_before_sha(node),
-        )
-    if not sources:
-        sources_node.fail("no sources", "add at least one source")
-    return Pins(path=path, sources=sources)
-
-
-def _before_sha(node: _Node) -> str | None:
-    before = node.get("before", str, required=False)
-    if before is None:
-        return None
-    before = before.lower()
-    if not FULL_SHA.match(before):
-        node.fail(f"{before!r} is not a full commit SHA", "give the 40-hex SHA the pin must stay before", key="before")
-    return before
-
-
-# --------------------------------------------------------------------------- lock file
-
-
-def read_lock(path: Path) -> dict[str, dict[str, str]]:
-    """Read pins.lock: ``{name: {"prefix": ..., "commit": ...}}``. A missing file is empty."""
-    if not path.exists():
-        return {}
-    root = _Node(path, "", _load_yaml(path, "lock"))
-    root.only({"schema", "resolved"})
-    _check_schema(root, LOCK_SCHEMA)
-    out: dict[str, dict[str, str]] = {}
-    node = root.child("resolved", required=False)
-    if node is None:
-        return out
-    for name in node.data:
-        entry = node.child(str(name))
-        assert entry is not None
-        entry.only({"prefix", "commit"})
-        prefix = entry.get("prefix", str).lower()
-        commit = entry.get("commit", str).lower()
-        if not FULL_SHA.match(commit) or not commit.startswith(prefix):
-            entry.fail(f"{commit!r} is not a full SHA starting with {prefix!r}", "run 'onebit-build pins lock' again", key="commit")
-        out[str(name)] = {"prefix": prefix, "commit": commit}
-    return out
-
-
-def render_lock(resolved: dict[str, dict[str, str]]) -> str:
-    lines = [
-        "# Written by 'onebit-build pins lock': the full commits of abbreviated pins.",
-        f"schema: {LOCK_SCHEMA}",
-        "resolved:",
-    ]
-    for name in sorted(resolved):
-        lines.append(f"  {name}:")
-        lines.append(f"    prefix: '{resolved[name]['prefix']}'")
-        lines.append(f"    commit: '{resolved[name]['commit']}'")
-    if not resolved:
-        lines[-1] = "resolved: {}"
-    return "\n".join(lines) + "\n"
-
-
-def apply_lock(pins: Pins, lock: dict[str, dict[str, str]], *, locked: bool) -> Pins:
-    """Return pins whose abbreviated commits are replaced by the locked full SHAs.
-
-    With ``locked`` every pin must end up full; otherwise unresolved pins stay abbreviated
-    (fetch resolves them)."""
-    out: dict[str, Pin] = {}
-    missing = []
-    for name, pin in pins.sources.items():
-        entry = lock.get(name)
-        if not pin.resolved and entry and entry["prefix"] == pin.commit:
-            pin = replace(pin, commit=entry["commit"])
-        if not pin.resolved:
-            missing.append(name)
-        out[name] = pin
-    if locked and missing:
-        raise ConfigError(
-            f"{pins.lock_path}: unresolved pins with --locked: {', '.join(missing)}",
-            hint="run 'onebit-build pins lock' (needs the sources or a mirror) and commit pins.lock",
-        )
-    return replace(pins, sources=out)
 
 
 # --------------------------------------------------------------------------- recipes
@@ -454,14 +172,14 @@ KNOWN_BACKENDS = {"cpu", "vulkan", "cuda", "hrx"}
 KNOWN_COLLECTORS = {"spirv", "loombc", "cubin"}
 
 
-def _positive(node: "_Node", key: str, default: float) -> float:
+def _positive(node: "Node", key: str, default: float) -> float:
     value = float(node.get(key, (int, float), required=False, default=default))
     if value <= 0:
         node.fail(f"{key} must be above 0, not {value:g}", f"give a positive number of {'tokens per second' if key.endswith('tok_s') else 'seconds'}", key=key)
     return value
 
 
-def _str_map(node: _Node, key: str) -> tuple[tuple[str, str], ...]:
+def _str_map(node: Node, key: str) -> tuple[tuple[str, str], ...]:
     sub = node.child(key, required=False)
     if sub is None:
         return ()
@@ -507,9 +225,9 @@ def order_components(components: list[Component], file: Path) -> list[Component]
 
 def load_recipe(path: Path, pins: Pins) -> Recipe:
     path = Path(path).resolve()
-    root = _Node(path, "", _load_yaml(path, "recipe"))
+    root = Node(path, "", load_yaml(path, "recipe"))
     root.only({"schema", "name", "description", "backends", "components", "model", "smoke", "toolchain"})
-    _check_schema(root, RECIPE_SCHEMA)
+    check_schema(root, RECIPE_SCHEMA)
     toolchain = _load_toolchain(root)
     name = root.get("name", str)
     if name != path.stem:
@@ -530,7 +248,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
     )
 
 
-def _load_backends(root: _Node) -> tuple[str, ...]:
+def _load_backends(root: Node) -> tuple[str, ...]:
     backends = root.str_list("backends")
     for b in backends:
         if b not in KNOWN_BACKENDS:
@@ -538,13 +256,13 @@ def _load_backends(root: _Node) -> tuple[str, ...]:
     return backends
 
 
-def _load_components(root: _Node, pins: Pins, toolchain: ToolchainSpec | None) -> list[Component]:
+def _load_components(root: Node, pins: Pins, toolchain: ToolchainSpec | None) -> list[Component]:
     comps_raw = root.get("components", list)
     if not comps_raw:
         root.fail("no components", "add at least one component", key="components")
     components: list[Component] = []
     for i, raw in enumerate(comps_raw):
-        node = _Node(root.file, f"components[{i}]", raw)
+        node = Node(root.file, f"components[{i}]", raw)
         node.only({"name", "source", "build_type", "defines", "targets", "outputs", "env", "artifacts", "list_separator", "assemble"})
         cname = node.get("name", str)
         if cname in RESERVED_REF_HEADS or any(c.name == cname for c in components):
@@ -553,7 +271,7 @@ def _load_components(root: _Node, pins: Pins, toolchain: ToolchainSpec | None) -
     return components
 
 
-def _load_component(node: _Node, name: str, pins: Pins, toolchain: ToolchainSpec | None) -> Component:
+def _load_component(node: Node, name: str, pins: Pins, toolchain: ToolchainSpec | None) -> Component:
     source = node.get("source", str)
     if source not in pins.sources:
         node.fail(
@@ -585,7 +303,7 @@ def _load_component(node: _Node, name: str, pins: Pins, toolchain: ToolchainSpec
     )
 
 
-def _check_pin_refs(node: _Node, defines: Iterable[tuple[str, str]], pins: Pins) -> None:
+def _check_pin_refs(node: Node, defines: Iterable[tuple[str, str]], pins: Pins) -> None:
     """Each ``${pin.SOURCE.FIELD}`` of the defines names a pinned source and a field it has."""
     for key, value in defines:
         for ref in REF_RE.findall(value):
@@ -603,7 +321,7 @@ def _check_pin_refs(node: _Node, defines: Iterable[tuple[str, str]], pins: Pins)
                 node.fail(f"${{{ref}}}: source has no build_number", f"add build_number to {pins.path.name}", key="defines")
 
 
-def _load_model(root: _Node) -> ModelSpec | None:
+def _load_model(root: Node) -> ModelSpec | None:
     mnode = root.child("model", required=False)
     if mnode is None:
         return None
@@ -637,7 +355,7 @@ SMOKE_KEYS = {
 }
 
 
-def _load_smoke(root: _Node, toolchain: ToolchainSpec | None) -> SmokeSpec:
+def _load_smoke(root: Node, toolchain: ToolchainSpec | None) -> SmokeSpec:
     snode = root.child("smoke", required=False)
     if snode is None:
         return SmokeSpec()
@@ -671,16 +389,16 @@ def _load_smoke(root: _Node, toolchain: ToolchainSpec | None) -> SmokeSpec:
     return smoke
 
 
-def _load_prompts(snode: _Node) -> tuple[PromptCheck, ...]:
+def _load_prompts(snode: Node) -> tuple[PromptCheck, ...]:
     prompts = []
     for i, p in enumerate(snode.get("prompts", list, required=False, default=[])):
-        pnode = _Node(snode.file, snode.where(f"prompts[{i}]"), p)
+        pnode = Node(snode.file, snode.where(f"prompts[{i}]"), p)
         pnode.only({"name", "prompt", "expect"})
         prompts.append(PromptCheck(name=pnode.get("name", str), prompt=pnode.get("prompt", str), expect=pnode.get("expect", str)))
     return tuple(prompts)
 
 
-def _load_toolchain(root: _Node) -> ToolchainSpec | None:
+def _load_toolchain(root: Node) -> ToolchainSpec | None:
     node = root.child("toolchain", required=False)
     if node is None:
         return None
@@ -700,7 +418,7 @@ def _load_toolchain(root: _Node) -> ToolchainSpec | None:
     )
 
 
-def _check_toolchain_refs(node: _Node, values: Iterable[tuple[str, str]], toolchain: ToolchainSpec | None) -> None:
+def _check_toolchain_refs(node: Node, values: Iterable[tuple[str, str]], toolchain: ToolchainSpec | None) -> None:
     for key, value in values:
         for ref in REF_RE.findall(value):
             parts = ref.split(".")
@@ -712,34 +430,34 @@ def _check_toolchain_refs(node: _Node, values: Iterable[tuple[str, str]], toolch
                 node.fail(f"bad reference ${{{ref}}} in {key}", f"write ${{toolchain.{'|'.join(TOOLCHAIN_FIELDS)}}}")
 
 
-def _list_separator(node: _Node) -> str | None:
+def _list_separator(node: Node) -> str | None:
     sep = node.get("list_separator", str, required=False)
     if sep is not None and (len(sep) != 1 or sep in ";$\\{}" or sep.isalnum() or sep.isspace()):
         node.fail(f"{sep!r} cannot separate list items", "use one punctuation character such as '|'", key="list_separator")
     return sep
 
 
-def _relative(node: _Node, key: str, value: str) -> str:
+def _relative(node: Node, key: str, value: str) -> str:
     if not value or value.startswith("/") or ".." in Path(value).parts:
         node.fail(f"{value!r} must be a relative path without '..'", "write a path inside the folder", key=key)
     return value
 
 
-def _load_assemble(node: _Node, recipes_dir: Path) -> AssembleSpec | None:
+def _load_assemble(node: Node, recipes_dir: Path) -> AssembleSpec | None:
     anode = node.child("assemble", required=False)
     if anode is None:
         return None
     anode.only({"install", "copy", "archive", "configure"})
 
-    def rules(key: str, fields: set[str]) -> list[_Node]:
+    def rules(key: str, fields: set[str]) -> list[Node]:
         out = []
         for i, raw in enumerate(anode.get(key, list, required=False, default=[])):
-            rnode = _Node(anode.file, anode.where(f"{key}[{i}]"), raw)
+            rnode = Node(anode.file, anode.where(f"{key}[{i}]"), raw)
             rnode.only(fields)
             out.append(rnode)
         return out
 
-    def origin(rnode: _Node) -> str:
+    def origin(rnode: Node) -> str:
         value = rnode.get("from", str, fix="say where to look: build or source")
         if value not in ("build", "source"):
             rnode.fail(f"unknown origin {value!r}", "use build (the build dir) or source (the patched tree)", key="from")

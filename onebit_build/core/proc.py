@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import BinaryIO, Callable, Mapping, Sequence
 
 from onebit_build.core import ui
 from onebit_build.core.errors import CommandError, ToolMissingError
@@ -182,6 +182,53 @@ def version_line(exe: str | os.PathLike[str], *, env: Mapping[str, str] | None =
 # --------------------------------------------------------------------------- logged runs
 
 
+def _open_log(log: Path, args: list[str], cwd: Path | None) -> BinaryIO:
+    """``log`` opened for appending, after a ``$ command`` line (and the folder it ran in)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    logf = open(log, "ab")
+    logf.write(f"$ {shlex.join(args)}\n".encode())
+    if cwd:
+        logf.write(f"# in {cwd}\n".encode())
+    logf.flush()
+    return logf
+
+
+def _feed(proc: subprocess.Popen[bytes], text: str) -> None:
+    """Write ``text`` to the child's stdin from a thread of its own, then close it."""
+    assert proc.stdin is not None
+    stdin = proc.stdin
+
+    def write() -> None:
+        try:
+            stdin.write(text.encode())
+            stdin.close()
+        except OSError:
+            pass
+
+    threading.Thread(target=write, daemon=True).start()
+
+
+def _pump(proc: subprocess.Popen[bytes], logf: BinaryIO | None, on_line: Callable[[str], None] | None,
+          captured: list[str] | None, recent: list[str]) -> None:
+    """Pass each output line to the log, ``captured``, ``on_line`` (or, verbose, the screen)
+    and ``recent`` (the last few hundred lines, for the error when there is no log)."""
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        if logf:
+            logf.write(raw)
+            logf.flush()
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if captured is not None:
+            captured.append(line)
+        recent.append(line)
+        if len(recent) > 400:
+            del recent[:200]
+        if on_line:
+            on_line(line)
+        if ui.is_verbose() and not on_line:
+            ui.detail(f"  {line}")
+
+
 def run(
     argv: Sequence[str | os.PathLike[str]],
     *,
@@ -200,56 +247,24 @@ def run(
     ``on_line``; with ``capture`` it is also returned. Raises CommandError on failure."""
     args = [os.fspath(a) for a in argv]
     args[0] = which(args[0])
-    shown = shlex.join([Path(args[0]).name, *args[1:]])
-    ui.detail(f"$ {shown}")
-    full_env = _environ(env)
-    logf = None
-    if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        logf = open(log, "ab")
-        logf.write(f"$ {shlex.join(args)}\n".encode())
-        if cwd:
-            logf.write(f"# in {cwd}\n".encode())
-        logf.flush()
-    captured: list[str] = []
+    ui.detail(f"$ {shlex.join([Path(args[0]).name, *args[1:]])}")
+    logf = _open_log(log, args, cwd) if log is not None else None
+    captured: list[str] | None = [] if capture else None
     recent: list[str] = []
     try:
         proc = subprocess.Popen(
             args,
             cwd=cwd,
-            env=full_env,
+            env=_environ(env),
             stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         if input_text is not None:
-            assert proc.stdin is not None
-
-            def _feed() -> None:
-                try:
-                    proc.stdin.write(input_text.encode())  # type: ignore[union-attr]
-                    proc.stdin.close()  # type: ignore[union-attr]
-                except OSError:
-                    pass
-
-            threading.Thread(target=_feed, daemon=True).start()
+            _feed(proc, input_text)
         try:
-            assert proc.stdout is not None
-            for raw in proc.stdout:
-                if logf:
-                    logf.write(raw)
-                    logf.flush()
-                line = raw.decode("utf-8", "replace").rstrip("\r\n")
-                if capture:
-                    captured.append(line)
-                recent.append(line)
-                if len(recent) > 400:
-                    del recent[:200]
-                if on_line:
-                    on_line(line)
-                if ui.is_verbose() and not on_line:
-                    ui.detail(f"  {line}")
+            _pump(proc, logf, on_line, captured, recent)
             rc = proc.wait()
         except BaseException:
             stop_group(proc)
@@ -258,18 +273,15 @@ def run(
         if logf:
             logf.close()
     if rc != 0 and check:
-        text_tail = tail_lines(log, tail) if log else "\n".join(recent[-tail:])
-        label = what or Path(args[0]).name
         raise CommandError(
-            f"{label} failed with exit code {rc}"
-            + (f"; full log: {log}" if log else ""),
+            f"{what or Path(args[0]).name} failed with exit code {rc}" + (f"; full log: {log}" if log else ""),
             argv=args,
             returncode=rc,
             log_path=str(log) if log else None,
-            tail=text_tail,
+            tail=tail_lines(log, tail) if log else "\n".join(recent[-tail:]),
             hint=hint,
         )
-    return Completed(argv=args, returncode=rc, output="\n".join(captured))
+    return Completed(argv=args, returncode=rc, output="\n".join(captured or []))
 
 
 # --------------------------------------------------------------------------- long-running programs

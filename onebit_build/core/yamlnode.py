@@ -1,0 +1,92 @@
+"""Reading YAML for the project's files: a mapping node that knows its file and key path,
+so that every error names the file, the key path and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from onebit_build.core.errors import ConfigError
+
+
+class Node:
+    """A YAML mapping with its file and key path, for errors that say where."""
+
+    def __init__(self, file: Path, path: str, data: Any):
+        self.file = file
+        self.path = path
+        if not isinstance(data, dict):
+            self.fail(f"expected a mapping, found {type(data).__name__}", "write KEY: VALUE pairs")
+        self.data: dict[str, Any] = data
+
+    def where(self, key: str | None = None) -> str:
+        if key is None:
+            return self.path or "(top level)"
+        return f"{self.path}.{key}" if self.path else key
+
+    def fail(self, problem: str, fix: str, key: str | None = None) -> None:
+        raise ConfigError(f"{self.file}: {self.where(key)}: {problem}", hint=fix)
+
+    def only(self, allowed: Iterable[str]) -> None:
+        allowed = set(allowed)
+        for key in self.data:
+            if key not in allowed:
+                self.fail(
+                    "unknown key",
+                    f"remove it or use one of: {', '.join(sorted(allowed))}",
+                    key=str(key),
+                )
+
+    def has(self, key: str) -> bool:
+        return key in self.data and self.data[key] is not None
+
+    def get(self, key: str, kind: type | tuple[type, ...], *, required: bool = True, default: Any = None, fix: str = "") -> Any:
+        if key not in self.data or self.data[key] is None:
+            if required:
+                self.fail("missing", fix or f"add {key}", key=key)
+            return default
+        value = self.data[key]
+        if kind is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+            self.fail(f"expected {names}, found {type(value).__name__} {value!r}", fix or f"give {key} a {names}", key=key)
+        return value
+
+    def child(self, key: str, *, required: bool = True) -> "Node | None":
+        if not self.has(key):
+            if required:
+                self.fail("missing", f"add a {key}: mapping", key=key)
+            return None
+        return Node(self.file, self.where(key), self.data[key])
+
+    def str_list(self, key: str, *, required: bool = True) -> tuple[str, ...]:
+        value = self.get(key, list, required=required, default=[])
+        out = []
+        for i, item in enumerate(value):
+            if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+                self.fail(f"item {i} must be a string, found {item!r}", "write a list of strings", key=key)
+            out.append(str(item))
+        return tuple(out)
+
+
+def load_yaml(path: Path, what: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: {what} file not found", hint="check the path or create it") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}:{where}: malformed YAML: {problem}", hint="fix the YAML syntax there") from None
+
+
+def check_schema(node: Node, expected: int) -> None:
+    schema = node.get("schema", int, fix=f"add 'schema: {expected}' at the top")
+    if schema != expected:
+        node.fail(f"schema {schema} is not supported (this version reads schema {expected})", "upgrade onebit-build or convert the file", key="schema")
