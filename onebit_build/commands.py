@@ -19,7 +19,7 @@ from onebit_build.options import Options
 from onebit_build.pipeline import Context
 
 
-def version(opts: Options, project: ProjectRoot | None, error: ConfigError | None = None) -> int:
+def version(project: ProjectRoot | None, error: ConfigError | None = None) -> int:
     """The tool's version, the pins it would build and where its recipes come from."""
     lines = [f"onebit-build {__version__}"]
     if project is None:
@@ -149,7 +149,7 @@ def job(opts: Options, project: ProjectRoot) -> int:
 def pins_lock(opts: Options, project: ProjectRoot) -> int:
     def body(ctx: Context) -> int:
         from onebit_build import pipeline
-        from onebit_build.core.config import apply_lock, load_pins, read_lock
+        from onebit_build.core.pins import apply_lock, load_pins, read_lock
 
         pins = apply_lock(load_pins(ctx.pins_path), {}, locked=False)
         wanted = list(opts.sources) or [n for n, p in pins.sources.items() if p.abbreviated]
@@ -262,7 +262,7 @@ def serve(opts: Options, project: ProjectRoot) -> int:
     until Ctrl-C (without the lock: other runs may use the workspace meanwhile)."""
     from dataclasses import replace
 
-    from onebit_build.running.model import chat_template
+    from onebit_build.running.model import has_chat_template
     from onebit_build.running.server import ServerSpec, serve_foreground
 
     found: dict = {}
@@ -281,7 +281,7 @@ def serve(opts: Options, project: ProjectRoot) -> int:
     in_workspace(opts, project, body)
     spec = ServerSpec(binary=found["server"], model=found["model"].path, log=found["log"], host=opts.serve.host, port=opts.serve.port,
                       extra_args=opts.serve.extra, env=found["env"], health_timeout_s=300.0)
-    return serve_foreground(spec, has_chat_template=chat_template(found["model"].path) is not None)
+    return serve_foreground(spec, has_chat_template=has_chat_template(found["model"].path) is not False)
 
 
 # --------------------------------------------------------------------------- bench
@@ -330,17 +330,13 @@ def bench(opts: Options, project: ProjectRoot) -> int:
 
 def latest_server(ws: Workspace, recipe: str) -> Path:
     """The llama-server of the recipe's latest build in the workspace (no build is started)."""
-    from onebit_build.building.manifest import read_manifest
-    from onebit_build.pipeline import manifest_path
+    from onebit_build.building.manifest import latest_path, load_latest
 
-    path = manifest_path(ws, recipe)
-    try:
-        doc = read_manifest(path)
-    except FileNotFoundError:
-        raise NotAvailableError(f"no build of recipe {recipe} in {ws.root} (no {path.name} manifest)",
-                                hint=f"run 'onebit-build --recipe {recipe} build' first, or pass --server PATH") from None
-    for comp in doc.get("components", []):
-        for o in comp.get("outputs", []):
-            if o.get("name") == "llama-server":
-                return Path(o["path"])
-    raise NotAvailableError(f"the {recipe} build lists no llama-server output ({path})", hint="pass --server PATH")
+    man = load_latest(ws, recipe)
+    if man is None:
+        raise NotAvailableError(f"no build of recipe {recipe} in {ws.root} (no {latest_path(ws, recipe).name} manifest)",
+                                hint=f"run 'onebit-build --recipe {recipe} build' first, or pass --server PATH")
+    out = man.output("llama-server")
+    if out is None:
+        raise NotAvailableError(f"the {recipe} build lists no llama-server output ({latest_path(ws, recipe)})", hint="pass --server PATH")
+    return Path(out.path)

@@ -16,12 +16,13 @@ from onebit_build.building.assemble import AssemblePlan
 from onebit_build.building.assemble import make_plan as make_assemble_plan
 from onebit_build.building.builder import BuildRequest, BuildResult, build, resolve_refs
 from onebit_build.building.cmake import find_tools
-from onebit_build.core.config import Component, Pin, Pins, Recipe, read_lock, render_lock
+from onebit_build.core.config import Component, Recipe
+from onebit_build.core.pins import Pin, Pins, read_lock, render_lock
 from onebit_build.building.fetch import FetchRequest, FetchResult, fetch
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.fsutil import atomic_write_text
 from onebit_build.core.gitops import Git
-from onebit_build.building.manifest import make_manifest, write_manifest
+from onebit_build.building.manifest import latest_path, make_manifest, write_manifest
 from onebit_build.building.patch import PrepareRequest, PreparedTree, list_patches, prepare
 from onebit_build.building.plan import component_fields, join_lists, resolve_toolchain
 from onebit_build.core.project import ProjectRoot
@@ -60,14 +61,6 @@ class Context:
     @property
     def data_from(self) -> str:
         return self.project.data_from
-
-
-def load(ctx: Context) -> tuple[Pins, Recipe]:  # until the command line moves to stages
-    from onebit_build.core.config import apply_lock, find_recipe, load_pins, load_recipe
-
-    pins = load_pins(ctx.pins_path)
-    pins = apply_lock(pins, read_lock(pins.lock_path), locked=ctx.locked)
-    return pins, load_recipe(find_recipe(ctx.recipes_dir, ctx.recipe_name), pins)
 
 
 def recipe_sources(recipe: Recipe) -> list[str]:
@@ -190,11 +183,6 @@ def dependency_inputs(comp: Component, done: list[BuildResult]) -> tuple[tuple[s
     return tuple(out)
 
 
-def manifest_path(ws: Workspace, recipe: str) -> Path:
-    """Where the latest manifest of a recipe's build is kept."""
-    return ws.root / "manifests" / f"{recipe}.json"
-
-
 def collect_artifacts(recipe: Recipe, trees: dict[str, PreparedTree], builds: list[BuildResult]) -> dict[str, list[ArtifactSet]]:
     out: dict[str, list[ArtifactSet]] = {}
     for b in builds:
@@ -212,5 +200,5 @@ def write_manifests(ctx: Context, recipe: Recipe, fetched: dict[str, FetchResult
     write_manifest(final, doc)
     write_manifest(ctx.run_dir / ("build-manifest.json" if latest else f"build-manifest-{builds[-1].build_dir.parent.name}.json"), doc)
     if latest:
-        write_manifest(manifest_path(ctx.workspace, recipe.name), doc)
+        write_manifest(latest_path(ctx.workspace, recipe.name), doc)
     return final

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from onebit_build import pipeline
 from onebit_build.core import ui
-from onebit_build.core.config import Pins, Recipe, apply_lock, find_recipe, load_pins, load_recipe, read_lock
+from onebit_build.core.config import Recipe, find_recipe, load_recipe
+from onebit_build.core.pins import Pins, apply_lock, load_pins, read_lock
 from onebit_build.core.errors import ConfigError, IntegrityError, NotAvailableError, SmokeError, VerifyError
 from onebit_build.core.project import ProjectRoot
 from onebit_build.core.workspace import Workspace
@@ -119,9 +120,9 @@ def user_model(spec):
 
 def chat_note(model: Path) -> str | None:
     """What a user of the chat endpoint must know about this model (None: nothing)."""
-    from onebit_build.running.model import chat_template
+    from onebit_build.running.model import has_chat_template
 
-    if chat_template(model) is None:
+    if has_chat_template(model) is False:
         return (f"{model.name} has no chat template of its own (a base model): llama-server answers /v1/chat/completions"
                 " through a generic template this model does not follow, so chat replies are junk; use /v1/completions")
     return None
@@ -212,11 +213,11 @@ def _print_comparisons(results) -> bool:
 def verify_stage(ctx: pipeline.Context, recipe: Recipe, manifest_file: Path) -> dict:
     """Part of the default job: compare with the matching committed reference, if any.
     Returns what the report records; never passes silently."""
-    from onebit_build.building.manifest import read_manifest
-    from onebit_build.building.verify import find_matching_reference, load_reference, manifest_sets, verify_against
+    from onebit_build.building.manifest import load_manifest
+    from onebit_build.building.verify import find_matching_reference, load_reference, verify_against
 
-    manifest = read_manifest(manifest_file)
-    sets = manifest_sets(manifest)
+    manifest = load_manifest(manifest_file)
+    sets = manifest.artifact_sets()
     with ui.stage("verify") as st:
         if not sets:
             st["note"] = "no kernel artifacts in this recipe (nothing to verify)"
@@ -238,10 +239,10 @@ def verify_stage(ctx: pipeline.Context, recipe: Recipe, manifest_file: Path) -> 
 
 def verify_command(ctx: pipeline.Context, built: Built, opts: Options) -> int:
     """``verify``: write a reference, rebuild and compare, or compare with a reference."""
-    from onebit_build.building.manifest import read_manifest
-    from onebit_build.building.verify import find_matching_reference, load_reference, manifest_sets, verify_against, write_reference
+    from onebit_build.building.manifest import load_manifest
+    from onebit_build.building.verify import find_matching_reference, load_reference, verify_against, write_reference
 
-    manifest = read_manifest(built.manifest)
+    manifest = load_manifest(built.manifest)
     if opts.verify.write_reference is not None:
         ui.info(f"wrote reference {write_reference(opts.verify.write_reference, manifest)}")
         return 0
@@ -252,14 +253,14 @@ def verify_command(ctx: pipeline.Context, built: Built, opts: Options) -> int:
             builds2 = pipeline.run_build(ctx, built.pins, built.recipe, built.fetched, built.trees, build_root=root)
             man2 = pipeline.write_manifests(ctx, built.recipe, built.fetched, built.trees, builds2, latest=False)
             st["note"] = f"in {root}"
-        results = verify_against(read_manifest(man2), load_reference(built.manifest), with_outputs=True)
+        results = verify_against(load_manifest(man2), load_reference(built.manifest), with_outputs=True)
         ui.info(f"rebuild in {root} compared with {built.builds[-1].build_dir}:")
     else:
         if opts.verify.reference is not None:
             ref = load_reference(opts.verify.reference)
         else:
             refs_dir = ctx.repo_root / "references" / built.recipe.name
-            ref_path, candidates = find_matching_reference(refs_dir, manifest_sets(manifest))
+            ref_path, candidates = find_matching_reference(refs_dir, manifest.artifact_sets())
             if ref_path is None:
                 raise VerifyError(f"no committed reference in {refs_dir} matches this build's toolchain (candidates: {', '.join(candidates) or 'none'})",
                                   hint="pass --reference FILE|BUILD_DIR, or record one with --write-reference")
@@ -296,7 +297,7 @@ def smoke_devices(recipe: Recipe, server: Path, log_dir: Path) -> tuple[tuple[st
 def smoke_stage(ctx: pipeline.Context, recipe: Recipe, *, server: Path, manifest_file: Path | None, opts: Options,
                 verified: dict | None = None) -> int:
     """Start the server on every smoke device, check it, write the report."""
-    from onebit_build.building.manifest import read_manifest
+    from onebit_build.building.manifest import load_manifest
     from onebit_build.running import report as report_mod
     from onebit_build.running import smoke as smoke_mod
 
@@ -305,8 +306,8 @@ def smoke_stage(ctx: pipeline.Context, recipe: Recipe, *, server: Path, manifest
         st["note"] = f"{mf.path.name} sha256 {mf.sha256[:16]}"
     src = recipe.server_component.source
     if manifest_file is not None:
-        manifest = read_manifest(manifest_file)
-        commit = next(s["commit"] for s in manifest["sources"] if s["name"] == src)
+        man = load_manifest(manifest_file)
+        manifest, commit = man.to_doc(), man.source_commit(src)
     else:  # --server: a binary built elsewhere; it must still name the pinned commit
         manifest = None
         pins, _ = load_pins_and_recipe(ctx.project, opts, locked=False)

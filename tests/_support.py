@@ -168,7 +168,7 @@ def build_default_server(workspace: Path, say=None) -> Path:
     if rc != 0:
         raise AssertionError(f"default build failed:\n{out}")
     from onebit_build.building.manifest import read_manifest
-    from onebit_build.pipeline import manifest_path
+    from onebit_build.building.manifest import latest_path as manifest_path
     from onebit_build.core.workspace import Workspace
 
     doc = read_manifest(manifest_path(Workspace(root=workspace), "default"))

@@ -12,11 +12,11 @@ import pytest
 from _support import REPO, project_tree, run_cli, tiny_recipe
 
 
-def test_hrx_on_says_plainly_when_unavailable(tmp_path):
+def test_hrx_on_in_a_project_without_the_recipe_names_the_recipes_there(tmp_path):
     root = project_tree(tmp_path / "p", pins="schema: 1\nsources:\n  tiny:\n    url: u\n    commit: " + "a" * 40 + "\n", recipes={"default": tiny_recipe(name="default")})
     out = run_cli(root, "--workspace", str(tmp_path / "ws"), "--hrx", "on", "build")
-    assert out.returncode == 12
-    assert "not available in this version yet" in out.stderr
+    assert out.returncode == 2
+    assert out.stderr.strip() == "error: unknown recipe 'strix-halo' (use one of: default)"
 
 
 def test_config_errors_are_one_line_with_remedy(tmp_path):

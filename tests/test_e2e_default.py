@@ -11,7 +11,7 @@ import pytest
 from _support import REPO, run_cli
 from conftest import workspace_for_tests
 from onebit_build.building.manifest import read_manifest
-from onebit_build.pipeline import manifest_path
+from onebit_build.building.manifest import latest_path as manifest_path
 from onebit_build.core.workspace import Workspace
 
 pytestmark = pytest.mark.slow

@@ -49,7 +49,7 @@ def _recipe() -> Recipe:
         Component(name="runtime", source="rt", defines=(("A", "1"),), outputs=(("lib", "lib/x.so"),)),
         Component(name="llama", source="llama.cpp", defines=(("GGML_NATIVE", "OFF"), ("B", "2")), outputs=(("llama-server", "bin/llama-server"),)),
     )
-    return Recipe(name="r", components=comps)
+    return Recipe(name="r", path=Path("r.yaml"), description="", backends=("cpu",), components=comps)
 
 
 def test_defines_go_to_the_server_component_unless_named():

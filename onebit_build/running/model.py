@@ -379,3 +379,11 @@ def chat_template(path: Path) -> str | None:
     not follow)."""
     value = gguf_string_value(path, "tokenizer.chat_template")
     return value if value and value.strip() else None
+
+
+def has_chat_template(path: Path) -> bool | None:
+    """Whether the model carries its own chat template; None when its header is unreadable."""
+    try:
+        return chat_template(path) is not None
+    except (OSError, ValueError):
+        return None

@@ -27,7 +27,7 @@ from onebit_build.core import ui
 from onebit_build.core.config import PromptCheck, Recipe, SmokeSpec
 from onebit_build.core.errors import SmokeError
 from onebit_build.running.measure import Completion, Sample
-from onebit_build.running.model import ModelFile, chat_template
+from onebit_build.running.model import ModelFile, has_chat_template
 from onebit_build.running.smoke_checks import (
     SmokeCheck,
     Speed,
@@ -309,7 +309,7 @@ def run_smoke(
                                         {"listed": list(listed or ())}))
         else:
             run = _DeviceRun(device=device, spec=spec, model=model, expect_commit=expect_commit, deadlines=deadlines,
-                             chat=chat_template(model.path) is not None)
+                             chat=has_chat_template(model.path) is True)
             results.append(_smoke_device(run, server_bin=server_bin, log=logs / log_name(device), threads=threads))
     return SmokeResult(
         recipe=recipe.name, server_bin=server_bin, model=model, expect_commit=expect_commit, run_dir=run_dir,
