@@ -182,7 +182,8 @@ def build_default_server(workspace: Path, say=None) -> Path:
 def default_model(workspace: Path) -> Path:
     """The default recipe's model, taken from the user's workspace when it is there (the
     download is checked by content all the same), else fetched into ``workspace``."""
-    from onebit_build.core.config import load_pins, load_recipe
+    from onebit_build.core.config import load_recipe
+    from onebit_build.core.pins import load_pins
     from onebit_build.running.model import ensure_model
 
     pins = load_pins(REPO / "pins.yaml")

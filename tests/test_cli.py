@@ -137,7 +137,8 @@ def test_recipes_lists_name_backends_description(tmp_path):
 
 
 def test_manifest_names_the_project_data_and_old_manifests_still_read(tmp_path):
-    from onebit_build.core.config import load_pins, load_recipe
+    from onebit_build.core.config import load_recipe
+    from onebit_build.core.pins import load_pins
     from onebit_build.building.manifest import make_manifest, read_manifest, write_manifest
 
     recipe = load_recipe(REPO / "recipes" / "default.yaml", load_pins(REPO / "pins.yaml"))

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from _support import REPO
-from onebit_build.core.config import load_pins, load_recipe
+from onebit_build.core.config import load_recipe
+from onebit_build.core.pins import load_pins
 
 # The project data the installed tool needs, as the repository holds it.
 DATA_ITEMS = ("pins.yaml", "recipes", "patches", "references", "smoke/prompts")

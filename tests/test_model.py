@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from onebit_build.core.config import ModelSpec, load_pins, load_recipe
+from onebit_build.core.config import ModelSpec, load_recipe
+
+from onebit_build.core.pins import load_pins
 from onebit_build.core.errors import ConfigError, FetchError, IntegrityError
 from onebit_build.running.model import (
     cache_action,

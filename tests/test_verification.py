@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from onebit_build.building import manifest as manifest_mod
 from onebit_build.building.artifacts import Artifact, ArtifactSet
 from onebit_build.building.verify import compare_sets
 from onebit_build.core.errors import ConfigError
@@ -290,7 +291,7 @@ def fake_build(folder: Path, *, recipe: str = "default", recorded: Path | None =
     (folder / "bin" / "libggml.so.1").write_bytes(b"lib")
     (folder / "CMakeCache.txt").write_text("")
     doc = {
-        "kind": working.MANIFEST_KIND, "schema": working.MANIFEST_SCHEMA, "recipe": {"name": recipe},
+        "kind": manifest_mod.KIND, "schema": manifest_mod.SCHEMA, "recipe": {"name": recipe},
         "components": [{"name": "llama", "build_dir": str(recorded), "outputs": [
             {"name": "llama-server", "path": str(recorded / "bin" / "llama-server"), "sha256": sha256_file(server), "size": 1},
             {"name": "libggml.so.1", "path": str(recorded / "bin" / "libggml.so.1"), "sha256": "f" * 64, "size": 3},

@@ -13,7 +13,7 @@ from typing import Iterable
 
 from onebit_build.core.errors import ConfigError
 # The pins were part of this module: their names stay importable from here.
-from onebit_build.core.pins import SHA256_RE, Pin, Pins, SdistMirror, apply_lock, load_pins, read_lock, render_lock  # noqa: F401
+from onebit_build.core.pins import SHA256_RE, Pins
 from onebit_build.core.yamlnode import Node, check_schema, load_yaml
 
 RECIPE_SCHEMA = 1
@@ -143,6 +143,19 @@ class SmokeSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class VerificationSpec:
+    """How 'verify-run' judges speed: "on par" within ``tolerance`` (a fraction: 0.03 is
+    ±3 %) over ``rounds`` interleaved rounds."""
+
+    tolerance: float = 0.03
+    rounds: int = 5
+
+
+# The fewest rounds whose median interval reaches 90 % coverage (verification/speed.py).
+VERIFY_MIN_ROUNDS = 5
+
+
+@dataclass(frozen=True, kw_only=True)
 class Recipe:
     path: Path
     name: str
@@ -152,6 +165,7 @@ class Recipe:
     model: ModelSpec | None = None
     smoke: SmokeSpec = SmokeSpec()
     toolchain: ToolchainSpec | None = None
+    verification: VerificationSpec = VerificationSpec()
 
     def component(self, name: str) -> Component:
         for c in self.components:
@@ -226,7 +240,7 @@ def order_components(components: list[Component], file: Path) -> list[Component]
 def load_recipe(path: Path, pins: Pins) -> Recipe:
     path = Path(path).resolve()
     root = Node(path, "", load_yaml(path, "recipe"))
-    root.only({"schema", "name", "description", "backends", "components", "model", "smoke", "toolchain"})
+    root.only({"schema", "name", "description", "backends", "components", "model", "smoke", "toolchain", "verification"})
     check_schema(root, RECIPE_SCHEMA)
     toolchain = _load_toolchain(root)
     name = root.get("name", str)
@@ -245,7 +259,23 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
         model=model,
         smoke=smoke,
         toolchain=toolchain,
+        verification=_load_verification(root),
     )
+
+
+def _load_verification(root: Node) -> VerificationSpec:
+    node = root.child("verification", required=False)
+    if node is None:
+        return VerificationSpec()
+    node.only({"tolerance", "rounds"})
+    tolerance = float(node.get("tolerance", (int, float), required=False, default=VerificationSpec.tolerance))
+    if not 0 < tolerance < 1:
+        node.fail(f"tolerance must be a fraction between 0 and 1, not {tolerance:g}", "e.g. 0.03 for ±3 %", key="tolerance")
+    rounds = node.get("rounds", int, required=False, default=VerificationSpec.rounds)
+    if rounds < VERIFY_MIN_ROUNDS:
+        node.fail(f"rounds must be at least {VERIFY_MIN_ROUNDS}, not {rounds}", f"fewer than {VERIFY_MIN_ROUNDS} rounds cannot reach a speed verdict",
+                  key="rounds")
+    return VerificationSpec(tolerance=tolerance, rounds=rounds)
 
 
 def _load_backends(root: Node) -> tuple[str, ...]:
