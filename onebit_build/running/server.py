@@ -27,7 +27,7 @@ import requests
 from onebit_build.core import proc
 
 from onebit_build.core import ui
-from onebit_build.core.errors import CommandError, SmokeError
+from onebit_build.core.errors import CommandError, ConfigError, SmokeError
 from onebit_build.core.fsutil import tail_lines
 from onebit_build.running.measure import Completion
 
@@ -443,7 +443,7 @@ def serve_foreground(spec: ServerSpec, *, has_chat_template: bool) -> int:
     Prints the OpenAI base URL, and a warning when the model has no chat template of its
     own. Returns 0 when stopped by the user, else the server's exit status."""
     if spec.port is not None and not port_is_free(spec.port):
-        raise SmokeError(f"port {spec.port} is in use", hint="pass --port with a free port, or stop what listens there")
+        raise ConfigError(f"port {spec.port} is in use", hint="pass --port with a free port, or stop what listens there")
     server = start(spec)
     try:
         base = f"http://{client_host(spec.host)}:{server.port}/v1"
