@@ -86,12 +86,15 @@ def make_parser() -> argparse.ArgumentParser:
 
     for name, help_ in JOBS.items():
         sp = cmd(name, help_, dry_run=True)
+        run_folder_options(sp, junit=name in ("smoke", "all"))
         if name == "smoke":
             sp.add_argument("--server", metavar="PATH", help="smoke this llama-server binary (built elsewhere) instead of building the recipe")
     vp = cmd("verify", "compare the build's kernel artifacts with a reference (builds first if needed)", dry_run=True)
     vp.add_argument("--reference", metavar="FILE|BUILD_DIR", help="reference file or build folder (default: the matching one in references/<recipe>/)")
     vp.add_argument("--write-reference", metavar="FILE", help="save this build's artifacts as a reference")
     vp.add_argument("--rebuild", action="store_true", help="build the same configuration again in another folder and compare everything")
+    verify_run_parser(cmd("verify-run", "compare this recipe's new build with a working build: kernel artifacts, answers, speed and"
+                                         " provenance; VERIFIED (exit 0) or NOT VERIFIED (exit 11)"))
     cmd("plan", "print the full plan (sources, patches, configure commands, outputs, runtime); no network", json="print the plan as JSON (schema 1)")
     cmd("recipes", "list the recipes: name, backends, description", json="print the list as JSON")
     cmd("doctor", "check this machine for what the recipe needs, each missing item with its fix", json="print the checks as JSON (schema 1)")
@@ -111,6 +114,40 @@ def make_parser() -> argparse.ArgumentParser:
     cp = sub.add_parser("completion", help="print a shell completion script (bash)")
     cp.add_argument("shell", choices=["bash"])
     return p
+
+
+def run_folder_options(p: argparse.ArgumentParser, *, junit: bool) -> None:
+    p.add_argument("--run-dir", metavar="DIR", help="this run's folder (it must be new or empty), so that a workflow knows it before the run"
+                   " (default: a new folder under the workspace's runs/)")
+    if junit:
+        p.add_argument("--junit", metavar="FILE", help="also write the checks as JUnit XML to FILE")
+
+
+def verify_run_parser(vp: argparse.ArgumentParser) -> None:
+    from onebit_build.running.bench.settings import DEFAULTS as D
+
+    vp.add_argument("--working", metavar="PATH", required=True,
+                    help="the working build: its build folder, its llama-server, an install prefix, or a run folder holding build-manifest.json")
+    vp.add_argument("--adopt", action="store_true",
+                    help="when the artifacts agree, record the working build's as the reference in references/<recipe>/ (named after the toolchain)")
+    vp.add_argument("--rounds", type=positive_int, metavar="N", help="interleaved speed rounds per device (default: the recipe's, 5; at least 5)")
+    vp.add_argument("--tolerance", type=fraction, metavar="FRACTION", help="speed 'on par' within this fraction (default: the recipe's, 0.03)")
+    vp.add_argument("--new-args", metavar="ARGS", help="extra llama-server arguments for the new build's servers (the report names them)")
+    vp.add_argument("--working-args", metavar="ARGS", help="extra llama-server arguments for the working build's servers")
+    vp.add_argument("--lock", metavar="FILE", dest="bench_lock", help="the bench lock file (default: bench.lock in the workspace)")
+    vp.add_argument("--wait", metavar="SECONDS", type=float, nargs="?", const=D.lock_wait_s, default=0.0,
+                    help="when a benchmark holds the lock, wait for it (default: fail at once; --wait alone: up to an hour)")
+    run_folder_options(vp, junit=True)
+
+
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a fraction between 0 and 1 (0.03 is 3 percent)")
+    return value
 
 
 def bench_parser(bp: argparse.ArgumentParser) -> None:
@@ -147,7 +184,7 @@ def dispatch(opts: options.Options, ns: argparse.Namespace) -> int:
     project = find_root(given=opts.root, env=os.environ, cwd=Path.cwd())
     if opts.dry_run and opts.command in (*JOBS, "verify", "plan"):
         return commands.plan(opts, project)
-    table = {"bench": commands.bench, "recipes": commands.recipes, "doctor": commands.doctor, "serve": commands.serve, "install": commands.install,
+    table = {"bench": commands.bench, "verify-run": commands.verify_run, "recipes": commands.recipes, "doctor": commands.doctor, "serve": commands.serve, "install": commands.install,
              "patches": commands.patches_export, "pins": commands.pins_lock}
     return table.get(opts.command, commands.job)(opts, project)
 

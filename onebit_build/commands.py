@@ -130,7 +130,8 @@ def in_workspace(opts: Options, project: ProjectRoot, body) -> int:
         for folder in (ws.src_dir, ws.models, ws.downloads):
             for gone in sweep_stale(folder):
                 ui.info(f"  removed {gone.name}, left behind by a run that was killed")
-        run_dir = ws.new_run_dir(Path(opts.recipe).stem, opts.label)
+        run_dir = given_run_dir(opts.run_dir) if opts.run_dir else ws.new_run_dir(Path(opts.recipe).stem, opts.label)
+        ui.detail(f"run folder {run_dir}")
         try:
             ctx = stages.make_context(project, opts, run_dir)
             ui.detail(f"workspace {ws.root}; logs in {run_dir}; project data {project.describe()}")
@@ -140,6 +141,16 @@ def in_workspace(opts: Options, project: ProjectRoot, body) -> int:
                 run_dir.rmdir()  # a run that stopped before writing anything leaves no folder
             except OSError:
                 pass
+
+
+def given_run_dir(path: Path) -> Path:
+    """``--run-dir DIR``: a new or empty folder (a run never writes into an older run's folder,
+    so that what a workflow uploads from it is this run's)."""
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise ConfigError(f"--run-dir {path} already exists and is not an empty folder",
+                          hint="give a folder that does not exist yet: a run never reuses an older run's folder")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def job(opts: Options, project: ProjectRoot) -> int:
@@ -340,3 +351,63 @@ def latest_server(ws: Workspace, recipe: str) -> Path:
     if out is None:
         raise NotAvailableError(f"the {recipe} build lists no llama-server output ({latest_path(ws, recipe)})", hint="pass --server PATH")
     return Path(out.path)
+
+
+# --------------------------------------------------------------------------- verify-run
+
+
+def verify_run(opts: Options, project: ProjectRoot) -> int:
+    """``verify-run``: everything the user gave is checked first (a bad working path, a build
+    of another recipe, too few rounds: one line, nothing built or written); then, holding
+    the workspace and the bench lock, build the recipe, compare, and give the verdict."""
+    from dataclasses import replace
+
+    from onebit_build.building.manifest import load_manifest
+    from onebit_build.running.bench import BenchLock, load_prompts, parse_config
+    from onebit_build.verification import run as vrun
+    from onebit_build.verification.speed import MIN_ROUNDS
+    from onebit_build.verification.working import resolve_new, resolve_working, same_build
+
+    vo = opts.verify_run
+    assert vo is not None
+    pins, recipe = stages.load_pins_and_recipe(project, opts)
+    working = resolve_working(vo.working, recipe=recipe.name)
+    rounds = vo.rounds or recipe.verification.rounds
+    if rounds < MIN_ROUNDS:
+        raise ConfigError(f"--rounds {rounds}: a speed verdict needs at least {MIN_ROUNDS} rounds", hint=f"pass --rounds {MIN_ROUNDS} or more")
+    if vo.adopt and not any(c.artifacts for c in recipe.components):
+        raise ConfigError(f"--adopt: recipe {recipe.name} collects no kernel artifacts, so there is no reference to adopt",
+                          hint="drop --adopt; references exist for recipes with an 'artifacts:' collector")
+    new_args = parse_config(f"new={vo.new_args}").args
+    working_args = parse_config(f"working={vo.working_args}").args
+    prompts = load_prompts(project.path / "smoke" / "prompts")
+    lock_path = vo.lock or Workspace(root=opts.workspace).root / "bench.lock"
+
+    def body(ctx: Context) -> int:
+        with BenchLock(lock_path, f"onebit-build verify-run {recipe.name}", wait_s=vo.wait_s):
+            ui.result(f"run folder: {ctx.run_dir}")
+            built = stages.build_part(ctx, replace(opts, command="build"), pins, recipe)
+            assert built is not None
+            new = resolve_new(built.manifest, load_manifest(built.manifest))
+            if same_build(new, working):
+                raise ConfigError(f"--working {vo.working} is the new build itself ({new.folder})",
+                                  hint="give the working build to compare with: another folder, a copy, or an install prefix")
+            run_recipe = stages.with_runtime_env(recipe, ctx.toolchain_root)
+            model = stages.resolve_model(recipe, opts, models_dir=ctx.workspace.models, log=ctx.run_dir / "model.log")
+            ui.info(f"verify-run: new {new.folder}; working {working.folder} ({working.given_as}); {rounds} rounds; "
+                    f"tolerance ±{(vo.tolerance or recipe.verification.tolerance):.0%}; lock {lock_path}")
+            req = vrun.RunRequest(
+                recipe=run_recipe, new=vrun.Side(role=vrun.NEW, build=new, args=new_args),
+                working=vrun.Side(role=vrun.WORKING, build=working, args=working_args), model=model, run_dir=ctx.run_dir,
+                prompts=prompts, rounds=rounds, tolerance=vo.tolerance or recipe.verification.tolerance,
+                refs_dir=project.references / recipe.name, lock=lock_path, junit=opts.junit, adopt=vo.adopt,
+            )
+            lock_file = pins.lock_path
+            out = vrun.run(req, project_files=(("pins.lock", lock_file),) if lock_file.is_file() else ())
+        vrun.print_outcome(out)
+        if out.reference is not None and out.adopted.startswith("wrote"):
+            rel = out.reference.relative_to(project.path) if out.reference.is_relative_to(project.path) else out.reference
+            ui.result(f"  commit it: git add {rel} && git commit -m 'references: {recipe.name} artifacts for this toolchain' -- {rel}")
+        return out.verdict.exit_code
+
+    return in_workspace(opts, project, body)

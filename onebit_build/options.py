@@ -55,6 +55,20 @@ class BenchOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
+class VerifyRunOptions:
+    """``verify-run``: the working build to compare with, and how (None: the recipe's)."""
+
+    working: Path
+    adopt: bool = False
+    rounds: int | None = None  # default: the recipe's verification.rounds
+    tolerance: float | None = None  # default: the recipe's verification.tolerance
+    new_args: str = ""  # extra llama-server arguments for the new build's servers
+    working_args: str = ""
+    lock: Path | None = None
+    wait_s: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
 class Define:
     """A ``-D [COMPONENT:]NAME=VALUE`` override of a recipe's CMake define."""
 
@@ -90,6 +104,9 @@ class Options:
     verify: VerifyOptions = field(default_factory=VerifyOptions)
     serve: ServeOptions = field(default_factory=ServeOptions)
     bench: BenchOptions | None = None
+    verify_run: VerifyRunOptions | None = None
+    run_dir: Path | None = None  # --run-dir: this invocation's run folder (new or empty)
+    junit: Path | None = None  # --junit: the checks as JUnit XML (smoke, verify-run)
 
     @property
     def recipe_is_file(self) -> bool:
@@ -105,7 +122,7 @@ class Options:
         """Whether the command fetches or patches sources (smoking a given binary does not)."""
         if self.command == "smoke" and self.server is not None:
             return False
-        return self.command in ("all", "fetch", "patch", "build", "smoke", "verify", "patches", "pins", "install", "serve")
+        return self.command in ("all", "fetch", "patch", "build", "smoke", "verify", "verify-run", "patches", "pins", "install", "serve")
 
 
 def recipe_is_file(text: str) -> bool:
@@ -162,6 +179,16 @@ def from_args(ns: argparse.Namespace) -> Options:
         verify=VerifyOptions(reference=_path(get("reference")), write_reference=_path(get("write_reference")), rebuild=bool(get("rebuild"))),
         serve=ServeOptions(host=get("host") or "127.0.0.1", port=get("port") or 8080, extra=extra),
         bench=_bench_options(get) if command == "bench" else None,
+        verify_run=_verify_run_options(get) if command == "verify-run" else None,
+        run_dir=_path(get("run_dir")), junit=_path(get("junit")),
+    )
+
+
+def _verify_run_options(get) -> VerifyRunOptions:
+    return VerifyRunOptions(
+        working=Path(get("working")).expanduser(), adopt=bool(get("adopt")), rounds=get("rounds"), tolerance=get("tolerance"),
+        new_args=get("new_args") or "", working_args=get("working_args") or "", lock=_path(get("bench_lock")),
+        wait_s=max(0.0, get("wait") or 0.0),
     )
 
 

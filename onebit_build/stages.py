@@ -329,4 +329,8 @@ def smoke_stage(ctx: pipeline.Context, recipe: Recipe, *, server: Path, manifest
                                                  extra={"verify": verified, "skipped_devices": skipped, "chat": chat or "checked"})
     report_mod.print_summary(result)
     ui.result(f"report: {md_path}")
+    if opts.junit is not None:
+        from onebit_build.verification.junit import smoke_cases, write_junit
+
+        ui.result(f"junit: {write_junit(opts.junit, 'smoke', smoke_cases(result), seconds=result.seconds)}")
     return 0 if result.passed else SmokeError.exit_code

@@ -44,3 +44,10 @@ def junit_xml(suite: str, cases: Sequence[Case], *, seconds: float = 0.0) -> byt
 def write_junit(path: Path, suite: str, cases: Sequence[Case], *, seconds: float = 0.0) -> Path:
     atomic_write_bytes(Path(path), junit_xml(suite, cases, seconds=seconds))
     return Path(path)
+
+
+def smoke_cases(result) -> list[Case]:
+    """The checks of a smoke result (``running.smoke.SmokeResult``), one case each, named
+    ``DEVICE/check`` (checks of the whole run by their name alone)."""
+    return [Case(name=f"{c.device}/{c.name}" if c.device else c.name, classname="smoke", ok=c.passed,
+                 message=c.summary if not c.passed else "", detail=c.summary) for c in result.all_checks]

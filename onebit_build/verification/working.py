@@ -16,18 +16,17 @@ provenance check expects the files the server will actually load from there.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from onebit_build.core.errors import ConfigError
+from onebit_build.building.manifest import ComponentRecord, Manifest, read_manifest
+from onebit_build.core.errors import ConfigError, VerifyError
+from onebit_build.core.fsutil import StateError
 
 MANIFEST = "build-manifest.json"
 INSTALLED_MANIFEST = Path("share") / "onebit-build" / MANIFEST  # under an install prefix
-MANIFEST_KIND = "onebit-build/build-manifest"
-MANIFEST_SCHEMA = 1
 SERVER = "llama-server"
 REMEDY = ("give the working build's folder, its bin/llama-server, an install prefix of 'onebit-build install',"
           " or a run folder of onebit-build that holds build-manifest.json")
@@ -52,13 +51,13 @@ class ResolvedBuild:
     folder: Path  # the build folder of the component that builds llama-server
     server: Path
     manifest_path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     given_as: str  # BUILD_FOLDER, SERVER_FILE, RUN_FOLDER or INSTALL_PREFIX
     outputs: tuple[Output, ...]  # of every component
 
     @property
     def recipe(self) -> str:
-        return str(self.manifest.get("recipe", {}).get("name"))
+        return self.manifest.recipe
 
     @property
     def installed(self) -> bool:
@@ -79,28 +78,31 @@ def _refuse(path: Path, problem: str, hint: str = REMEDY) -> ConfigError:
     return ConfigError(f"--working {path}: {problem}", hint=hint)
 
 
-def read_build_manifest(path: Path, named: Path) -> dict[str, Any]:
+def read_build_manifest(path: Path, named: Path) -> Manifest:
     """A build manifest, or a one-line refusal naming what is wrong with it."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = read_manifest(path)
     except OSError as exc:
         raise _refuse(named, f"{path.name} cannot be read ({exc.strerror or exc})") from None
-    except ValueError:
-        raise _refuse(named, f"{path} is not valid JSON") from None
-    if not isinstance(doc, dict) or doc.get("kind") != MANIFEST_KIND:
-        raise _refuse(named, f"{path} is not a build manifest of onebit-build")
-    if doc.get("schema") != MANIFEST_SCHEMA:
-        raise _refuse(named, f"{path} has schema {doc.get('schema')!r}; this version reads schema {MANIFEST_SCHEMA}",
-                      hint="rebuild the working build with this version of onebit-build")
+    except StateError as exc:
+        problem = str(exc)
+        if "schema" in problem:
+            raise _refuse(named, f"{problem}", hint="rebuild the working build with this version of onebit-build") from None
+        if "not valid JSON" in problem:
+            raise _refuse(named, f"{path} is not valid JSON") from None
+        raise _refuse(named, f"{path} is not a build manifest of onebit-build ({problem})") from None
     if not isinstance(doc.get("components"), list) or not isinstance(doc.get("recipe"), dict):
         raise _refuse(named, f"{path} names no components or recipe", hint="rebuild the working build with onebit-build")
-    return doc
+    try:
+        return Manifest.from_doc(doc, str(path))
+    except (StateError, VerifyError) as exc:
+        raise _refuse(named, f"{path} is not a readable build manifest ({exc})", hint="rebuild the working build with onebit-build") from None
 
 
-def server_component(doc: dict[str, Any]) -> dict[str, Any] | None:
+def server_component(man: Manifest) -> ComponentRecord | None:
     """The (last) component whose outputs include llama-server."""
-    for comp in reversed(doc.get("components", [])):
-        if any(isinstance(o, dict) and o.get("name") == SERVER for o in comp.get("outputs", [])):
+    for comp in reversed(man.components):
+        if comp.output(SERVER) is not None:
             return comp
     return None
 
@@ -115,25 +117,25 @@ def anchored(recorded: str, recorded_dir: str, actual_dir: Path) -> Path:
         return rec
 
 
-def outputs_of(doc: dict[str, Any], *, server_comp: dict[str, Any], folder: Path, installed: bool = False) -> tuple[Output, ...]:
+def outputs_of(man: Manifest, *, server_comp: ComponentRecord, folder: Path, installed: bool = False) -> tuple[Output, ...]:
     """Every output of every component; those of the server's component re-anchored at
     ``folder``. Under an install prefix every output is in ``folder/bin``. Pure."""
     out = []
-    for comp in doc.get("components", []):
-        for o in comp.get("outputs", []):
-            path = Path(o["path"])
+    for comp in man.components:
+        for o in comp.outputs:
+            path = Path(o.path)
             if installed:
                 path = folder / "bin" / path.name
             elif comp is server_comp:
-                path = anchored(o["path"], str(comp.get("build_dir", "")), folder)
-            out.append(Output(name=str(o["name"]), path=path, sha256=str(o["sha256"])))
+                path = anchored(o.path, comp.build_dir, folder)
+            out.append(Output(name=o.name, path=path, sha256=o.sha256))
     return tuple(out)
 
 
-def _server_rel(comp: dict[str, Any]) -> Path:
-    rec = next(o["path"] for o in comp["outputs"] if o.get("name") == SERVER)
+def _server_rel(comp: ComponentRecord) -> Path:
+    rec = comp.output(SERVER)
     try:
-        return Path(rec).relative_to(str(comp.get("build_dir", "")))
+        return Path(rec.path if rec else "").relative_to(comp.build_dir)
     except ValueError:
         return Path("bin") / SERVER
 
@@ -170,7 +172,7 @@ def resolve_working(path: Path, *, recipe: str) -> ResolvedBuild:
     installed = not (folder / MANIFEST).is_file()
     manifest_path = folder / (INSTALLED_MANIFEST if installed else MANIFEST)
     doc = read_build_manifest(manifest_path, named)
-    got = str(doc["recipe"].get("name"))
+    got = doc.recipe
     if got != recipe:
         raise _refuse(named, f"a build of recipe {got!r}, not {recipe!r}",
                       hint=f"pass --recipe {got} to verify builds of {got}, or give a working build of {recipe}")
@@ -187,8 +189,8 @@ def resolve_working(path: Path, *, recipe: str) -> ResolvedBuild:
             given = BUILD_FOLDER
         else:
             given = RUN_FOLDER
-            folder = Path(str(comp.get("build_dir", "")))
-            if not folder.is_dir():
+            folder = Path(comp.build_dir)
+            if not comp.build_dir or not folder.is_dir():
                 raise _refuse(named, f"the build folder this run made ({folder}) no longer exists",
                               hint="give an existing working build, or rebuild it")
     server = folder / rel
@@ -203,12 +205,12 @@ def resolve_working(path: Path, *, recipe: str) -> ResolvedBuild:
                          outputs=outputs_of(doc, server_comp=comp, folder=folder, installed=installed))
 
 
-def resolve_new(manifest_path: Path, doc: dict[str, Any]) -> ResolvedBuild:
+def resolve_new(manifest_path: Path, doc: Manifest) -> ResolvedBuild:
     """The build just made (its manifest is fresh; its outputs are where it records them)."""
     comp = server_component(doc)
     if comp is None:
         raise ConfigError(f"{manifest_path} records no {SERVER} output", hint="verify-run needs a recipe that builds llama-server")
-    folder = Path(str(comp["build_dir"]))
+    folder = Path(comp.build_dir)
     return ResolvedBuild(folder=folder, server=folder / _server_rel(comp), manifest_path=manifest_path, manifest=doc,
                          given_as=BUILD_FOLDER, outputs=outputs_of(doc, server_comp=comp, folder=folder))
 

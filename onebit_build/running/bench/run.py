@@ -129,9 +129,12 @@ def _log_name(rnd: int, variant: str) -> str:
 
 
 Progress = Callable[[str], None]
+# Called with each server as soon as it is healthy, before any request (round, from 1):
+# verify-run reads what the live process mapped.
+OnStart = Callable[[srvmod.Server, Variant, int], None]
 
 
-def run_bench(req: BenchRequest, *, progress: Progress | None = None) -> BenchResult:
+def run_bench(req: BenchRequest, *, progress: Progress | None = None, on_start: OnStart | None = None) -> BenchResult:
     """Run every variant ``req.rounds`` times, interleaved, each time on a fresh server.
 
     Failures of one server (it does not start, it crashes, it answers wrongly) are
@@ -151,7 +154,8 @@ def run_bench(req: BenchRequest, *, progress: Progress | None = None) -> BenchRe
     width = max(len(v.name) for v in req.variants)
     for rnd, index in schedule(len(req.variants), req.rounds):
         v = req.variants[index]
-        run, got, line = _serve_round(req, v, rnd, logs / _log_name(rnd, v.name), expectations, record=index == 0 and rnd == 1)
+        run, got, line = _serve_round(req, v, rnd, logs / _log_name(rnd, v.name), expectations, record=index == 0 and rnd == 1,
+                                      on_start=on_start)
         servers.append(run)
         samples.extend(got)
         say(f"round {rnd}/{req.rounds}  {v.name:<{width}}  {line}")
@@ -163,7 +167,7 @@ def run_bench(req: BenchRequest, *, progress: Progress | None = None) -> BenchRe
 
 
 def _serve_round(req: BenchRequest, v: Variant, rnd: int, log: Path, expectations: dict[str, Expectation], *,
-                 record: bool) -> tuple[ServerRun, list[Sample], str]:
+                 record: bool, on_start: OnStart | None = None) -> tuple[ServerRun, list[Sample], str]:
     """One fresh server of variant ``v`` in round ``rnd``: a warm-up, then every prompt once.
     With ``record``, answers of prompts without an expectation become theirs. Returns the
     server's record, the samples and a line of progress."""
@@ -178,6 +182,8 @@ def _serve_round(req: BenchRequest, v: Variant, rnd: int, log: Path, expectation
         why = f"the server did not start: {exc.message}"
         return run, [failed_sample(why=why, round=rnd, variant=v.name, prompt=p.name) for p in req.prompts], f"server did not start: {exc.message}"
     try:
+        if on_start is not None:
+            on_start(server, v, rnd)
         warmup_s, error = _warm_up(server, req)
         samples, parts, error = _ask_prompts(server, req, v, rnd, expectations, record=record, error=error)
     finally:

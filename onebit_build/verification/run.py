@@ -1,0 +1,437 @@
+"""The verification run: both builds, every device, four parts, one verdict.
+
+Order of work, after the new build exists and the working build was resolved:
+
+1. artifacts: the kernel-artifact sets of both builds are collected again from their
+   folders as they are now (a byte changed since a manifest was written counts), compared
+   N/N, and with the committed reference of the same toolchain when there is one;
+2. per device: one server of each build (working first) answers the recipe's prompts
+   greedily and has its provenance checked. A working build whose server does not start
+   stops the run (exit 10, no report: there is nothing to compare with); a new build
+   whose server does not start fails the answers;
+3. per device: the interleaved speed rounds of the bench (a fresh server per round; the
+   caller holds the bench lock), each server's provenance checked while it runs;
+4. the verdict, the report files and (``--junit``) the checks as JUnit XML.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from onebit_build.building.artifacts import ArtifactSet, collect
+from onebit_build.building.manifest import ComponentRecord, Manifest
+from onebit_build.building.verify import SetComparison, compare_outputs, compare_sets, find_matching_reference, load_reference, write_reference
+from onebit_build.core import ui
+from onebit_build.core.config import Recipe
+from onebit_build.core.errors import ConfigError, SmokeError, VerifyError
+from onebit_build.core.fsutil import atomic_write_text, sha256_file
+from onebit_build.running import server as srvmod
+from onebit_build.running.bench.plan import Prompt, Variant
+from onebit_build.running.bench.run import BenchRequest, run_bench
+from onebit_build.running.bench.settings import DEFAULTS as BENCH_DEFAULTS
+from onebit_build.running.model import ModelFile
+from onebit_build.verification import report as report_mod
+from onebit_build.verification import speed as speed_mod
+from onebit_build.verification.answers import Answer, AnswerComparison, compare
+from onebit_build.verification.junit import Case, write_junit
+from onebit_build.verification.provenance import Provenance, inspect_process
+from onebit_build.verification.verdict import Part, Verdict, answers_part, artifacts_part, provenance_part, speed_part, verdict
+from onebit_build.verification.working import ResolvedBuild, server_component
+
+NEW = "new"
+WORKING = "working"
+METRICS = ("decode", "prompt")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Side:
+    role: str  # NEW or WORKING
+    build: ResolvedBuild
+    args: tuple[str, ...] = ()  # extra llama-server arguments for this build's servers
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRequest:
+    recipe: Recipe  # with its runtime environment filled in
+    new: Side
+    working: Side
+    model: ModelFile
+    run_dir: Path
+    prompts: tuple[Prompt, ...]  # the speed prompts (the bench's)
+    rounds: int
+    tolerance: float
+    refs_dir: Path  # references/<recipe>/
+    decode_tokens: int = BENCH_DEFAULTS.decode_tokens
+    lock: Path | None = None  # the bench lock the caller holds (recorded)
+    junit: Path | None = None
+    adopt: bool = False
+
+    @property
+    def sides(self) -> tuple[Side, Side]:
+        return (self.working, self.new)
+
+    @property
+    def env(self) -> tuple[tuple[str, str], ...]:
+        return self.recipe.smoke.env
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOutcome:
+    verdict: Verdict
+    written: report_mod.Written
+    junit: Path | None
+    reference: Path | None  # written (or found unchanged) by --adopt
+    adopted: str = ""  # what --adopt did
+
+
+class HashCache:
+    """sha256 of files, computed once per (path, device, inode, size, mtime) in a run: every
+    round's server maps the same libraries."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, int, int, int, int], str] = {}
+
+    def __call__(self, path: Path) -> str:
+        st = os.stat(path)
+        key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if key not in self._seen:
+            self._seen[key] = sha256_file(path)
+        return self._seen[key]
+
+
+# --------------------------------------------------------------------------- artifacts
+
+
+def _component_folder(build: ResolvedBuild, comp: ComponentRecord) -> Path:
+    """Where a component of ``build`` is: the named folder for the server's component."""
+    if comp is server_component(build.manifest):
+        return build.folder
+    return Path(comp.build_dir)
+
+
+def _source_tree(build: ResolvedBuild, source: str) -> Path:
+    return next((Path(s.tree) for s in build.manifest.sources if s.name == source), Path())
+
+
+def collect_sets(build: ResolvedBuild) -> dict[tuple[str, str], ArtifactSet]:
+    """The kernel-artifact sets the build's manifest names, collected again from its folders
+    (an install prefix holds no build tree: there, the manifest's record)."""
+    if build.installed:
+        return build.manifest.artifact_sets()
+    out = {}
+    for comp in build.manifest.components:
+        for recorded in comp.artifacts:
+            out[(comp.name, recorded.kind)] = collect(recorded.kind, build_dir=_component_folder(build, comp),
+                                                      source_dir=_source_tree(build, comp.source))
+    return out
+
+
+def output_hashes(build: ResolvedBuild, hasher: Callable[[Path], str]) -> list[dict[str, Any]]:
+    """The outputs of the server's component as they are on disk now (name, size, sha256)."""
+    comp = server_component(build.manifest)
+    names = {o.name for o in comp.outputs} if comp else set()
+    out = []
+    for o in build.outputs:
+        if o.name in names and o.path.is_file():
+            out.append({"name": o.name, "size": o.path.stat().st_size, "sha256": hasher(o.path)})
+    return out
+
+
+def _relabel(c: SetComparison, label: str) -> SetComparison:
+    return replace(c, label=label)
+
+
+def artifacts_stage(req: RunRequest, hasher: Callable[[Path], str]) -> tuple[Part, dict[str, Any], dict[tuple[str, str], ArtifactSet]]:
+    """The artifacts part, the artifact lists for the bundle, and the working build's sets."""
+    lists: dict[str, Any] = {}
+    try:
+        new_sets = collect_sets(req.new.build)
+        old_sets = collect_sets(req.working.build)
+    except VerifyError as exc:
+        return Part(name="artifacts", ok=False, summary=f"the artifacts could not be collected: {exc}"), lists, {}
+    lists = {side: {f"{k[0]}/{k[1]}": s.to_dict() for k, s in sets.items()} for side, sets in ((NEW, new_sets), (WORKING, old_sets))}
+    kernel: list[SetComparison] = []
+    for key in sorted(set(new_sets) | set(old_sets)):
+        if key not in new_sets or key not in old_sets:
+            which = NEW if key not in new_sets else WORKING
+            return (Part(name="artifacts", ok=False, summary=f"the {which} build records no {key[1]} artifacts for component {key[0]}"),
+                    lists, old_sets)
+        c = compare_sets(key[0], new_sets[key], old_sets[key])
+        kernel.append(_relabel(c, f"{c.label} (new vs working)"))
+    notes: list[str] = []
+    if new_sets:
+        ref_path, candidates = find_matching_reference(req.refs_dir, new_sets)
+        if ref_path is None:
+            notes.append(f"no committed reference in {req.refs_dir} matches this toolchain (candidates: {', '.join(candidates) or 'none'});"
+                         " record one with verify-run --adopt")
+        else:
+            ref = load_reference(ref_path)
+            for key, cur in sorted(new_sets.items()):
+                if key in ref.sets:
+                    c = compare_sets(key[0], cur, ref.sets[key])
+                    kernel.append(_relabel(c, f"{c.label} (new vs {ref_path.parent.name}/{ref_path.name})"))
+    outputs = [_relabel(compare_outputs(output_hashes(req.new.build, hasher), output_hashes(req.working.build, hasher)),
+                        "output binaries (new vs working)")]
+    part = artifacts_part(kernel, outputs)
+    if notes:
+        part = replace(part, lines=part.lines + tuple(f"note: {n}" for n in notes), data={**part.data, "notes": notes})
+    return part, lists, old_sets
+
+
+def adopt_reference(req: RunRequest, working_sets: dict[tuple[str, str], ArtifactSet]) -> tuple[Path | None, str]:
+    """Write the working build's artifacts (as collected now) into references/<recipe>/,
+    named after the toolchain that made them. A reference of that name that records other
+    artifacts is never overwritten. Returns (the file, or None) and what happened."""
+    if not working_sets:
+        return None, f"not adopted: recipe {req.recipe.name} collects no kernel artifacts"
+    man = req.working.build.manifest
+    man = replace(man, components=tuple(replace(c, artifacts=tuple(s for (name, _k), s in sorted(working_sets.items()) if name == c.name))
+                                        for c in man.components))
+    path = req.refs_dir / f"{reference_name(working_sets, man)}.json"
+    if path.exists():
+        try:
+            old = load_reference(path).sets
+        except VerifyError as exc:
+            return None, f"not adopted: {path} exists and cannot be read ({exc.message}); remove it, then run --adopt again"
+        if {k: s.items for k, s in old.items()} == {k: s.items for k, s in working_sets.items()}:
+            return path, f"already recorded: {path} holds these artifacts"
+        return None, f"not adopted: {path} exists and records other artifacts; remove it first if the working build's are the new truth"
+    write_reference(path, man)
+    return path, f"wrote {path}"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-") or "unknown"
+
+
+def reference_name(sets: dict[tuple[str, str], ArtifactSet], manifest: Manifest) -> str:
+    """The file name (without .json) of a reference: the toolchain facts that shape its
+    artifacts, e.g. ``glslc-shaderc-2023.2-1``, ``nvcc-12.8.93-90-real``, ``loom-link-6743075f1234``. Pure."""
+    parts = []
+    for (_comp, kind), s in sorted(sets.items()):
+        if kind == "spirv":
+            parts.append(f"glslc-{s.facts.get('glslc', 'unknown')}")
+        elif kind == "cubin":
+            parts.append(f"nvcc-{s.facts.get('nvcc', 'unknown')}-{s.facts.get('architectures', 'unknown')}")
+        elif kind == "loombc":
+            source = next((c.source for c in manifest.components if c.output("loom-link") is not None), "")
+            sha = next((src.commit for src in manifest.sources if src.name == source), "")
+            parts.append(f"loom-link-{sha[:12] or 'unknown'}")
+        else:
+            parts.append(kind)
+    return "_".join(_slug(p) for p in dict.fromkeys(parts))
+
+
+# --------------------------------------------------------------------------- devices, answers, provenance
+
+
+def devices_to_compare(req: RunRequest) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The recipe's devices, and each optional device when both builds list it; an
+    optional device only one build lists is not compared (and says why)."""
+    spec = req.recipe.smoke
+    if not spec.optional_devices:
+        return spec.devices, {}
+    listed = {s.role: srvmod.list_devices(s.build.server, env=req.env, log=req.run_dir / "logs" / f"list-devices-{s.role}.log")
+              for s in req.sides}
+    devices = list(spec.devices)
+    not_compared: dict[str, str] = {}
+    for dev in spec.optional_devices:
+        has = [role for role, names in listed.items() if dev in names]
+        if len(has) == 2:
+            devices.append(dev)
+        elif len(has) == 1:
+            not_compared[dev] = f"listed by the {has[0]} build only"
+    return tuple(devices), not_compared
+
+
+def _spec(req: RunRequest, side: Side, device: str, log: Path) -> srvmod.ServerSpec:
+    spec = req.recipe.smoke
+    return srvmod.ServerSpec(binary=side.build.server, model=req.model.path, log=log, device=device, ctx_size=spec.ctx_size,
+                             threads=spec.threads, extra_args=side.args, env=req.env, health_timeout_s=spec.health_timeout_s)
+
+
+def _pieces(server: srvmod.Server, tokens: tuple[int, ...]) -> tuple[str, ...]:
+    """The text of each token, one /detokenize per token."""
+    out = []
+    for t in tokens:
+        status, data = server.post_json("/detokenize", {"tokens": [t]}, timeout=30)
+        if status != 200 or not isinstance(data, dict) or not isinstance(data.get("content"), str):
+            return tuple(out)
+        out.append(data["content"])
+    return tuple(out)
+
+
+def _ask(server: srvmod.Server, text: str, tokens: int) -> Answer:
+    try:
+        c = server.complete(text, n_predict=tokens, return_tokens=True, timeout=300)
+    except SmokeError as exc:
+        return Answer(text="", error=exc.message)
+    ids = tuple(c.tokens or ())
+    return Answer(text=c.text, tokens=ids, pieces=_pieces(server, ids) if ids else ())
+
+
+def _log_name(kind: str, role: str, device: str) -> str:
+    return f"{kind}-{role}-{re.sub(r'[^A-Za-z0-9._+-]+', '_', device)}.log"
+
+
+def answers_on(req: RunRequest, device: str, hasher: Callable[[Path], str]) -> tuple[dict[str, dict[str, Answer]], list[Provenance]]:
+    """One server per build on ``device``: the recipe's prompts, greedy, and provenance.
+    Raises SmokeError when the working build's server does not start."""
+    answers: dict[str, dict[str, Answer]] = {}
+    provs: list[Provenance] = []
+    for side in req.sides:
+        log = req.run_dir / "logs" / _log_name("answers", side.role, device)
+        try:
+            server = srvmod.start(_spec(req, side, device, log))
+        except SmokeError as exc:
+            if side.role == WORKING:
+                raise SmokeError(f"the working build's llama-server did not start on {device}: {exc.message}",
+                                 hint="check the working build (its log is named above); verify-run needs a working build that serves") from None
+            why = f"the new build's server did not start: {exc.message}"
+            answers[side.role] = {p.name: Answer(text="", error=why) for p in req.recipe.smoke.prompts}
+            provs.append(Provenance(side=side.role, device=device, pid=0, executable=str(side.build.server), checks=(), error=why))
+            continue
+        try:
+            provs.append(inspect_process(server.pid, side=side.role, device=device, expected=side.build.expected_files, hasher=hasher))
+            answers[side.role] = {p.name: _ask(server, p.prompt, req.recipe.smoke.answer_tokens) for p in req.recipe.smoke.prompts}
+        finally:
+            server.stop()
+    return answers, provs
+
+
+# --------------------------------------------------------------------------- speed
+
+
+def speed_on(req: RunRequest, device: str, hasher: Callable[[Path], str]) -> tuple[dict[tuple[str, str], speed_mod.SpeedVerdict], list[Provenance]]:
+    """The interleaved rounds on ``device`` and their verdicts; every timed server's
+    provenance is checked while it runs."""
+    threads = ("-t", str(req.recipe.smoke.threads)) if req.recipe.smoke.threads else ()
+    variants = tuple(Variant(name=f"{s.role}/{device}", config=s.role, build=s.role, device=device, server=s.build.server,
+                             args=(*threads, *s.args)) for s in req.sides)
+    role_of = {v.name: s.role for v, s in zip(variants, req.sides)}
+    provs: list[Provenance] = []
+
+    def on_start(server: srvmod.Server, v: Variant, rnd: int) -> None:
+        side = req.new if role_of[v.name] == NEW else req.working
+        provs.append(inspect_process(server.pid, side=side.role, device=device, expected=side.build.expected_files, hasher=hasher))
+
+    breq = BenchRequest(variants=variants, model=req.model, prompts=req.prompts, run_dir=req.run_dir, rounds=req.rounds,
+                        decode_tokens=req.decode_tokens, ctx_size=req.recipe.smoke.ctx_size, env=req.env,
+                        health_timeout_s=req.recipe.smoke.health_timeout_s, lock=req.lock)
+    result = run_bench(breq, progress=lambda line: ui.info(f"  {line}"), on_start=on_start)
+    verdicts = {}
+    for metric in METRICS:
+        ms = [speed_mod.Measure(round=s.round, side=role_of[s.variant], prompt=s.prompt,
+                                tok_s=(s.decode_tok_s if metric == "decode" else s.prompt_tok_s) if s.valid else None)
+              for s in result.samples]
+        verdicts[(device, metric)] = speed_mod.speed_verdict(ms, tolerance=req.tolerance, rounds_asked=req.rounds)
+    return verdicts, provs
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def junit_cases(v: Verdict) -> list[Case]:
+    """One case per part, and one per device and prompt or metric inside answers and speed."""
+    cases = []
+    for p in v.parts:
+        cases.append(Case(name=p.name, classname="verify-run", ok=p.ok, message="" if p.ok else p.summary, detail="\n".join(p.lines)))
+        if p.name == "answers":
+            for c in p.data.get("comparisons", []):
+                cases.append(Case(name=f"{c['device']}/{c['prompt']}", classname="verify-run.answers", ok=c["same"], message=c["difference"]))
+        if p.name == "speed":
+            for d in p.data.get("per_device", []):
+                msg = f"{d['verdict']}, new/working {d['median_ratio']:.3f}" if d.get("median_ratio") is not None else d["verdict"]
+                cases.append(Case(name=f"{d['device']} {d['metric']}", classname="verify-run.speed", ok=d["ok"], message=msg))
+    return cases
+
+
+def bundle_files(req: RunRequest, lists: dict[str, Any]) -> list[tuple[str, Path]]:
+    """What the bundle holds besides the report: both manifests, the artifact lists, the
+    logs, and the pins lock of the project the new build came from."""
+    files: list[tuple[str, Path]] = [("manifests/new.json", req.new.build.manifest_path),
+                                     ("manifests/working.json", req.working.build.manifest_path)]
+    for side, doc in lists.items():
+        path = req.run_dir / f"artifacts-{side}.json"
+        atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
+        files.append((path.name, path))
+    logs = req.run_dir / "logs"
+    if logs.is_dir():
+        files += [(f"logs/{p.name}", p) for p in sorted(logs.iterdir()) if p.is_file()]
+    return files
+
+
+def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) -> RunOutcome:
+    """The whole run after the builds are known; the caller holds the workspace and bench locks."""
+    if req.rounds < 1:
+        raise ConfigError("--rounds must be at least 1", hint=f"use {speed_mod.MIN_ROUNDS} or more to reach a speed verdict")
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    hasher = HashCache()
+    (req.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    with ui.stage("artifacts") as st:
+        art, lists, working_sets = artifacts_stage(req, hasher)
+        st["note"] = art.summary
+        if not art.ok:
+            st["status"] = "DIFFERENT"
+    devices, not_compared = devices_to_compare(req)
+    comparisons: list[AnswerComparison] = []
+    provs: list[Provenance] = []
+    speeds: dict[tuple[str, str], speed_mod.SpeedVerdict] = {}
+    for dev in devices:
+        with ui.stage("answers") as st:
+            got, p = answers_on(req, dev, hasher)
+            provs += p
+            comparisons += [compare(dev, pr.name, new=got[NEW][pr.name], working=got[WORKING][pr.name]) for pr in req.recipe.smoke.prompts]
+            same = sum(1 for c in comparisons if c.device == dev and c.same)
+            st["note"] = f"{dev}: {same}/{len(req.recipe.smoke.prompts)} the same"
+        if any(a.error for a in got[NEW].values()):
+            for metric in METRICS:
+                speeds[(dev, metric)] = speed_mod.speed_verdict([], tolerance=req.tolerance, rounds_asked=req.rounds)
+            continue
+        with ui.stage("speed") as st:
+            v, p = speed_on(req, dev, hasher)
+            speeds.update(v)
+            provs += p
+            st["note"] = "; ".join(f"{dev} {m} {v[(dev, m)].label}" for m in METRICS)
+    parts = [art, answers_part(comparisons, not_compared=not_compared), speed_part(speeds), provenance_part(provs)]
+    result = verdict(parts)
+    reference, adopted = None, ""
+    if req.adopt:
+        if art.ok:
+            reference, adopted = adopt_reference(req, working_sets)
+        else:
+            adopted = "not adopted: the artifacts of the two builds differ; adopt only a pair that agrees"
+    facts = report_mod.RunFacts(
+        recipe=req.recipe.name, new={**req.new.build.to_dict(), "args": list(req.new.args)},
+        working={**req.working.build.to_dict(), "args": list(req.working.args)}, rounds=req.rounds, tolerance=req.tolerance,
+        devices=devices, started_at=started, seconds=time.monotonic() - t0, run_dir=str(req.run_dir),
+        settings={"new server arguments": " ".join(req.new.args), "working server arguments": " ".join(req.working.args),
+                  "bench lock": str(req.lock or ""), "adopt": adopted},
+    )
+    written = report_mod.write_all(req.run_dir, result, facts, bundle_files=[*bundle_files(req, lists), *project_files])
+    junit = write_junit(req.junit, "verify-run", junit_cases(result), seconds=facts.seconds) if req.junit else None
+    return RunOutcome(verdict=result, written=written, junit=junit, reference=reference, adopted=adopted)
+
+
+def print_outcome(out: RunOutcome) -> None:
+    """The verdict, each part on a line, and the paths of what was written."""
+    ui.info("")
+    ui.info(out.verdict.label + (f" ({', '.join(out.verdict.failed)})" if out.verdict.failed else ""))
+    for p in out.verdict.parts:
+        ui.info(f"  {p.name:<11} {'ok' if p.ok else 'FAILED':<7} {p.summary}")
+    ui.info(f"report:  {out.written.md}")
+    ui.info(f"json:    {out.written.json}")
+    ui.info(f"bundle:  {out.written.bundle}")
+    if out.junit:
+        ui.info(f"junit:   {out.junit}")
+    if out.adopted:
+        ui.info(f"adopt:   {out.adopted}")
+
