@@ -1,0 +1,274 @@
+"""verify-run end to end on real builds, real servers and the real model: a second build of
+the same configuration passes; a binary-changing define, a flipped shader byte and a
+deliberately slowed build fail, each naming what differs; bad input is one line with its
+exit code, leaves no report and no server.
+
+The builds are the test workspace's (built once, then reused): the default recipe's, its
+rebuild in another folder ('verify --rebuild') and, where glslc exists, the vulkan recipe's.
+The test machine is small and shared, so speed is judged with a ±10 % tolerance here; the
+recipes' ±3 % is for a quiet verification box."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from _support import REPO, run_cli
+from conftest import workspace_for_tests
+from onebit_build.building import manifest as manifest_mod
+from onebit_build.core.fsutil import sha256_file
+from onebit_build.running.bench import BenchLock
+
+TOLERANCE = "0.10"
+
+
+def cli(*args: str, timeout: float = 3600):
+    return run_cli(REPO, "--workspace", str(workspace_for_tests()), *args, timeout=timeout)
+
+
+def servers_running_from(folder: Path) -> list[int]:
+    """Processes whose executable lies under ``folder``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            exe = os.readlink(f"/proc/{pid}/exe")
+        except OSError:
+            continue
+        if exe.startswith(str(folder)):
+            found.append(int(pid))
+    return found
+
+
+def verdict_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "verification.json").read_text())
+
+
+def part(doc: dict, name: str) -> dict:
+    return next(p for p in doc["parts"] if p["name"] == name)
+
+
+def fake_build(folder: Path, recipe: str) -> Path:
+    """A folder that looks like a build of ``recipe`` (enough to be resolved as one)."""
+    (folder / "bin").mkdir(parents=True)
+    server = folder / "bin" / "llama-server"
+    server.write_bytes(b"#!/bin/sh\nexit 1\n")
+    server.chmod(0o755)
+    doc = {"kind": manifest_mod.KIND, "schema": manifest_mod.SCHEMA, "recipe": {"name": recipe},
+           "components": [{"name": "llama", "build_dir": str(folder), "outputs": [
+               {"name": "llama-server", "path": str(server), "sha256": sha256_file(server), "size": 17}]}]}
+    (folder / "build-manifest.json").write_text(json.dumps(doc))
+    return folder
+
+
+# --------------------------------------------------------------------------- bad input (no build needed)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda t: t / "nothing-here", "no such file or folder"),
+    (lambda t: t, "not a build: the folder holds no build-manifest.json"),
+    (lambda t: fake_build(t / "vk", "vulkan"), "a build of recipe 'vulkan', not 'default'"),
+])
+def test_bad_working_path_is_one_line_and_leaves_nothing(tmp_path, make, message):
+    ws = tmp_path / "ws"
+    out = run_cli(REPO, "--workspace", str(ws), "verify-run", "--working", str(make(tmp_path)))
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and lines[0].startswith("error: --working"), out.stderr
+    assert not (ws / "runs").exists()
+
+
+def test_too_few_rounds_and_adopt_without_artifacts_are_refused(tmp_path):
+    b = fake_build(tmp_path / "b", "default")
+    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "verify-run", "--working", str(b), "--rounds", "3")
+    assert out.returncode == 2 and "a speed verdict needs at least 5 rounds" in out.stderr
+    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "verify-run", "--working", str(b), "--adopt")
+    assert out.returncode == 2 and "collects no kernel artifacts" in out.stderr
+
+
+def test_box_already_locked(tmp_path):
+    b = fake_build(tmp_path / "b", "default")
+    lock = tmp_path / "bench.lock"
+    run_dir = tmp_path / "run"
+    with BenchLock(lock, "a benchmark of the test"):
+        out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "verify-run", "--working", str(b), "--lock", str(lock),
+                      "--run-dir", str(run_dir))
+    assert out.returncode == 3, out.stderr
+    line = out.stderr.strip().splitlines()[-1]
+    assert "bench lock" in line and "is held by" in line and "a benchmark of the test" in line and "--wait" in line
+    assert not run_dir.exists()  # the folder made for this run is removed again: nothing half-written
+
+
+# --------------------------------------------------------------------------- real builds
+
+
+pytestslow = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def default_build(llama_server) -> Path:
+    return llama_server.parent.parent
+
+
+@pytest.fixture(scope="module")
+def rebuilt(default_build) -> Path:
+    """The same configuration built again in another folder of the workspace."""
+    folder = workspace_for_tests() / "build-rebuild" / default_build.name
+    if not (folder / "build-manifest.json").is_file():
+        out = cli("verify", "--rebuild")
+        assert out.returncode == 0, out.stderr[-3000:]
+    return folder
+
+
+@pytestslow
+def test_second_build_of_the_same_configuration_is_verified(rebuilt, default_build, tmp_path):
+    run_dir, junit = tmp_path / "run", tmp_path / "junit.xml"
+    out = cli("verify-run", "--working", str(rebuilt), "--tolerance", TOLERANCE, "--run-dir", str(run_dir), "--junit", str(junit))
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert "\nVERIFIED\n" in out.stderr
+    doc = verdict_of(run_dir)
+    assert doc["verdict"] == "VERIFIED" and doc["schema"] == 1 and doc["builds"]["working"]["folder"] == str(rebuilt)
+    n = len(manifest_mod.load_manifest(default_build / "build-manifest.json").components[0].outputs)
+    assert part(doc, "artifacts")["summary"].startswith(f"output binaries (new vs working): {n}/{n} byte-identical")
+    assert part(doc, "provenance")["ok"] and len(part(doc, "provenance")["servers"]) == 12  # 2 answering + 2 x 5 rounds
+    assert [d["verdict"] for d in part(doc, "speed")["per_device"]] in (["on par", "on par"], ["on par", "faster"], ["faster", "on par"],
+                                                                         ["faster", "faster"])
+    with tarfile.open(run_dir / "verification.tar.gz") as tar:
+        names = tar.getnames()
+    assert {"verification.md", "verification.json", "manifests/new.json", "manifests/working.json"} <= set(names)
+    assert any(n.startswith("logs/server-r5-") for n in names)
+    assert 'failures="0"' in junit.read_text()
+    assert f"report:  {run_dir / 'verification.md'}" in out.stderr
+    assert not servers_running_from(default_build) and not servers_running_from(rebuilt)
+
+
+@pytestslow
+def test_define_that_changes_the_binary_is_not_verified(default_build, tmp_path):
+    run_dir = tmp_path / "run"
+    try:
+        out = cli("-D", "LLAMA_BUILD_NUMBER=99999", "verify-run", "--working", str(default_build), "--tolerance", TOLERANCE,
+                  "--run-dir", str(run_dir))
+    finally:
+        restored = cli("build")  # the workspace's latest default build is the plain one again
+        assert restored.returncode == 0, restored.stderr[-2000:]
+    assert out.returncode == 11, out.stderr[-4000:]
+    doc = verdict_of(run_dir)
+    assert "artifacts" in doc["failed"]
+    art = part(doc, "artifacts")
+    differing = [d[0] for c in art["counted"] for d in c["differing"]]
+    assert differing, art
+    for name in differing:
+        assert f"differs  {name}" in out.stderr
+    assert part(doc, "answers")["ok"] and part(doc, "provenance")["ok"]
+
+
+@pytestslow
+def test_slowed_build_is_slower_with_its_ratio(default_build, tmp_path):
+    working = tmp_path / "working"
+    shutil.copytree(default_build, working, symlinks=True)
+    run_dir = tmp_path / "run"
+    # The new build's servers run 8 threads pinned to one core: the same binary, much slower.
+    out = cli("verify-run", "--working", str(working), "--tolerance", TOLERANCE, "--run-dir", str(run_dir),
+              "--new-args", "-t 8 --cpu-mask 0x1 --cpu-strict 1")
+    assert out.returncode == 11, out.stderr[-4000:]
+    doc = verdict_of(run_dir)
+    assert doc["failed"] == ["speed"], doc["headline"]
+    decode = next(d for d in part(doc, "speed")["per_device"] if d["metric"] == "decode")
+    assert decode["verdict"] == "slower" and decode["median_ratio"] < 0.9 and decode["interval"][1] < 1.0
+    assert re.search(r"CPU decode slower 0\.\d{3}", out.stderr)
+    assert "-t 8 --cpu-mask 0x1 --cpu-strict 1" in (run_dir / "verification.md").read_text()
+    assert not servers_running_from(working)
+
+
+@pytestslow
+def test_working_build_whose_server_does_not_start(default_build, tmp_path):
+    working = tmp_path / "broken"
+    shutil.copytree(default_build, working, symlinks=True)
+    lib = next((working / "bin").glob("libllama.so.*.*"))
+    lib.write_bytes(lib.read_bytes()[:4096])  # a truncated library: the loader refuses it
+    run_dir = tmp_path / "run"
+    out = cli("verify-run", "--working", str(working), "--run-dir", str(run_dir))
+    assert out.returncode == 10, out.stderr[-3000:]
+    assert "error: the working build's llama-server did not start on CPU" in out.stderr
+    assert not (run_dir / "verification.md").exists() and not (run_dir / "verification.json").exists()
+    assert not list(run_dir.glob(".*.tmp"))
+    assert not servers_running_from(working)
+
+
+# --------------------------------------------------------------------------- vulkan
+
+
+@pytest.fixture(scope="module")
+def vulkan_build() -> Path:
+    if shutil.which("glslc") is None:
+        pytest.skip("glslc is not installed (apt-get install glslc libvulkan-dev spirv-headers)")
+    out = cli("--recipe", "vulkan", "build")
+    assert out.returncode == 0, out.stderr[-3000:]
+    man = manifest_mod.load_latest(manifest_mod.Workspace(root=workspace_for_tests()), "vulkan")
+    assert man is not None
+    return Path(man.output("llama-server").path).parent.parent
+
+
+@pytestslow
+def test_flipped_shader_byte_in_the_working_build_is_named(vulkan_build, tmp_path):
+    working = tmp_path / "working"
+    shutil.copytree(vulkan_build, working, symlinks=True)  # never damage the shared build
+    spv = working / "ggml" / "src" / "ggml-vulkan" / "vulkan-shaders.spv"
+    victim = sorted(spv.glob("*.spv"))[0]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    victim.write_bytes(bytes(data))
+    total = len(list(spv.glob("*.spv")))
+    run_dir = tmp_path / "run"
+    out = cli("--recipe", "vulkan", "verify-run", "--working", str(working), "--tolerance", TOLERANCE, "--run-dir", str(run_dir),
+              "--adopt")
+    assert out.returncode == 11, out.stderr[-4000:]
+    doc = verdict_of(run_dir)
+    assert "artifacts" in doc["failed"]
+    assert f"Vulkan SPIR-V (new vs working): {total - 1}/{total} byte-identical" in out.stderr
+    assert f"differs  {victim.name}" in out.stderr
+    assert "not adopted: the artifacts of the two builds differ" in out.stderr
+    assert part(doc, "answers")["ok"] and part(doc, "provenance")["ok"]
+    assert not servers_running_from(working) and not servers_running_from(vulkan_build)
+
+
+@pytestslow
+def test_adopted_reference_is_named_after_the_toolchain_and_verifies(vulkan_build, tmp_path):
+    """--adopt's writer on the real vulkan build: the reference it writes is found as the
+    match for this toolchain and holds every shader."""
+    from onebit_build.building.verify import compare_sets, find_matching_reference, load_reference
+    from onebit_build.core.config import load_recipe
+    from onebit_build.core.pins import load_pins
+    from onebit_build.verification import run as vrun
+    from onebit_build.verification.working import resolve_working
+
+    recipe = load_recipe(REPO / "recipes" / "vulkan.yaml", load_pins(REPO / "pins.yaml"))
+    build = resolve_working(vulkan_build, recipe="vulkan")
+    sets = vrun.collect_sets(build)
+    side = vrun.Side(role=vrun.WORKING, build=build)
+    req = vrun.RunRequest(recipe=recipe, new=side, working=side, model=None, run_dir=tmp_path, prompts=(), rounds=5, tolerance=0.03,
+                          refs_dir=tmp_path / "references" / "vulkan")
+    path, said = vrun.adopt_reference(req, sets)
+    glslc = next(iter(sets.values())).facts["glslc"]
+    assert path == tmp_path / "references" / "vulkan" / f"glslc-{glslc.replace(' ', '-')}.json" and said == f"wrote {path}"
+    found, _ = find_matching_reference(path.parent, sets)
+    assert found == path
+    ref = load_reference(path)
+    assert all(compare_sets(k[0], s, ref.sets[k]).ok for k, s in sets.items())
+    again, said = vrun.adopt_reference(req, sets)
+    assert again == path and said.startswith("already recorded")
+
+
+def test_run_dir_must_be_new(tmp_path):
+    b = fake_build(tmp_path / "b", "default")
+    old = tmp_path / "old-run"
+    old.mkdir()
+    (old / "verification.md").write_text("an older run's report\n")
+    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "verify-run", "--working", str(b), "--run-dir", str(old))
+    assert out.returncode == 2 and "already exists and is not an empty folder" in out.stderr
+    assert (old / "verification.md").read_text() == "an older run's report\n"
