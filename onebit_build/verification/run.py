@@ -48,6 +48,7 @@ from onebit_build.verification.working import ResolvedBuild, server_component
 NEW = "new"
 WORKING = "working"
 METRICS = ("decode", "prompt")
+SHOWN_LINES = 20  # details of a failed part printed at the end (all of them are in the report)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -427,6 +428,13 @@ def print_outcome(out: RunOutcome) -> None:
     ui.info(out.verdict.label + (f" ({', '.join(out.verdict.failed)})" if out.verdict.failed else ""))
     for p in out.verdict.parts:
         ui.info(f"  {p.name:<11} {'ok' if p.ok else 'FAILED':<7} {p.summary}")
+    for p in out.verdict.parts:
+        if not p.ok and p.lines:
+            ui.info(f"{p.name}:")
+            for line in p.lines[:SHOWN_LINES]:
+                ui.info(f"  {line}")
+            if len(p.lines) > SHOWN_LINES:
+                ui.info(f"  ... {len(p.lines) - SHOWN_LINES} more in the report")
     ui.info(f"report:  {out.written.md}")
     ui.info(f"json:    {out.written.json}")
     ui.info(f"bundle:  {out.written.bundle}")
