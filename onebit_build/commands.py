@@ -34,11 +34,13 @@ def version(project: ProjectRoot | None, error: ConfigError | None = None) -> in
 
 def plan(opts: Options, project: ProjectRoot) -> int:
     """Print the whole plan without fetching, building or taking the workspace lock."""
+    from onebit_build.building.compiler_cache import resolve
     from onebit_build.building.plan import make_plan, render_plan
 
     pins, recipe = stages.load_pins_and_recipe(project, opts)
     the_plan = make_plan(recipe, pins, workspace=Workspace(root=opts.workspace), patches_dir=project.patches,
-                         mirror_dirs=opts.mirror_dirs, offline=opts.offline, toolchain_root=opts.toolchain_root)
+                         mirror_dirs=opts.mirror_dirs, offline=opts.offline, toolchain_root=opts.toolchain_root,
+                         launcher=resolve(opts.compiler_cache))
     if opts.json:
         doc = {"kind": "onebit-build-plan", "schema": 1, "project": project.describe(),
                "overrides": [d.render() for d in opts.defines], **plan_doc(the_plan)}
@@ -54,6 +56,8 @@ def plan_doc(the_plan) -> dict:
     """The plan as plain JSON values (paths and tuples as strings and lists). Pure."""
     from dataclasses import asdict
 
+    from onebit_build.building.compiler_cache import describe
+
     def plain(value):
         return json.loads(json.dumps(value, default=str))
 
@@ -61,7 +65,8 @@ def plan_doc(the_plan) -> dict:
             "toolchain": plain(asdict(the_plan.toolchain)) if the_plan.toolchain else None,
             "sources": [plain(asdict(s)) for s in the_plan.sources],
             "components": [plain(asdict(c)) for c in the_plan.components],
-            "runtime_env": dict(the_plan.runtime_env), "problems": list(the_plan.problems)}
+            "runtime_env": dict(the_plan.runtime_env), "problems": list(the_plan.problems),
+            "compiler_cache": describe(the_plan.launcher)}
 
 
 def recipe_rows(project: ProjectRoot, opts: Options) -> list[dict]:

@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from onebit_build.building.compiler_cache import CacheRequest, request_from
 from onebit_build.building.fetch import mirror_dirs_from
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.workspace import default_workspace
@@ -107,6 +108,7 @@ class Options:
     verify_run: VerifyRunOptions | None = None
     run_dir: Path | None = None  # --run-dir: this invocation's run folder (new or empty)
     junit: Path | None = None  # --junit: the checks as JUnit XML (smoke, verify-run)
+    compiler_cache: CacheRequest = field(default_factory=CacheRequest)  # --compiler-cache, --compiler-cache-url
 
     @property
     def recipe_is_file(self) -> bool:
@@ -181,6 +183,7 @@ def from_args(ns: argparse.Namespace) -> Options:
         bench=_bench_options(get) if command == "bench" else None,
         verify_run=_verify_run_options(get) if command == "verify-run" else None,
         run_dir=_path(get("run_dir")), junit=_path(get("junit")),
+        compiler_cache=request_from(get("compiler_cache"), get("compiler_cache_url"), os.environ),
     )
 
 

@@ -16,6 +16,7 @@ from onebit_build.building.assemble import AssemblePlan
 from onebit_build.building.assemble import make_plan as make_assemble_plan
 from onebit_build.building.builder import BuildRequest, BuildResult, build, resolve_refs
 from onebit_build.building.cmake import find_tools
+from onebit_build.building.compiler_cache import CacheRequest, Launcher, resolve as resolve_launcher
 from onebit_build.core.config import Component, Recipe
 from onebit_build.core.pins import Pin, Pins, read_lock, render_lock
 from onebit_build.building.fetch import FetchRequest, FetchResult, fetch
@@ -41,6 +42,7 @@ class Context:
     jobs: int | None = None
     toolchain_root: str | None = None  # --toolchain-root: overrides the recipe's toolchain root
     overrides: tuple[str, ...] = ()  # the -D overrides, as given (recorded in the manifest)
+    compiler_cache: CacheRequest = CacheRequest()  # --compiler-cache / --compiler-cache-url
 
     @property
     def repo_root(self) -> Path:
@@ -132,8 +134,12 @@ def run_patch(ctx: Context, fetched: dict[str, FetchResult]) -> dict[str, Prepar
     return trees
 
 
-def run_build(ctx: Context, pins: Pins, recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], *, build_root: Path | None = None) -> list[BuildResult]:
+def run_build(ctx: Context, pins: Pins, recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], *,
+              build_root: Path | None = None, launcher: Launcher | None = None) -> list[BuildResult]:
+    """Build every component in order. ``launcher``: the compiler cache (default: the one
+    the context asks for)."""
     tools = find_tools()
+    launcher = launcher or resolve_launcher(ctx.compiler_cache)
     fields: dict[str, dict[str, str]] = {}
     results: list[BuildResult] = []
     resolved_pins = {n: pins.get(n) for n in pins.sources}
@@ -149,7 +155,7 @@ def run_build(ctx: Context, pins: Pins, recipe: Recipe, fetched: dict[str, Fetch
             source_head=tree.head, patch_digest=tree.patch_digest, defines=defines,
             build_root=build_root or ctx.workspace.build_dir, log=ctx.run_dir / f"build-{comp.name}.log",
             jobs=ctx.jobs, env=env, assemble=assemble_plan(ctx, comp, defines),
-            inputs=dependency_inputs(comp, results),
+            inputs=dependency_inputs(comp, results), launcher=launcher,
         ), tools)
         fields[comp.name] = {"build_dir": str(res.build_dir), "source_dir": str(tree.path), **{o.name: str(o.path) for o in res.outputs}}
         results.append(res)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from onebit_build import pipeline
+from onebit_build.building.compiler_cache import NO_LAUNCHER
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe, find_recipe, load_recipe
 from onebit_build.core.pins import Pins, apply_lock, load_pins, read_lock
@@ -65,7 +66,7 @@ def make_context(project: ProjectRoot, opts: Options, run_dir: Path) -> pipeline
     return pipeline.Context(
         project=project, workspace=Workspace(root=opts.workspace), recipe_name=opts.recipe, run_dir=run_dir, offline=opts.offline, locked=opts.locked,
         mirror_dirs=opts.mirror_dirs, jobs=opts.jobs, toolchain_root=opts.toolchain_root,
-        overrides=tuple(d.render() for d in opts.defines),
+        overrides=tuple(d.render() for d in opts.defines), compiler_cache=opts.compiler_cache,
     )
 
 
@@ -247,12 +248,13 @@ def verify_command(ctx: pipeline.Context, built: Built, opts: Options) -> int:
         ui.info(f"wrote reference {write_reference(opts.verify.write_reference, manifest)}")
         return 0
     if opts.verify.rebuild:
-        root = ctx.workspace.root / "build-rebuild"
-        shutil.rmtree(root, ignore_errors=True)
+        root, trees = rebuild_places(ctx.workspace, built.trees, built.recipe)
         with ui.stage("rebuild") as st:
-            builds2 = pipeline.run_build(ctx, built.pins, built.recipe, built.fetched, built.trees, build_root=root)
-            man2 = pipeline.write_manifests(ctx, built.recipe, built.fetched, built.trees, builds2, latest=False)
-            st["note"] = f"in {root}"
+            # Everything compiled again (no compiler cache), from sources at another path.
+            builds2 = pipeline.run_build(ctx, built.pins, built.recipe, built.fetched, trees, build_root=root, launcher=NO_LAUNCHER)
+            man2 = pipeline.write_manifests(ctx, built.recipe, built.fetched, trees, builds2, latest=False)
+            moved = [str(t.path) for n, t in trees.items() if t.path != built.trees[n].path]
+            st["note"] = f"in {root}" + (f", sources moved to {', '.join(moved)}" if moved else "") + ", no compiler cache"
         results = verify_against(load_manifest(man2), load_reference(built.manifest), with_outputs=True)
         ui.info(f"rebuild in {root} compared with {built.builds[-1].build_dir}:")
     else:
@@ -270,6 +272,32 @@ def verify_command(ctx: pipeline.Context, built: Built, opts: Options) -> int:
     if not _print_comparisons(results):
         raise VerifyError("artifacts differ", hint="see the list above")
     return 0
+
+
+# Kernel artifacts whose bytes name their input's absolute path (loom-link records it): the
+# sources they are built from stay at their canonical path when rebuilding.
+CANONICAL_PATH_ARTIFACTS = ("loombc",)
+
+
+def rebuild_places(workspace: Workspace, trees: dict, recipe: Recipe) -> tuple[Path, dict]:
+    """Where ``verify --rebuild`` builds: a fresh build root, and a copy of each prepared
+    source tree at another path (as reprotest varies the build path), so that any absolute
+    path left in an output shows up as a difference. Sources of path-recording kernel
+    artifacts (:data:`CANONICAL_PATH_ARTIFACTS`) are not moved."""
+    root = workspace.root / "build-rebuild"
+    src = workspace.root / "src-rebuild"
+    for d in (root, src):
+        shutil.rmtree(d, ignore_errors=True)
+    pinned = {c.source for c in recipe.components if set(c.artifacts) & set(CANONICAL_PATH_ARTIFACTS)}
+    copies = {}
+    for name, tree in trees.items():
+        if name in pinned:
+            copies[name] = tree
+            continue
+        dest = src / f"moved-{tree.path.name}"
+        shutil.copytree(tree.path, dest, symlinks=True)
+        copies[name] = replace(tree, path=dest)
+    return root, copies
 
 
 # --------------------------------------------------------------------------- smoke

@@ -438,3 +438,143 @@ def test_none_leaves_no_launcher_in_the_cmake_cache(tmp_path):
     report, _ = build_project(src, build, cc.NO_LAUNCHER)
     assert report.to_dict() == {"launcher": "none", "mode": "none", "reason": "no compiler cache"}
     assert launchers_in(build) == {"C": "", "CXX": "", "CUDA": "", "HIP": ""}
+
+
+# --------------------------------------------------------------------------- through the tool
+
+
+def test_the_launcher_never_enters_the_build_key():
+    from onebit_build.building.builder import BuildRequest, Toolchain, build_key
+    from onebit_build.core.config import Component
+
+    req = BuildRequest(recipe="r", component=Component(name="c", source="s", targets=("t",)), source_dir=Path("/src"), source_commit="a" * 40,
+                       source_head="b" * 40, patch_digest="d" * 64, defines=(("X", "1"),), build_root=Path("/b"), log=Path("/log"))
+    tc = Toolchain(cmake="3.30", ninja="1.12", c_compiler="cc", cxx_compiler="c++")
+    sc = cc.Launcher(kind="sccache", program="/b/sccache", version="0.16.0", backend="redis", url=cc.parse_url("redis://h:1"))
+    from dataclasses import replace
+
+    assert build_key(replace(req, launcher=sc), replace(tc, launcher=sc.label)) == build_key(req, tc)
+
+
+def tool_project(tmp_path: Path, parts: int = 0) -> tuple[Path, Path]:
+    """The small C/C++ project as a pinned source and a recipe of a project folder."""
+    from _support import bare_mirror, make_repo, project_tree
+
+    files = {rel: textwrap.dedent(text) for rel, text in PROJECT.items()}
+    files.update({f"lib/part{i:02d}.c": f'const char *part{i}(void) {{ return __FILE__ ":{i}"; }}\n' for i in range(parts)})
+    commit = make_repo(tmp_path / "where-src", files)
+    mirrors = tmp_path / "mirrors"
+    bare_mirror(tmp_path / "where-src", mirrors, "where")
+    recipe = """\
+        schema: 1
+        name: where
+        description: a small C and C++ project that names its own source files
+        backends: [cpu]
+        components:
+          - name: where
+            source: where
+            defines:
+              CMAKE_BUILD_RPATH_USE_ORIGIN: "ON"
+            targets: [hello]
+            outputs:
+              hello: hello
+              libraries: "lib*.so"
+        """
+    root = project_tree(tmp_path / "proj", pins=f"schema: 1\nsources:\n  where:\n    url: https://example.invalid/where.git\n    commit: {commit}\n",
+                        recipes={"where": recipe})
+    return root, mirrors
+
+
+def tool(root: Path, mirrors: Path, ws: Path, *args: str, cache_dir: Path | None = None, env: dict | None = None):
+    from _support import run_cli
+
+    extra = {"SCCACHE_DIR": str(cache_dir or ws.parent / f"{ws.name}-sccache"), **(env or {})}
+    return run_cli(root, "--workspace", str(ws), "--mirror-dir", str(mirrors), "--recipe", "where", *args, env=extra)
+
+
+def manifest_of(ws: Path) -> dict:
+    from onebit_build.building.manifest import read_manifest
+
+    return read_manifest(ws / "manifests" / "where.json")
+
+
+def component_of(ws: Path) -> dict:
+    return manifest_of(ws)["components"][0]
+
+
+@needs_sccache
+def test_tool_two_workspaces_through_the_same_redis(tmp_path, redis_server):
+    root, mirrors = tool_project(tmp_path)
+    url = ["--compiler-cache", "sccache", "--compiler-cache-url", redis_server.url]
+    ws1, ws2 = tmp_path / "ws", tmp_path / "elsewhere" / "second-workspace"
+    out = tool(root, mirrors, ws1, *url, "plan")
+    assert out.returncode == 0 and f"compiler cache  sccache {cc.program_version(SCCACHE)}, redis {redis_server.url}" in out.stdout
+    assert "-DCMAKE_CXX_COMPILER_LAUNCHER=" + SCCACHE in out.stdout and "-fmacro-prefix-map=" in out.stdout
+    for ws in (ws1, ws2):
+        out = tool(root, mirrors, ws, *url, "build")
+        assert out.returncode == 0, out.stderr
+        assert "warning" not in out.stderr, out.stderr
+    one, two = component_of(ws1), component_of(ws2)
+    assert one["compiler_cache"]["stats"]["misses"] == 3 and one["compiler_cache"]["stats"]["hits"] == 0
+    assert two["compiler_cache"]["stats"]["hits"] == 3 and two["compiler_cache"]["stats"]["hit_rate"] == 1.0
+    assert two["compiler_cache"]["backend"] == "redis" and two["compiler_cache"]["url"] == redis_server.url
+    tree = manifest_of(ws2)["sources"][0]["tree"]
+    assert tree.startswith(str(ws2)) and [m["old"] for m in two["prefix_maps"]] == sorted([two["build_dir"], tree], key=len)
+    assert {o["name"]: o["sha256"] for o in one["outputs"]} == {o["name"]: o["sha256"] for o in two["outputs"]}
+    assert one["build_dir"] != two["build_dir"] and "CMAKE_C_COMPILER_LAUNCHER" not in two["defines"]
+    assert launchers_in(Path(two["build_dir"]))["CXX"] == SCCACHE
+
+
+@needs_sccache
+def test_tool_redis_stopped_mid_way_completes_with_one_warning(tmp_path, redis_server):
+    import threading
+
+    root, mirrors = tool_project(tmp_path, parts=12)
+    stopped = threading.Event()
+
+    def stop_when_two_objects_are_shared():
+        while not stopped.is_set():
+            if redis_server.proc is not None and redis_server.keys() >= 3:  # sccache's own check entry and two objects
+                redis_server.stop()
+                stopped.set()
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=stop_when_two_objects_are_shared, daemon=True)
+    watcher.start()
+    t0 = time.monotonic()
+    out = tool(root, mirrors, tmp_path / "ws", "--compiler-cache", "sccache", "--compiler-cache-url", redis_server.url, "-j", "1", "build")
+    took = time.monotonic() - t0
+    stopped.set()
+    assert out.returncode == 0, out.stderr
+    assert redis_server.proc is None, "Redis was not stopped during the build"
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "could not be reached" in warnings[0] and redis_server.url in warnings[0], out.stderr
+    assert took < 120, f"{took:.0f} s"
+    cache = component_of(tmp_path / "ws")["compiler_cache"]
+    assert cache["stats"]["requests"] == 15 and cache["warnings"] == [warnings[0].removeprefix("warning: ")]
+
+
+def test_tool_none_leaves_no_launcher_and_a_changed_launcher_reuses_the_folder(tmp_path):
+    root, mirrors = tool_project(tmp_path)
+    ws = tmp_path / "ws"
+    out = tool(root, mirrors, ws, "build", env={"ONEBIT_COMPILER_CACHE": "none"})
+    assert out.returncode == 0, out.stderr
+    comp = component_of(ws)
+    assert comp["compiler_cache"]["launcher"] == "none" and comp["toolchain"]["launcher"] is None
+    assert launchers_in(Path(comp["build_dir"])) == {"C": "", "CXX": "", "CUDA": "", "HIP": ""}
+    if SCCACHE is None:
+        return
+    again = tool(root, mirrors, ws, "--compiler-cache", "sccache", "build")
+    assert again.returncode == 0 and "up to date" in again.stderr, again.stderr
+    assert component_of(ws)["key"] == comp["key"]
+    # A folder that was configured with a launcher and not finished loses it with 'none'.
+    stamp = Path(comp["build_dir"]) / "onebit-build.json"
+    doc = json.loads(stamp.read_text())
+    doc["complete"] = False
+    stamp.write_text(json.dumps(doc))
+    tool(root, mirrors, ws, "--compiler-cache", "sccache", "build")
+    assert launchers_in(Path(comp["build_dir"]))["C"] == SCCACHE
+    stamp.write_text(json.dumps({**json.loads(stamp.read_text()), "complete": False}))
+    out = tool(root, mirrors, ws, "--compiler-cache", "none", "build")
+    assert out.returncode == 0, out.stderr
+    assert launchers_in(Path(comp["build_dir"])) == {"C": "", "CXX": "", "CUDA": "", "HIP": ""}

@@ -10,12 +10,14 @@ import platform
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from onebit_build.core import ui
 from onebit_build.building.cmake import Tools, build_argv, configure_argv, find_tools, write_init_cache
+from onebit_build.building.compiler_cache import (NO_LAUNCHER, CacheSession, Launcher, PrefixMap, describe, launcher_defines,
+                                                  prefix_maps, with_prefix_maps)
 from onebit_build.core.config import REF_RE, Component
 from onebit_build.core.pins import Pin
 from onebit_build.core.errors import BuildError, CommandError, ConfigError
@@ -27,12 +29,16 @@ if TYPE_CHECKING:
 
 STAMP_KIND = "onebit-build/build-dir"
 STAMP_SCHEMA = 1
+# How the tool maps the source and build folders out of the objects (part of the build key):
+# each to ".", as preprocessor arguments (compiler_cache.map_arguments).
+PATH_MAPS = "preprocessor-arguments/1"
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Toolchain:
-    """Versions that shape the build's outputs; all of them are part of the build key."""
+    """Versions that shape the build's outputs; all of them but the launcher (a compiler cache,
+    which gives the same objects) are part of the build key."""
 
     cmake: str
     ninja: str
@@ -61,6 +67,7 @@ class BuildRequest:
     # Digests of the outputs of the components this one refers to: a rebuilt or
     # re-assembled dependency gives this component a new build dir too.
     inputs: tuple[tuple[str, str], ...] = ()
+    launcher: Launcher = NO_LAUNCHER  # the compiler cache; never part of the build key
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,7 +89,9 @@ class BuildResult:
     configure_argv: tuple[str, ...]
     build_argv: tuple[str, ...]
     seconds: float
-    defines: tuple[tuple[str, str], ...] = ()  # exactly what the initial cache set
+    defines: tuple[tuple[str, str], ...] = ()  # what the initial cache set, but the launchers (see compiler_cache)
+    prefix_maps: tuple[PrefixMap, ...] = ()  # the folders mapped out of the objects
+    compiler_cache: dict = field(default_factory=dict)  # compiler_cache.CacheReport.to_dict(), or describe() when reused
 
 
 # --------------------------------------------------------------------------- pure decisions
@@ -124,6 +133,7 @@ def build_key(req: BuildRequest, toolchain: Toolchain) -> str:
         "targets": list(req.component.targets),
         "env": list(req.env),
         "toolchain": {k: v for k, v in toolchain.as_dict().items() if k != "launcher"},
+        "path_maps": PATH_MAPS,
     }
     if req.inputs:
         doc["inputs"] = list(req.inputs)
@@ -161,7 +171,7 @@ def compiler_path(kind: str, defines: Sequence[tuple[str, str]], env: Mapping[st
     return None
 
 
-def probe_toolchain(tools: Tools, defines: Sequence[tuple[str, str]], env: Mapping[str, str]) -> Toolchain:
+def probe_toolchain(tools: Tools, defines: Sequence[tuple[str, str]], env: Mapping[str, str], launcher: Launcher = NO_LAUNCHER) -> Toolchain:
     cc = compiler_path("c", defines, env)
     cxx = compiler_path("cxx", defines, env)
     if cc is None or cxx is None:
@@ -169,13 +179,12 @@ def probe_toolchain(tools: Tools, defines: Sequence[tuple[str, str]], env: Mappi
     for c in (cc, cxx):
         if not (shutil.which(c) or (os.sep in c and os.access(c, os.X_OK))):
             raise BuildError(f"compiler {c} not found", hint="install it (Debian: apt-get install build-essential) or point CC/CXX at an existing one")
-    launcher = shutil.which("ccache") or shutil.which("sccache")
     return Toolchain(
         cmake=tools.cmake_version,
         ninja=tools.ninja_version,
         c_compiler=f"{cc}: {version_line(cc) or ''}",
         cxx_compiler=f"{cxx}: {version_line(cxx) or ''}",
-        launcher=launcher,
+        launcher=launcher.label if launcher.active else None,
     )
 
 
@@ -212,15 +221,19 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
     t0 = time.monotonic()
     tools = tools or find_tools()
     env = dict(req.env)
-    toolchain = probe_toolchain(tools, req.defines, {**os.environ, **env})
+    toolchain = probe_toolchain(tools, req.defines, {**os.environ, **env}, req.launcher)
     key = build_key(req, toolchain)
     bdir = build_dir_for(req, key)
     stamp_path = bdir / "onebit-build.json"
-    defines = list(req.defines)
-    if toolchain.launcher:
-        defines += [("CMAKE_C_COMPILER_LAUNCHER", toolchain.launcher), ("CMAKE_CXX_COMPILER_LAUNCHER", toolchain.launcher)]
+    maps = prefix_maps(req.source_dir, bdir)
+    defines = with_prefix_maps(req.defines, maps, environ={**os.environ, **env})
     conf = configure_argv(tools, req.source_dir, bdir, req.component.build_type, bdir / "CMakeInit.txt")
     bld = build_argv(tools, bdir, req.component.targets, req.jobs)
+
+    def result(outs: tuple[Output, ...], reused: bool, cache: dict) -> BuildResult:
+        return BuildResult(component=req.component.name, build_dir=bdir, key=key, reused=reused, outputs=outs, toolchain=toolchain,
+                           configure_argv=tuple(conf), build_argv=tuple(bld), seconds=time.monotonic() - t0, defines=defines,
+                           prefix_maps=maps, compiler_cache=cache)
 
     # A finished build dir with this key whose outputs are unchanged: nothing to do.
     try:
@@ -229,39 +242,52 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
             outs = _outputs(req.component, bdir) + _prefix_output(req, bdir)
             recorded = {o["name"]: o["sha256"] for o in stamp.get("outputs", [])}
             if all(recorded.get(o.name) == o.sha256 for o in outs):
-                return BuildResult(component=req.component.name, build_dir=bdir, key=key, reused=True, outputs=outs,
-                                   toolchain=toolchain, configure_argv=tuple(conf), build_argv=tuple(bld), seconds=time.monotonic() - t0,
-                       defines=tuple(defines))
+                return result(outs, True, {**describe(req.launcher), "stats": None, "note": "build folder reused: nothing compiled"})
     except (FileNotFoundError, StateError, BuildError):
         pass
 
     bdir.mkdir(parents=True, exist_ok=True)
     write_state(stamp_path, STAMP_KIND, STAMP_SCHEMA, {"key": key, "complete": False, "request": _request_doc(req, toolchain)})
-    write_init_cache(tools, req.source_dir, bdir, req.component.build_type, defines)
-    run_env = {**env}
-    try:
-        ui.info(f"  configuring {req.component.name} ({bdir.name})")
-        run(conf, log=req.log, env=run_env, what=f"configure of {req.component.name}",
-            hint=f"see the CMake output above; full log {req.log}")
-        with ui.StepProgress(f"building {req.component.name}") as bar:
-            def on_line(line: str) -> None:
-                prog = parse_progress(line)
-                if prog:
-                    bar.update(*prog)
-                elif ui.is_verbose():
-                    ui.detail(f"  {line}")
-
-            run(bld, log=req.log, env=run_env, on_line=on_line, what=f"build of {req.component.name}", tail=40)
-    except CommandError as exc:
-        raise BuildError(str(exc.message), hint=f"the last lines are above; full log {req.log}", detail=exc.tail) from None
+    cache = _configure_and_build(req, tools, bdir, defines, conf, bld, env)
     outs = _outputs(req.component, bdir) + _assemble_prefix(req, bdir, tools)
     write_state(stamp_path, STAMP_KIND, STAMP_SCHEMA, {
         "key": key, "complete": True, "request": _request_doc(req, toolchain), "assemble": _assemble_digest(req),
         "outputs": [{"name": o.name, "path": str(o.path), "sha256": o.sha256, "size": o.size} for o in outs],
     })
-    return BuildResult(component=req.component.name, build_dir=bdir, key=key, reused=False, outputs=outs,
-                       toolchain=toolchain, configure_argv=tuple(conf), build_argv=tuple(bld), seconds=time.monotonic() - t0,
-                       defines=tuple(defines))
+    return result(outs, False, cache)
+
+
+def _configure_and_build(req: BuildRequest, tools: Tools, bdir: Path, defines: tuple[tuple[str, str], ...],
+                         conf: list[str], bld: list[str], env: dict[str, str]) -> dict:
+    """Configure and build through the compiler cache; what the cache did (its one warning
+    line, if any, printed)."""
+    session = CacheSession(req.launcher, source_dir=req.source_dir, build_dir=bdir)
+    try:
+        with session:
+            # The launchers are always written (empty without one): the folder may have had one.
+            write_init_cache(tools, req.source_dir, bdir, req.component.build_type, [*defines, *launcher_defines(session.launcher)])
+            run_env = {**env, **session.env}
+            ui.info(f"  configuring {req.component.name} ({bdir.name})")
+            run(conf, log=req.log, env=run_env, what=f"configure of {req.component.name}",
+                hint=f"see the CMake output above; full log {req.log}")
+            with ui.StepProgress(f"building {req.component.name}") as bar:
+                def on_line(line: str) -> None:
+                    prog = parse_progress(line)
+                    if prog:
+                        bar.update(*prog)
+                    elif ui.is_verbose():
+                        ui.detail(f"  {line}")
+
+                run(bld, log=req.log, env=run_env, on_line=on_line, what=f"build of {req.component.name}", tail=40)
+    except CommandError as exc:
+        raise BuildError(str(exc.message), hint=f"the last lines are above; full log {req.log}", detail=exc.tail) from None
+    finally:
+        for line in session.warnings:
+            ui.warn(line)
+    stats = session.report.stats
+    if stats is not None and stats.hit_rate is not None:
+        ui.detail(f"  compiler cache: {stats.hits}/{stats.hits + stats.misses} hits ({session.launcher.label})")
+    return session.report.to_dict()
 
 
 def _assemble_digest(req: BuildRequest) -> str | None:
@@ -295,5 +321,5 @@ def _request_doc(req: BuildRequest, toolchain: Toolchain) -> dict[str, object]:
         "recipe": req.recipe, "component": req.component.name, "source_dir": str(req.source_dir),
         "source_commit": req.source_commit, "source_head": req.source_head, "patch_digest": req.patch_digest,
         "build_type": req.component.build_type, "defines": dict(req.defines), "targets": list(req.component.targets),
-        "toolchain": toolchain.as_dict(), "host": platform.platform(),
+        "toolchain": toolchain.as_dict(), "path_maps": PATH_MAPS, "host": platform.platform(),
     }

@@ -371,17 +371,23 @@ def map_arguments(maps: Sequence[PrefixMap], language: str, compiler: str | None
     return args
 
 
-def with_prefix_maps(defines: Sequence[tuple[str, str]], maps: Sequence[PrefixMap],
-                     languages: Sequence[str] = LAUNCHER_LANGUAGES) -> tuple[tuple[str, str], ...]:
+# The environment variables CMake starts CMAKE_<LANG>_FLAGS from when the cache has none.
+FLAG_VARIABLES = {"C": "CFLAGS", "CXX": "CXXFLAGS", "CUDA": "CUDAFLAGS", "HIP": "HIPFLAGS"}
+
+
+def with_prefix_maps(defines: Sequence[tuple[str, str]], maps: Sequence[PrefixMap], languages: Sequence[str] = LAUNCHER_LANGUAGES,
+                     environ: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
     """``defines`` with the map arguments appended to ``CMAKE_<LANG>_FLAGS`` of each
-    language (after what the recipe or ``-D`` set there). Pure."""
+    language, after what the recipe or ``-D`` set there, else after the flags CMake would
+    have taken from ``environ`` (``CFLAGS``...), which setting the define would hide. Pure."""
     if not maps:
         return tuple(defines)
     out = dict(defines)
     for lang in languages:
         key = f"CMAKE_{lang}_FLAGS"
         flags = shlex.join(map_arguments(maps, lang, out.get(f"CMAKE_{lang}_COMPILER")))
-        out[key] = f"{out[key]} {flags}".strip() if out.get(key) else flags
+        base = out[key] if key in out else (environ or {}).get(FLAG_VARIABLES.get(lang, ""), "").strip()
+        out[key] = f"{base} {flags}" if base else flags
     return tuple(out.items())
 
 

@@ -67,6 +67,10 @@ class ComponentRecord:
     toolchain: Mapping[str, Any] = field(default_factory=dict)
     outputs: tuple[OutputRecord, ...] = ()
     artifacts: tuple[ArtifactSet, ...] = ()
+    # The folders mapped out of the objects ({"old": path, "new": "."}) and what the compiler
+    # cache did for this build (compiler_cache.CacheReport.to_dict()); empty in older manifests.
+    prefix_maps: tuple[Mapping[str, str], ...] = ()
+    compiler_cache: Mapping[str, Any] = field(default_factory=dict)
 
     def output(self, name: str) -> OutputRecord | None:
         return next((o for o in self.outputs if o.name == name), None)
@@ -182,11 +186,12 @@ def _component_from_doc(c: Mapping[str, Any], where: str) -> ComponentRecord:
         outputs=tuple(OutputRecord(name=str(o["name"]), path=str(o.get("path", "")), sha256=str(o.get("sha256", "")),
                                    size=int(o.get("size", 0))) for o in c.get("outputs", [])),
         artifacts=tuple(ArtifactSet.from_dict(a, f"{where}: component {name}") for a in c.get("artifacts") or []),
+        prefix_maps=tuple(dict(m) for m in c.get("prefix_maps") or []), compiler_cache=dict(c.get("compiler_cache") or {}),
     )
 
 
 def _component_doc(c: ComponentRecord) -> dict[str, Any]:
-    return {
+    doc = {
         "name": c.name, "source": c.source, "build_dir": c.build_dir, "key": c.key,
         "build_type": c.build_type, "targets": list(c.targets),
         "defines": dict(c.defines), "configure_argv": list(c.configure_argv),
@@ -194,6 +199,9 @@ def _component_doc(c: ComponentRecord) -> dict[str, Any]:
         "outputs": [{"name": o.name, "path": o.path, "sha256": o.sha256, "size": o.size} for o in c.outputs],
         "artifacts": [a.to_dict() for a in c.artifacts],
     }
+    if c.prefix_maps or c.compiler_cache:  # not in manifests written before they were recorded
+        doc.update({"prefix_maps": [dict(m) for m in c.prefix_maps], "compiler_cache": dict(c.compiler_cache)})
+    return doc
 
 
 # --------------------------------------------------------------------------- writing and finding
@@ -237,6 +245,7 @@ def make_manifest(recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[s
             "build_argv": list(b.build_argv), "toolchain": b.toolchain.as_dict(),
             "outputs": [{"name": o.name, "path": str(o.path), "sha256": o.sha256, "size": o.size} for o in b.outputs],
             "artifacts": [a.to_dict() for a in (artifacts or {}).get(b.component, [])],
+            "prefix_maps": [m.to_dict() for m in b.prefix_maps], "compiler_cache": b.compiler_cache,
         })
     toolchain = builds[-1].toolchain.as_dict() if builds else {}
     for sets in (artifacts or {}).values():

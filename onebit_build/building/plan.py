@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Mapping
 
 from onebit_build.building.builder import resolve_refs
+from onebit_build.building.compiler_cache import NO_LAUNCHER, Launcher, describe, launcher_defines, prefix_maps, with_prefix_maps
 from onebit_build.core.config import REF_RE, Component, Recipe, ToolchainSpec
 from onebit_build.core.pins import Pin, Pins
 from onebit_build.core.errors import ToolMissingError
@@ -180,6 +181,7 @@ class Plan:
     components: tuple[ComponentPlan, ...]
     runtime_env: tuple[tuple[str, str], ...]
     problems: tuple[str, ...] = field(default_factory=tuple)
+    launcher: Launcher = NO_LAUNCHER  # the compiler cache (not part of any build key)
 
 
 def _source_plan(pin: Pin, ws: Workspace, patches_dir: Path, mirror_dirs: tuple[Path, ...], offline: bool) -> SourcePlan:
@@ -212,6 +214,7 @@ def _assemble_lines(comp: Component, prefix: str) -> tuple[str, ...]:
 def make_plan(
     recipe: Recipe, pins: Pins, *, workspace: Workspace, patches_dir: Path, mirror_dirs: tuple[Path, ...] = (),
     offline: bool = False, toolchain_root: str | None = None, environ: Mapping[str, str] | None = None,
+    launcher: Launcher = NO_LAUNCHER,
 ) -> Plan:
     env = os.environ if environ is None else environ
     toolchain = resolve_toolchain(recipe.toolchain, override=toolchain_root, environ=env) if recipe.toolchain else None
@@ -237,8 +240,10 @@ def make_plan(
         bdir = f"{workspace.build_dir}/{recipe.name}-{comp.name}-<key>"
         defines = tuple((k, join_lists(resolve_refs(v, pins=pins.sources, components=fields), comp.list_separator)) for k, v in comp.defines)
         cenv = tuple((k, resolve_refs(v, pins=pins.sources, components=fields)) for k, v in comp.env)
+        # What the build sets besides the recipe: the path maps (in the key) and the launchers (not).
+        defines = with_prefix_maps(defines, prefix_maps(Path(trees[comp.source]), Path(bdir)), environ=env)
         configure = ["cmake", "-S", trees[comp.source], "-B", bdir, "-G", "Ninja", f"-DCMAKE_BUILD_TYPE={comp.build_type}"]
-        configure += [f"-D{k}={v}" for k, v in defines]
+        configure += [f"-D{k}={v}" for k, v in (*defines, *launcher_defines(launcher)) if v or launcher.active]
         prefix = f"{bdir}/onebit-prefix"
         outputs = tuple((n, f"{bdir}/{rel}") for n, rel in comp.outputs)
         fields[comp.name] = {"build_dir": bdir, "source_dir": trees[comp.source], **dict(outputs)}
@@ -257,7 +262,7 @@ def make_plan(
         else:
             run_env.append((key, resolve_refs(value, pins={}, components=fields) if toolchain else value))
     return Plan(recipe=recipe, workspace=workspace.root, toolchain=toolchain, sources=sources, components=tuple(comps),
-                runtime_env=tuple(run_env), problems=tuple(problems))
+                runtime_env=tuple(run_env), problems=tuple(problems), launcher=launcher)
 
 
 def _cmd(argv: tuple[str, ...], indent: str) -> list[str]:
@@ -278,6 +283,7 @@ def render_plan(plan: Plan, *, project: str | None = None) -> str:
     if project:
         out.append(f"project    {project}")
     out.append(f"workspace  {plan.workspace}")
+    out += _cache_lines(plan)
     out += _toolchain_lines(plan)
     out += _source_lines(plan)
     out += _component_lines(plan)
@@ -287,6 +293,17 @@ def render_plan(plan: Plan, *, project: str | None = None) -> str:
         out.append("problems a real run would meet")
         out += [f"  {p}" for p in plan.problems]
     return "\n".join(out) + "\n"
+
+
+def _cache_lines(plan: Plan) -> list[str]:
+    ln = plan.launcher
+    doc = describe(ln)
+    out = [f"compiler cache  {ln.label}  ({ln.reason}; launcher for C, C++, CUDA and HIP; not part of the build key)"]
+    for k, v in (doc.get("variables") or {}).items():
+        out.append(f"  passed through  {k}={v}")
+    out.append("path maps  source and build folders mapped to '.' in every object (-Xpreprocessor -f{macro,debug}-prefix-map;"
+               " in the build key)")
+    return out
 
 
 def _toolchain_lines(plan: Plan) -> list[str]:

@@ -107,6 +107,7 @@ def report_doc(run_dir: Path, *, recipe: Recipe, smoke: SmokeResult, manifest: d
         "server": {"binary": str(smoke.server_bin), "expect_commit": smoke.expect_commit},
         "model": {"path": str(smoke.model.path), "sha256": smoke.model.sha256, "source": smoke.model.source},
         "manifest": manifest,
+        "compiler_cache": compiler_cache_rows(manifest),
         "devices_expected": list(smoke.devices_expected),
         "devices_listed": None if smoke.devices_listed is None else list(smoke.devices_listed),
         "checks": [_check_doc(c) for c in checks],
@@ -126,6 +127,36 @@ def report_doc(run_dir: Path, *, recipe: Recipe, smoke: SmokeResult, manifest: d
         "environment": environment(recipe),
         "extra": extra or {},
     }
+
+
+def compiler_cache_rows(manifest: dict | None) -> list[dict[str, Any]]:
+    """What the compiler cache did for each component of the build (none recorded in older
+    manifests). Pure."""
+    rows = []
+    for comp in (manifest or {}).get("components", []):
+        cache = comp.get("compiler_cache") or {}
+        if not cache:
+            continue
+        rows.append({"component": comp.get("name"), "launcher": cache.get("launcher"), "version": cache.get("version"),
+                     "backend": cache.get("backend"), "url": cache.get("url"), "stats": cache.get("stats"),
+                     "note": cache.get("note") or "; ".join(cache.get("warnings") or []) or None})
+    return rows
+
+
+def _cache_section(manifest: dict | None) -> list[str]:
+    rows = compiler_cache_rows(manifest)
+    if not rows:
+        return []
+    out = ["", "## Compiler cache", "", "| component | launcher | backend | requests | hits | misses | hit rate | note |",
+           "|---|---|---|---:|---:|---:|---:|---|"]
+    for r in rows:
+        s = r["stats"] or {}
+        rate = s.get("hit_rate")
+        launcher = " ".join(str(x) for x in (r["launcher"], r["version"]) if x)
+        backend = " ".join(str(x) for x in (r["backend"], r["url"]) if x) or "—"
+        out.append(f"| {md_cell(r['component'])} | {md_cell(launcher)} | {md_cell(backend)} | {s.get('requests', '—')} | "
+                   f"{s.get('hits', '—')} | {s.get('misses', '—')} | {'—' if rate is None else f'{rate:.0%}'} | {md_cell(r['note'] or '')} |")
+    return out
 
 
 # --------------------------------------------------------------------------- Markdown
@@ -194,6 +225,7 @@ def render_markdown(run_dir: Path, *, recipe: Recipe, smoke: SmokeResult, manife
         out.append(f"| {md_cell(c.name)} | {_mark(c.passed)} | {md_cell(c.summary)} |")
     for d in smoke.device_results:
         out.extend(_device_section(d))
+    out.extend(_cache_section(manifest))
     out.append("")
     return "\n".join(out)
 
