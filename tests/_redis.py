@@ -16,11 +16,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def ping(port: int, timeout: float = 1.0) -> bool:
+def ping(port: int, timeout: float = 1.0, password: str | None = None) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(64).startswith(b"+PONG")
+            s.sendall((f"AUTH {password}\r\n" if password else "").encode() + b"PING\r\n")
+            answer = b""
+            while answer.count(b"\r\n") < (2 if password else 1):
+                chunk = s.recv(64)
+                if not chunk:
+                    break
+                answer += chunk
+            return answer.endswith(b"+PONG\r\n")
     except OSError:
         return False
 
@@ -28,10 +34,11 @@ def ping(port: int, timeout: float = 1.0) -> bool:
 class RedisServer:
     """``start()`` / ``stop()`` may be called again: the port and the data folder stay."""
 
-    def __init__(self, data_dir: Path, port: int | None = None):
+    def __init__(self, data_dir: Path, port: int | None = None, password: str | None = None):
         self.program = shutil.which("redis-server")
         self.data_dir = data_dir
         self.port = port or free_port()
+        self.password = password
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -43,9 +50,11 @@ class RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         argv = [self.program, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.data_dir),
                 "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", str(self.data_dir / "redis.log")]
+        if self.password:
+            argv += ["--requirepass", self.password]
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
-        while not ping(self.port, 0.2):
+        while not ping(self.port, 0.2, self.password):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"redis-server did not start; see {self.data_dir / 'redis.log'}")
             time.sleep(0.05)
@@ -64,9 +73,14 @@ class RedisServer:
 
     def command(self, *words: str) -> bytes:
         """One command's raw answer (for the tests' own checks)."""
-        payload = b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w.encode()), w.encode()) for w in words)
+        def encode(*ws: str) -> bytes:
+            return b"*%d\r\n" % len(ws) + b"".join(b"$%d\r\n%s\r\n" % (len(w.encode()), w.encode()) for w in ws)
+
         with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
-            s.sendall(payload)
+            if self.password:
+                s.sendall(encode("AUTH", self.password))
+                assert s.recv(64) == b"+OK\r\n"
+            s.sendall(encode(*words))
             return s.recv(1 << 20)
 
     def keys(self) -> int:

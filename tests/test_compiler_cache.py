@@ -626,3 +626,37 @@ def test_default_recipe_in_a_second_workspace_builds_from_redis(tmp_path, redis_
     assert warm["hits"] / (warm["hits"] + warm["misses"]) >= 0.9, warm
     assert f"{warm['hits']}/{warm['hits'] + warm['misses']} compiler cache hits" in out.stderr
     assert {o["name"]: o["sha256"] for o in docs[0]["outputs"]} == {o["name"]: o["sha256"] for o in docs[1]["outputs"]}
+
+
+def test_verify_rebuild_moves_the_sources_and_still_gets_identical_binaries(tmp_path):
+    """The project names its own source files (__FILE__): only the path maps keep its
+    binaries identical when ``verify --rebuild`` builds it from sources at another path."""
+    root, mirrors = tool_project(tmp_path)
+    ws = tmp_path / "ws"
+    out = tool(root, mirrors, ws, "build")
+    assert out.returncode == 0, out.stderr
+    out = tool(root, mirrors, ws, "verify", "--rebuild")
+    assert out.returncode == 0, out.stderr
+    assert "sources moved to " + str(ws / "src-rebuild") in out.stderr and "no compiler cache" in out.stderr
+    assert "2/2 byte-identical" in out.stderr and "DIFFERENT" not in out.stderr, out.stderr
+    rebuilt = json.loads(next((ws / "build-rebuild").glob("*/build-manifest.json")).read_text())
+    assert rebuilt["sources"][0]["tree"].startswith(str(ws / "src-rebuild"))
+    assert rebuilt["components"][0]["compiler_cache"]["launcher"] == "none"
+
+
+@needs_sccache
+@needs_redis
+def test_a_redis_with_a_password(tmp_path):
+    """The password goes to sccache (not to the record); a wrong one costs the cache, never
+    the build."""
+    redis = RedisServer(tmp_path / "redis", password="s3cret-word").start()
+    try:
+        good = f"redis://:s3cret-word@127.0.0.1:{redis.port}"
+        report, _ = build_project(make_project(tmp_path / "a"), tmp_path / "a" / "build", sccache_launcher(good, tmp_path / "cache"))
+        assert report.stats.misses == 3 and not report.warnings and redis.keys() >= 3
+        assert "s3cret" not in json.dumps(report.to_dict())
+        bad = f"redis://:wrong@127.0.0.1:{redis.port}"
+        report, _ = build_project(make_project(tmp_path / "b"), tmp_path / "b" / "build", sccache_launcher(bad, tmp_path / "cache"))
+        assert report.launcher.kind == "none" and len(report.warnings) == 1 and "could not start" in report.warnings[0]
+    finally:
+        redis.stop()
