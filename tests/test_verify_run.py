@@ -111,8 +111,14 @@ pytestslow = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def default_build(llama_server) -> Path:
-    return llama_server.parent.parent
+def default_build() -> Path:
+    """The default recipe's build as verify-run (run the same way) sees it: built here with
+    the same arguments, so that it is the same configuration."""
+    out = cli("build")
+    assert out.returncode == 0, out.stderr[-3000:]
+    man = manifest_mod.load_latest(manifest_mod.Workspace(root=workspace_for_tests()), "default")
+    assert man is not None
+    return Path(man.output("llama-server").path).parent.parent
 
 
 @pytest.fixture(scope="module")
