@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from _redis import RedisServer, free_port
+from onebit_build.building import cache_run as cr
 from onebit_build.building import compiler_cache as cc
 from onebit_build.building.cmake import find_tools
 from onebit_build.building.redis_guard import RedisGuard, empty_cache_answer, split_commands
@@ -177,20 +178,20 @@ SCCACHE_JSON = {"stats": {
 
 
 def test_sccache_statistics_and_the_difference_of_two_readings():
-    after = cc.parse_sccache_stats(json.dumps(SCCACHE_JSON))
+    after = cr.parse_sccache_stats(json.dumps(SCCACHE_JSON))
     assert (after.requests, after.hits, after.misses, after.errors, after.not_cacheable) == (10, 6, 2, 4, 3)
     assert after.hit_rate == 0.75
-    before = cc.CacheStats(requests=4, hits=1, misses=1)
+    before = cr.CacheStats(requests=4, hits=1, misses=1)
     delta = after.minus(before)
     assert (delta.requests, delta.hits, delta.misses) == (6, 5, 1)
     assert delta.to_dict()["hit_rate"] == pytest.approx(5 / 6, abs=1e-4)
-    assert cc.CacheStats().hit_rate is None
+    assert cr.CacheStats().hit_rate is None
 
 
 def test_ccache_statistics():
     text = "direct_cache_hit\t3\npreprocessed_cache_hit\t2\ncache_miss\t5\nunsupported_compiler_option\t1\n" \
            "remote_storage_error\t2\ncalled_for_link\t9\nstats_updated_timestamp\t1700000000\n"
-    s = cc.parse_ccache_stats(text)
+    s = cr.parse_ccache_stats(text)
     assert (s.hits, s.misses, s.errors, s.not_cacheable, s.requests) == (5, 5, 2, 1, 11)
 
 
@@ -298,12 +299,12 @@ def make_project(root: Path, parts: int = 0) -> Path:
     return src
 
 
-def build_project(src: Path, build: Path, launcher: cc.Launcher, *, on_line=None, jobs: int = 2) -> tuple[cc.CacheReport, dict[str, str]]:
+def build_project(src: Path, build: Path, launcher: cc.Launcher, *, on_line=None, jobs: int = 2) -> tuple[cr.CacheReport, dict[str, str]]:
     """Configure and build ``src`` in ``build`` through ``launcher`` the way the tool does
     (launcher defines, path maps, the cache session); the digests of what it made."""
     tools = find_tools()
     defines = cc.with_prefix_maps([("CMAKE_BUILD_TYPE", "Release"), ("CMAKE_BUILD_RPATH_USE_ORIGIN", "ON")], cc.prefix_maps(src, build))
-    with cc.CacheSession(launcher, source_dir=src, build_dir=build) as session:
+    with cr.CacheSession(launcher, source_dir=src, build_dir=build) as session:
         defines = (*defines, *cc.launcher_defines(session.launcher))
         env = {**os.environ, **session.env}
         conf = [str(tools.cmake), "-S", str(src), "-B", str(build), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={tools.ninja}",
@@ -319,7 +320,7 @@ def build_project(src: Path, build: Path, launcher: cc.Launcher, *, on_line=None
         assert proc.wait() == 0, "".join(out)
     sock = session.env.get("SCCACHE_SERVER_UDS")
     if session.report.server == "per-build":
-        assert not cc.server_pids(SCCACHE, Path(sock)), "the build's sccache server outlived it"
+        assert not cr.server_pids(SCCACHE, Path(sock)), "the build's sccache server outlived it"
         assert not Path(sock).exists()
     digests = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(build.glob("*.so")) + [build / "hello"]}
     return session.report, digests
@@ -412,7 +413,7 @@ def test_local_cache_is_shared_by_workspaces_and_a_corrupt_or_unwritable_cache_n
         three, out3 = build_project(make_project(tmp_path / "ccc"), tmp_path / "ccc" / "build", launcher)
         assert out3 == out1 and three.stats.hits == 0
     finally:
-        cc.stop_server(SCCACHE, {**os.environ, **cc.build_env(launcher, socket_path=cc.runtime_dir() / f"{cc.shared_server_key(launcher)}.sock")})
+        cr.stop_server(SCCACHE, {**os.environ, **cc.build_env(launcher, socket_path=cr.runtime_dir() / f"{cr.shared_server_key(launcher)}.sock")})
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the cache folder should be")
     launcher = sccache_launcher(None, blocked / "cache")
@@ -421,7 +422,7 @@ def test_local_cache_is_shared_by_workspaces_and_a_corrupt_or_unwritable_cache_n
         assert out4 == out1 and four.stats.errors > 0
         assert len(four.warnings) == 1 and "failed" in four.warnings[0]
     finally:
-        cc.stop_server(SCCACHE, {**os.environ, **cc.build_env(launcher, socket_path=cc.runtime_dir() / f"{cc.shared_server_key(launcher)}.sock")})
+        cr.stop_server(SCCACHE, {**os.environ, **cc.build_env(launcher, socket_path=cr.runtime_dir() / f"{cr.shared_server_key(launcher)}.sock")})
 
 
 @needs_sccache

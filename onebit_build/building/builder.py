@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from onebit_build.core import ui
 from onebit_build.building.cmake import Tools, build_argv, configure_argv, find_tools, write_init_cache
-from onebit_build.building.compiler_cache import (NO_LAUNCHER, CacheSession, Launcher, PrefixMap, describe, launcher_defines,
-                                                  prefix_maps, with_prefix_maps)
+from onebit_build.building.cache_run import CacheSession
+from onebit_build.building.compiler_cache import NO_LAUNCHER, Launcher, PrefixMap, describe, launcher_defines, prefix_maps, with_prefix_maps
 from onebit_build.core.config import REF_RE, Component
 from onebit_build.core.pins import Pin
 from onebit_build.core.errors import BuildError, CommandError, ConfigError

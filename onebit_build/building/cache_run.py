@@ -1,0 +1,315 @@
+"""What the compiler cache does for one build: its server (started, watched and stopped),
+the statistics before and after (requests, hits, misses), and the report that goes into the
+manifest. The choice of launcher and its settings are in ``compiler_cache``."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from onebit_build.building.compiler_cache import START_TIMEOUT_S, Launcher, base_dir_for, build_env, describe
+from onebit_build.core.proc import capture
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheStats:
+    """What the cache did for one build. For sccache, one nvcc compile counts once per
+    step it caches (host object, PTX, cubin)."""
+
+    requests: int = 0  # compile requests the launcher saw
+    hits: int = 0
+    misses: int = 0
+    errors: int = 0  # failed or timed-out reads and writes of the cache
+    not_cacheable: int = 0
+
+    @property
+    def hit_rate(self) -> float | None:
+        looked = self.hits + self.misses
+        return self.hits / looked if looked else None
+
+    def minus(self, before: "CacheStats") -> "CacheStats":
+        return CacheStats(**{k: max(getattr(self, k) - getattr(before, k), 0) for k in
+                             ("requests", "hits", "misses", "errors", "not_cacheable")})
+
+    def to_dict(self) -> dict[str, Any]:
+        rate = self.hit_rate
+        return {"requests": self.requests, "hits": self.hits, "misses": self.misses, "errors": self.errors,
+                "not_cacheable": self.not_cacheable, "hit_rate": None if rate is None else round(rate, 4)}
+
+
+def parse_sccache_stats(text: str) -> CacheStats:
+    """``sccache --show-stats --stats-format=json``. Pure."""
+    s = json.loads(text)["stats"]
+
+    def total(name: str) -> int:
+        return sum(int(v) for v in (s.get(name) or {}).get("counts", {}).values())
+
+    return CacheStats(
+        requests=int(s.get("compile_requests", 0)),
+        hits=total("cache_hits"), misses=total("cache_misses"),
+        errors=int(s.get("cache_read_errors", 0)) + int(s.get("cache_write_errors", 0)) + int(s.get("cache_timeouts", 0)) + total("cache_errors"),
+        not_cacheable=int(s.get("requests_not_cacheable", 0)) + int(s.get("requests_unsupported_compiler", 0)),
+    )
+
+
+_CCACHE_UNCACHEABLE = re.compile(r"^(could_not_|unsupported_|compiler_produced_|bad_compiler_arguments|multiple_source_files|"
+                                 r"no_input_file|output_to_stdout|preprocessor_error|compile_failed|autoconf_test)")
+
+
+def parse_ccache_stats(text: str) -> CacheStats:
+    """``ccache --print-stats`` (one ``name<TAB>value`` per line). Pure."""
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition("\t")
+        if value.strip().lstrip("-").isdigit():
+            values[name.strip()] = int(value)
+    hits = values.get("direct_cache_hit", 0) + values.get("preprocessed_cache_hit", 0)
+    misses = values.get("cache_miss", 0)
+    uncacheable = sum(v for k, v in values.items() if _CCACHE_UNCACHEABLE.match(k))
+    errors = values.get("remote_storage_error", 0) + values.get("remote_storage_timeout", 0) + values.get("internal_error", 0)
+    return CacheStats(requests=hits + misses + uncacheable, hits=hits, misses=misses, errors=errors, not_cacheable=uncacheable)
+
+
+def read_stats(launcher: Launcher, env: Mapping[str, str]) -> CacheStats | None:
+    """The launcher's counters now (None when they cannot be read)."""
+    if launcher.program is None:
+        return None
+    if launcher.kind == "sccache":
+        done = capture([launcher.program, "--show-stats", "--stats-format=json"], env=env, timeout=START_TIMEOUT_S)
+        parse = parse_sccache_stats
+    else:
+        done = capture([launcher.program, "--print-stats"], env=env, timeout=START_TIMEOUT_S)
+        parse = parse_ccache_stats
+    if not done.ok:
+        return None
+    try:
+        return parse(done.stdout)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+# --------------------------------------------------------------------------- description
+
+
+
+
+
+def runtime_dir() -> Path:
+    """Where the tool's sccache sockets live: short, per user, not shared."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    if not base or not os.access(base, os.W_OK):
+        base = tempfile.gettempdir()
+    path = Path(base) / f"onebit-sccache-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def shared_server_key(launcher: Launcher) -> str:
+    """Identity of the per-user server for ``launcher``: its program, version, cache
+    folder and every SCCACHE_* variable (secrets only hashed)."""
+    doc = {"program": launcher.program, "version": launcher.version, "cache_dir": launcher.cache_dir,
+           "variables": list(launcher.passthrough)}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def server_answers(sock: Path) -> bool:
+    """Whether an sccache server listens on the socket ``sock``."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2.0)
+    try:
+        s.connect(str(sock))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def start_server(program: str, env: Mapping[str, str]) -> str | None:
+    """Start sccache's server for ``env`` (its socket in ``SCCACHE_SERVER_UDS``) unless one
+    answers there already. None when it runs; else why not, in one line."""
+    sock = Path(env["SCCACHE_SERVER_UDS"])
+    with open(sock.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two builds starting the same server: one does
+        if server_answers(sock):
+            return None
+        sock.unlink(missing_ok=True)
+        done = capture([program, "--start-server"], env=env, timeout=START_TIMEOUT_S)
+        if done.ok and server_answers(sock):
+            return None
+        lines = [ln.strip() for ln in (done.stderr + "\n" + done.stdout).splitlines() if ln.strip()]
+        errors = [ln for ln in lines if "error:" in ln] or lines[-1:]
+        return errors[0].removeprefix("sccache: ").removeprefix("error: ") if errors else f"exit code {done.returncode}"
+
+
+def stop_server(program: str, env: Mapping[str, str]) -> None:
+    """Stop the server on ``env``'s socket, and any other server process started for that
+    socket (a client that lost patience can start a second one)."""
+    sock = Path(env["SCCACHE_SERVER_UDS"])
+    if server_answers(sock):
+        capture([program, "--stop-server"], env=env, timeout=START_TIMEOUT_S)
+    for _ in range(50):  # the server removes its socket as it exits
+        if not server_answers(sock):
+            break
+        time.sleep(0.1)
+    for pid in server_pids(program, sock):
+        try:
+            os.kill(pid, 15)
+        except OSError:
+            pass
+
+
+def server_pids(program: str, sock: Path) -> list[int]:
+    """Processes of ``program`` whose environment names the socket ``sock`` (Linux)."""
+    wanted = f"SCCACHE_SERVER_UDS={sock}".encode()
+    exe = os.path.realpath(program)
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if os.path.realpath(entry / "exe") != exe or entry.name == str(os.getpid()):
+                continue
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+# --------------------------------------------------------------------------- one build's session
+
+
+@dataclass(kw_only=True)
+class CacheReport:
+    """What the cache did for one build, for the manifest and the report."""
+
+    launcher: Launcher
+    stats: CacheStats | None = None
+    server: str | None = None  # "per-build" or "shared"
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = describe(self.launcher)
+        if self.launcher.active:
+            doc["server"] = self.server
+            doc["stats"] = self.stats.to_dict() if self.stats else None
+        if self.warnings:
+            doc["warnings"] = list(self.warnings)
+        return doc
+
+
+class CacheSession:
+    """The compiler cache around one build: starts what it needs (sccache's server, the
+    guard in front of a shared Redis), gives the build's environment, and at the end
+    reads what the cache did. Never fails a build: a launcher that cannot start is
+    dropped with a warning (see :attr:`launcher` after entering)."""
+
+    def __init__(self, launcher: Launcher, *, source_dir: Path, build_dir: Path):
+        self.launcher = launcher
+        self.source_dir = source_dir
+        self.build_dir = build_dir
+        self.env: dict[str, str] = {}
+        self.report = CacheReport(launcher=launcher)
+        self._guard: Any = None
+        self._sock_dir: Path | None = None
+        self._before: CacheStats | None = None
+        self._per_build = False
+        self._finished = False
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.report.warnings
+
+    def __enter__(self) -> "CacheSession":
+        try:
+            self._start()
+        except BaseException:
+            self._close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.finish()
+
+    def _start(self) -> None:
+        ln = self.launcher
+        if ln.kind == "ccache":
+            self.env = build_env(ln, base_dir=base_dir_for(self.source_dir, self.build_dir))
+            self._before = read_stats(ln, {**os.environ, **self.env})
+            self.report.server = None
+            return
+        if ln.kind != "sccache":
+            return
+        assert ln.program is not None
+        self._per_build = ln.backend != "local"
+        endpoint = None
+        if ln.url is not None and ln.url.scheme == "redis":
+            from onebit_build.building.redis_guard import RedisGuard
+
+            self._guard = RedisGuard(ln.url.host, ln.url.port)
+            self._guard.start()
+            endpoint = self._guard.url
+        if self._per_build:
+            self._sock_dir = Path(tempfile.mkdtemp(prefix="b-", dir=runtime_dir()))
+            sock = self._sock_dir / "server.sock"
+        else:
+            sock = runtime_dir() / f"{shared_server_key(ln)}.sock"
+        self.env = build_env(ln, socket_path=sock, redis_endpoint=endpoint, per_build_server=self._per_build)
+        self.report.server = "per-build" if self._per_build else "shared"
+        why = start_server(ln.program, {**os.environ, **self.env})
+        if why is not None:
+            self.warnings.append(f"compiler cache: sccache could not start ({why}); building without a compiler cache")
+            self._close()
+            self.launcher = Launcher(kind="none", mode=ln.mode, reason=f"sccache could not start: {why}")
+            self.report = CacheReport(launcher=self.launcher, warnings=self.warnings)
+            self.env = {}
+            return
+        self._before = read_stats(ln, {**os.environ, **self.env})
+
+    def finish(self) -> CacheReport:
+        """Read what the cache did, stop what was started for this build; idempotent."""
+        if self._finished:
+            return self.report
+        self._finished = True
+        ln = self.launcher
+        if ln.active and self.env:
+            after = read_stats(ln, {**os.environ, **self.env})
+            if after is not None:
+                self.report.stats = after.minus(self._before) if self._before else after
+        self._close()
+        self._note_outage()
+        return self.report
+
+    def _close(self) -> None:
+        ln = self.launcher
+        if self._per_build and ln.program and self.env.get("SCCACHE_SERVER_UDS"):
+            stop_server(ln.program, {**os.environ, **self.env})
+            self._per_build = False
+        if self._guard is not None:
+            self._guard.stop()
+        if self._sock_dir is not None:
+            shutil.rmtree(self._sock_dir, ignore_errors=True)
+            self._sock_dir = None
+
+    def _note_outage(self) -> None:
+        """One warning line when the shared cache went away, or reads and writes failed."""
+        outage = getattr(self._guard, "outage", None)
+        url = self.launcher.url.public if self.launcher.url else self.launcher.backend
+        if outage is not None:
+            when = time.strftime("%H:%M:%S", time.localtime(outage.since))
+            back = "; it answered again later" if outage.recovered else ""
+            self.warnings.append(f"compiler cache: the shared cache {url} could not be reached from {when} on ({outage.reason}); "
+                                 f"{outage.lookups} lookups missed and {outage.stores} objects were kept here only{back}")
+        elif self.report.stats is not None and self.report.stats.errors:
+            where = f"the shared cache {url}" if self.launcher.backend != "local" else f"the cache in {self.launcher.cache_dir}"
+            self.warnings.append(f"compiler cache: {self.report.stats.errors} reads or writes of {where} failed; "
+                                 f"those objects were compiled here")
