@@ -679,3 +679,41 @@ def test_a_redis_with_a_password(tmp_path):
         assert report.launcher.kind == "none" and len(report.warnings) == 1 and "could not start" in report.warnings[0]
     finally:
         redis.stop()
+
+
+NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
+
+
+@needs_sccache
+@pytest.mark.skipif(NVCC is None, reason="no nvcc (CUDA toolkit) on this machine")
+def test_cuda_through_nvcc_maps_host_and_device_paths(tmp_path, monkeypatch):
+    """nvcc gets the maps through -Xcompiler: __FILE__ is mapped in host and device code and
+    the library is byte-identical at two paths. sccache 0.16 hits the host object and the
+    cubin across paths, not the device front end (it keys that step on the source's path)."""
+    kernel = ('#include <cstdio>\n#include <cassert>\n'
+              '__global__ void k(int *x) { if (x[0] < 0) { printf("%s\\n", __FILE__); assert(x[0] >= 0); } x[0] += 1; }\n'
+              'extern "C" const char *host_where() { return __FILE__; }\nextern "C" void launch(int *x) { k<<<1, 1>>>(x); }\n')
+    tools = find_tools()
+    env = {**os.environ, "SCCACHE_DIR": str(tmp_path / "cache")}
+    launcher = cc.plan_launcher(cc.CacheRequest(mode="sccache"), programs=cc.find_programs(env), env=env)
+    monkeypatch.setenv("SCCACHE_DIR", env["SCCACHE_DIR"])  # the session starts the server from this environment
+    results = []
+    for where in (tmp_path / "a", tmp_path / "second" / "place"):
+        src, build = where / "src", where / "build"
+        src.mkdir(parents=True)
+        (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.24)\nproject(cu CXX CUDA)\nadd_library(k SHARED k.cu)\n"
+                                            "set_target_properties(k PROPERTIES CUDA_ARCHITECTURES 90-real)\n")
+        (src / "k.cu").write_text(kernel)
+        defines = cc.with_prefix_maps([("CMAKE_BUILD_TYPE", "Release"), ("CMAKE_CUDA_COMPILER", NVCC)], cc.prefix_maps(src, build))
+        with cr.CacheSession(launcher, source_dir=src, build_dir=build) as session:
+            run_env = {**os.environ, **session.env}
+            conf = [str(tools.cmake), "-S", str(src), "-B", str(build), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={tools.ninja}",
+                    *(f"-D{k}={v}" for k, v in (*defines, *cc.launcher_defines(session.launcher)))]
+            for argv in (conf, [str(tools.cmake), "--build", str(build)]):
+                done = subprocess.run(argv, env=run_env, capture_output=True, text=True)
+                assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        lib = (build / "libk.so").read_bytes()
+        assert b"./k.cu" in lib and str(tmp_path).encode() not in lib
+        results.append((session.report.stats, hashlib.sha256(lib).hexdigest()))
+    assert results[0][1] == results[1][1]
+    assert results[1][0].hits >= 2, results
