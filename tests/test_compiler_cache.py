@@ -717,3 +717,17 @@ def test_cuda_through_nvcc_maps_host_and_device_paths(tmp_path, monkeypatch):
         results.append((session.report.stats, hashlib.sha256(lib).hexdigest()))
     assert results[0][1] == results[1][1]
     assert results[1][0].hits >= 2, results
+
+
+@pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is not installed (apt-get install ccache)")
+def test_ccache_hits_across_paths_with_its_base_dir(tmp_path, monkeypatch):
+    """--compiler-cache ccache: base_dir set by the tool, the same path maps; the second
+    workspace hits every object (ccache's preprocessed mode) and builds the same binaries."""
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache"))
+    launcher = cc.plan_launcher(cc.CacheRequest(mode="ccache"), programs=cc.find_programs(dict(os.environ)), env=dict(os.environ),
+                                versions={"ccache": cc.program_version(shutil.which("ccache"))})
+    assert launcher.cache_dir == str(tmp_path / "ccache") and launcher.backend == "local"
+    one, out1 = build_project(make_project(tmp_path / "a"), tmp_path / "a" / "build", launcher)
+    two, out2 = build_project(make_project(tmp_path / "other" / "b"), tmp_path / "other" / "b" / "build", launcher)
+    assert (one.stats.hits, one.stats.misses) == (0, 3) and (two.stats.hits, two.stats.misses) == (3, 0), (one.stats, two.stats)
+    assert out1 == out2 and two.to_dict()["launcher"] == "ccache"
