@@ -16,6 +16,7 @@ from onebit_build.building.compiler_cache import NO_LAUNCHER
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe, find_recipe, load_recipe
 from onebit_build.core.pins import Pins, apply_lock, load_pins, read_lock
+from onebit_build.core.gitops import Git
 from onebit_build.core.errors import ConfigError, IntegrityError, NotAvailableError, SmokeError, VerifyError
 from onebit_build.core.project import ProjectRoot
 from onebit_build.core.workspace import Workspace
@@ -303,6 +304,9 @@ def rebuild_places(workspace: Workspace, trees: dict, recipe: Recipe) -> tuple[P
             continue
         dest = src / f"moved-{tree.path.name}"
         shutil.copytree(tree.path, dest, symlinks=True)
+        # A copy has new inodes and times: until git refreshes its index, 'git diff-index'
+        # (which ggml's CMake runs) calls the tree dirty and the version string differs.
+        Git(dest).run("update-index", "-q", "--refresh", check=False)
         copies[name] = replace(tree, path=dest)
     return root, copies
 
