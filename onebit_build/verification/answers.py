@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from onebit_build.running.bench.judge import common_prefix
+
 
 @dataclass(frozen=True, kw_only=True)
 class Answer:
@@ -49,15 +51,6 @@ def first_differing_token(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
     return None
 
 
-def common_text_prefix(a: str, b: str) -> str:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return a[:n]
-
-
 def _token(ans: Answer, i: int) -> str:
     if i >= len(ans.tokens):
         return "(the answer ended)"
@@ -76,9 +69,9 @@ def describe(new: Answer, working: Answer) -> str:
         if at is not None:
             # The shared text ends at the token boundary when the pieces are known.
             pieces = new.pieces if len(new.pieces) >= at else working.pieces
-            shared = "".join(pieces[:at]) if len(pieces) >= at else common_text_prefix(new.text, working.text)
+            shared = "".join(pieces[:at]) if len(pieces) >= at else common_prefix(new.text, working.text)
             return f"token {at}{_after(shared)}: new {_token(new, at)}, working {_token(working, at)}"
-    shared = common_text_prefix(new.text, working.text)
+    shared = common_prefix(new.text, working.text)
     at = len(shared)
     return f"character {at}{_after(shared)}: new {new.text[at:at + 20]!r}, working {working.text[at:at + 20]!r}"
 
