@@ -124,14 +124,14 @@ def default_build() -> Path:
 @pytest.fixture(scope="module")
 def rebuilt(default_build) -> Path:
     """The same configuration built again in another folder of the workspace, from its
-    sources moved to another path (so the build folder's name, keyed on it, differs)."""
-    def found() -> Path | None:
-        return next(iter(sorted((workspace_for_tests() / "build-rebuild").glob(f"{default_build.name.rsplit('-', 1)[0]}-*/build-manifest.json"))), None)
-
-    if found() is None:
-        out = cli("verify", "--rebuild")
-        assert out.returncode == 0, out.stderr[-3000:]
-    return found().parent
+    sources moved to another path (so the build folder's name, keyed on it, differs). Built
+    by this run every time: a rebuild left in the workspace by an earlier version of the tool
+    says nothing about this one."""
+    out = cli("verify", "--rebuild")
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = sorted((workspace_for_tests() / "build-rebuild").glob(f"{default_build.name.rsplit('-', 1)[0]}-*/build-manifest.json"))
+    assert len(found) == 1, found
+    return found[0].parent
 
 
 @pytestslow
