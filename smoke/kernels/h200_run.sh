@@ -19,7 +19,10 @@
 # The ggml tree is built once; the patched builds differ only in mmvq.cu, so their object is
 # compiled from the exported compile command while the main build runs, and libggml-cuda is
 # relinked with it. Environment: JOBS (default nproc), DEADLINE_S (default 570, stages that would
-# start later are skipped), SEED (checker seed, default random), WORKDIR (default mktemp).
+# start later are skipped), SEED (checker seed, default random), WORKDIR (default mktemp),
+# PERF_SHAPES (MxK list for the timing, default the five round-2 shapes), ON_TOP (NAME=PATCH,...:
+# candidates, each applied on top of the patch, built, checked and timed beside it), KNOWN_BAD
+# (default 1: the patch plus known-bad.patch is built too, and the checker must exit 1 on it).
 set -uo pipefail
 
 SRC=$(cd "$1" && pwd)
@@ -83,6 +86,19 @@ case "$MODE" in
         apply_to "$SRC/ggml/src/ggml-cuda/mmvq.cu" "$HERE/variants-round1.patch" "$W/var/mmvq-explore.cu" || { log "variant patch failed"; exit 1; }
         VARIANTS+=(explore) ;;
 esac
+if [ "${KNOWN_BAD:-1}" = 1 ]; then
+    apply_to "$W/var/mmvq-rt.cu" "$HERE/known-bad.patch" "$W/var/mmvq-bad.cu" || { log "known-bad patch failed"; exit 1; }
+    VARIANTS+=(bad)
+fi
+EXTRA_NAMES=()
+IFS=, read -r -a extra_list <<< "${ON_TOP:-}"
+for e in "${extra_list[@]}"; do
+    name=${e%%=*}
+    apply_to "$W/var/mmvq-rt.cu" "$(cd "$(dirname "${e#*=}")" && pwd)/$(basename "${e#*=}")" "$W/var/mmvq-$name.cu" \
+        || { log "candidate $e does not apply on top of the patch"; exit 1; }
+    VARIANTS+=("$name")
+    EXTRA_NAMES+=("$name")
+done
 
 python3 - "$B" "$SRC/ggml/src/ggml-cuda" "$W/var" "${VARIANTS[@]}" <<'PY' || exit 1
 import json, re, shlex, subprocess, sys
@@ -122,6 +138,10 @@ nm -C "$W/var/lib-rt/libggml-cuda.so.0" | grep -c "mul_mat_vec_q4_0_q8_1_rt<" \
 
 BASE="base=$B/bin"
 RT="patched=$W/var/lib-rt"
+EXTRA_BUILDS=()
+for name in "${EXTRA_NAMES[@]}"; do
+    EXTRA_BUILDS+=(--build "$name=$W/var/lib-$name")
+done
 NVAR=0
 EXPLORE_BUILDS=()
 if [ "$MODE" != final ]; then
@@ -149,8 +169,15 @@ export PYTHONUNBUFFERED=1
 GROUPS_ARG=()
 [ "$MODE" = explore1 ] && GROUPS_ARG=(--groups base40,oddrows)
 run_stage check 60 python3 "$HERE/check_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" --build "$RT" \
-    "${EXPLORE_BUILDS[@]}" "${GROUPS_ARG[@]}" --workdir "$W" --table "$OUT/check.md" "${SEED_ARG[@]}"
+    "${EXTRA_BUILDS[@]}" "${EXPLORE_BUILDS[@]}" "${GROUPS_ARG[@]}" --workdir "$W" --table "$OUT/check.md" "${SEED_ARG[@]}"
 tail -3 "$LOGS/check.log"
+if [ "${KNOWN_BAD:-1}" = 1 ]; then
+    run_stage known-bad 30 python3 "$HERE/check_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" \
+        --build "known-bad=$W/var/lib-bad" --groups base40 --workdir "$W" --table "$OUT/known-bad.md" "${SEED_ARG[@]}"
+    rc=$?
+    tail -3 "$LOGS/known-bad.log"
+    if [ "$rc" = 1 ]; then log "known-bad build: the checker exits 1, as it must"; else log "KNOWN-BAD NOT CAUGHT: checker exit $rc"; fi
+fi
 
 run_stage bandwidth 20 python3 "$HERE/copy_bandwidth.py" 2 20
 BW=$(awk '/^bandwidth_gbs/ {print $2}' "$LOGS/bandwidth.log")
@@ -161,7 +188,7 @@ BW_ARG=()
 ROUNDS=3
 [ "$MODE" = explore1 ] && ROUNDS=2
 run_stage perf 40 python3 "$HERE/perf_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" --build "$RT" \
-    --rounds "$ROUNDS" --reps 50 "${BW_ARG[@]}" --json "$OUT/perf.json" --table "$OUT/perf.md"
+    "${EXTRA_BUILDS[@]}" --shapes "${PERF_SHAPES:-4096x4096,4096x14336,14336x4096,5120x17408,4096x11008}" --rounds "$ROUNDS" --reps 50 "${BW_ARG[@]}" --json "$OUT/perf.json" --table "$OUT/perf.md"
 tail -30 "$LOGS/perf.log"
 
 if [ "$MODE" != final ]; then
