@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import textwrap
 from pathlib import Path
@@ -20,6 +21,13 @@ GIT_ENV = {
     "GIT_COMMITTER_DATE": "2024-01-02T03:04:05+0000",
     "GIT_CONFIG_NOSYSTEM": "1",
 }
+
+
+def sigint_default() -> None:
+    """For Popen(preexec_fn=...) in the Ctrl-C tests: a child of a shell that started the tests
+    in the background inherits SIGINT ignored, and Python then never raises KeyboardInterrupt;
+    these tests need what a terminal gives."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def cuda_wheel_bin() -> Path | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from _support import TINY_CMAKE, bare_mirror, make_repo, project_tree, run_cli, tiny_recipe
+from _support import TINY_CMAKE, bare_mirror, make_repo, project_tree, run_cli, sigint_default, tiny_recipe
 from onebit_build.building.builder import BuildRequest, Toolchain, build_key, parse_progress, resolve_refs
 from onebit_build.core.config import Component
 from onebit_build.core.pins import Pin
@@ -138,7 +138,8 @@ def test_ctrl_c_during_build_cleans_up_and_next_run_works(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "ONEBIT_MIRROR_DIR"}
     env["ONEBIT_ROOT"] = str(root)
     proc = subprocess.Popen([sys.executable, "-m", "onebit_build", "--workspace", str(tmp_path / "ws"), "--mirror-dir", str(mirrors), "--recipe", "tiny", "build"],
-                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=sigint_default)
     sleeper = None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and sleeper is None:

@@ -14,7 +14,7 @@ import time
 import pytest
 import requests
 
-from _support import REPO, run_cli, shared_from_user
+from _support import REPO, run_cli, shared_from_user, sigint_default
 from conftest import workspace_for_tests
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,7 @@ def test_serve_prints_the_base_url_answers_and_stops_on_ctrl_c(llama_server, gem
     env["ONEBIT_ROOT"] = str(REPO)
     argv = [sys.executable, "-m", "onebit_build", "--workspace", str(ws), *shared_from_user(ws), "--model", str(gemma_model),
             "serve", "--port", str(port), "--", "--threads", "2"]
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=sigint_default)
     seen: list[str] = []
     try:
         assert proc.stdout is not None

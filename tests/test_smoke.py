@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from _support import sigint_default
+
 from onebit_build.core.config import PromptCheck, load_recipe
 
 from onebit_build.core.pins import load_pins
@@ -337,7 +339,8 @@ def test_ctrl_c_during_smoke_leaves_no_server(llama_server, gemma_model, tmp_pat
                   run_dir=Path({str(tmp_path)!r}), expect_commit={PIN!r}, threads={THREADS})
         print("smoke finished", flush=True)
     """)
-    child = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=sigint_default)
     server_pid = None
     try:
         deadline = time.monotonic() + 90
