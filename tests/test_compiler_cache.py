@@ -144,8 +144,9 @@ def test_description_records_no_secret():
 
 def test_launcher_defines_cover_c_cxx_cuda_hip_and_none_clears_them():
     sc = cc.Launcher(kind="sccache", program="/b/sccache")
-    assert dict(cc.launcher_defines(sc)) == {f"CMAKE_{lang}_COMPILER_LAUNCHER": "/b/sccache" for lang in ("C", "CXX", "CUDA", "HIP")}
-    assert set(dict(cc.launcher_defines(cc.NO_LAUNCHER)).values()) == {""}
+    launchers = {f"CMAKE_{lang}_COMPILER_LAUNCHER" for lang in ("C", "CXX", "CUDA", "HIP")}
+    assert dict(cc.launcher_defines(sc)) == {**dict.fromkeys(launchers, "/b/sccache"), "GGML_CCACHE": "OFF"}
+    assert dict(cc.launcher_defines(cc.NO_LAUNCHER)) == {**dict.fromkeys(launchers, ""), "GGML_CCACHE": "OFF"}
 
 
 def test_build_environment():

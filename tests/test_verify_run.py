@@ -131,11 +131,22 @@ def rebuilt(default_build) -> Path:
     assert out.returncode == 0, out.stderr[-3000:]
     found = sorted((workspace_for_tests() / "build-rebuild").glob(f"{default_build.name.rsplit('-', 1)[0]}-*/build-manifest.json"))
     assert len(found) == 1, found
+    # built without any cache: ggml finds ccache or sccache on PATH by itself unless told not to
+    assert cache_programs(found[0].parent) == set(), "the rebuild compiled through a compiler cache"
     return found[0].parent
+
+
+def cache_programs(build_dir: Path) -> set[str]:
+    """The compiler caches a build folder's ninja files put in front of the compiler: a
+    launcher is written into build.ninja, ggml's own choice (RULE_LAUNCH_COMPILE) into
+    the rules."""
+    text = (build_dir / "CMakeFiles" / "rules.ninja").read_text() + (build_dir / "build.ninja").read_text()
+    return {m.group(1) for m in re.finditer(r"(?:^|[\s/])(s?ccache)(?=\s)", text)}
 
 
 @pytestslow
 def test_second_build_of_the_same_configuration_is_verified(rebuilt, default_build, tmp_path):
+    assert "ccache" not in cache_programs(default_build)  # the tool's launcher alone, never ccache under it
     run_dir, junit = tmp_path / "run", tmp_path / "junit.xml"
     out = cli("verify-run", "--working", str(rebuilt), "--tolerance", TOLERANCE, "--run-dir", str(run_dir), "--junit", str(junit))
     assert out.returncode == 0, out.stderr[-4000:]

@@ -275,11 +275,20 @@ def program_version(program: str) -> str | None:
     return m.group(0) if m else line
 
 
+# Projects that pick a compiler cache by themselves when no launcher is set. llama.cpp's ggml
+# (option GGML_CCACHE, on by default, ggml/src/CMakeLists.txt) puts ccache, or else sccache,
+# found on PATH in front of every compile: 'none' and the rebuild of 'verify --rebuild' would
+# then still go through a cache, and 'sccache' from the tool could run under ccache.
+OWN_CACHE_SWITCHES = (("GGML_CCACHE", "OFF"),)
+
+
 def launcher_defines(launcher: Launcher) -> tuple[tuple[str, str], ...]:
-    """``CMAKE_<LANG>_COMPILER_LAUNCHER`` for C, C++, CUDA and HIP. Set (to nothing) even
-    without a launcher, so that a build folder configured before with one loses it."""
+    """``CMAKE_<LANG>_COMPILER_LAUNCHER`` for C, C++, CUDA and HIP, and the projects' own
+    cache detection turned off, so that the launcher chosen here is the only one. The
+    launchers are set (to nothing) even without one, so that a build folder configured
+    before with one loses it."""
     value = launcher.program or ""
-    return tuple((f"CMAKE_{lang}_COMPILER_LAUNCHER", value) for lang in LAUNCHER_LANGUAGES)
+    return (*((f"CMAKE_{lang}_COMPILER_LAUNCHER", value) for lang in LAUNCHER_LANGUAGES), *OWN_CACHE_SWITCHES)
 
 
 # --------------------------------------------------------------------------- environment
