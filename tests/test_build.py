@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -141,14 +142,20 @@ def test_ctrl_c_during_build_cleans_up_and_next_run_works(tmp_path):
                             cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=sigint_default)
     sleeper = None
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and sleeper is None:
-        time.sleep(0.5)
-        ps = subprocess.run(["pgrep", "-f", f"{tmp_path}/ws/build/.* && sleep 300"], capture_output=True, text=True).stdout.split()
-        sleeper = ps[0] if ps else None
-    assert sleeper, "the build never reached its slow step"
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and sleeper is None:
+            time.sleep(0.5)
+            ps = subprocess.run(["pgrep", "-f", f"{tmp_path}/ws/build/.* && sleep 300"], capture_output=True, text=True).stdout.split()
+            sleeper = ps[0] if ps else None
+        assert sleeper, "the build never reached its slow step"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:  # a failed test leaves neither the tool nor its build running
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     assert proc.returncode == 130, err
     assert "interrupted" in err
     time.sleep(0.5)
