@@ -149,24 +149,30 @@ def test_second_build_of_the_same_configuration_is_verified(rebuilt, default_bui
     assert "ccache" not in cache_programs(default_build)  # the tool's launcher alone, never ccache under it
     run_dir, junit = tmp_path / "run", tmp_path / "junit.xml"
     # 9 rounds: the interval of the median then leaves out the fastest and the slowest round
-    # (with 5 it is their whole range), and one noisy round of a 2-core box cannot make the
-    # same build "too noisy"
+    # (with 5 it is their whole range).
     out = cli("verify-run", "--working", str(rebuilt), "--tolerance", TOLERANCE, "--rounds", "9", "--run-dir", str(run_dir),
               "--junit", str(junit))
-    assert out.returncode == 0, out.stderr[-4000:]
-    assert "\nVERIFIED\n" in out.stderr
     doc = verdict_of(run_dir)
-    assert doc["verdict"] == "VERIFIED" and doc["schema"] == 1 and doc["builds"]["working"]["folder"] == str(rebuilt)
+    assert doc["schema"] == 1 and doc["builds"]["working"]["folder"] == str(rebuilt)
     n = len(manifest_mod.load_manifest(default_build / "build-manifest.json").components[0].outputs)
     assert part(doc, "artifacts")["summary"].startswith(f"output binaries (new vs working): {n}/{n} byte-identical")
+    assert part(doc, "answers")["ok"]
     assert part(doc, "provenance")["ok"] and len(part(doc, "provenance")["servers"]) == 20  # 2 answering + 2 x 9 rounds
-    assert [d["verdict"] for d in part(doc, "speed")["per_device"]] in (["on par", "on par"], ["on par", "faster"], ["faster", "on par"],
-                                                                         ["faster", "faster"])
+    speed = [d["verdict"] for d in part(doc, "speed")["per_device"]]
+    # The same bytes are never "slower". On a shared 2-core virtual machine single rounds can
+    # lose a third of their speed (seen: decode 27 to 44 tok/s within one run), and then the
+    # honest answer is "too noisy": NOT VERIFIED for speed alone, with the remedy printed.
+    assert set(speed) <= {"on par", "faster", "too noisy"}, out.stderr[-4000:]
+    if "too noisy" in speed:
+        assert out.returncode == 11 and doc["verdict"] == "NOT VERIFIED" and doc["failed"] == ["speed"], out.stderr[-4000:]
+        assert "run more rounds on a quieter machine" in out.stderr and "too noisy" in junit.read_text()
+    else:
+        assert out.returncode == 0, out.stderr[-4000:]
+        assert "\nVERIFIED\n" in out.stderr and doc["verdict"] == "VERIFIED" and 'failures="0"' in junit.read_text()
     with tarfile.open(run_dir / "verification.tar.gz") as tar:
         names = tar.getnames()
     assert {"verification.md", "verification.json", "manifests/new.json", "manifests/working.json"} <= set(names)
     assert any(n.startswith("logs/server-r9-") for n in names)
-    assert 'failures="0"' in junit.read_text()
     assert f"report:  {run_dir / 'verification.md'}" in out.stderr
     assert not servers_running_from(default_build) and not servers_running_from(rebuilt)
 
