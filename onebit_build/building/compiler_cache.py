@@ -278,7 +278,7 @@ def program_version(program: str) -> str | None:
 # Projects that pick a compiler cache by themselves when no launcher is set. llama.cpp's ggml
 # (option GGML_CCACHE, on by default, ggml/src/CMakeLists.txt) puts ccache, or else sccache,
 # found on PATH in front of every compile: 'none' and the rebuild of 'verify --rebuild' would
-# then still go through a cache, and 'sccache' from the tool could run under ccache.
+# then still go through a cache.
 OWN_CACHE_SWITCHES = (("GGML_CCACHE", "OFF"),)
 
 
