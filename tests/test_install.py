@@ -95,8 +95,8 @@ def test_wheel_carries_the_project_data(wheel):
     assert missing == []
     with zipfile.ZipFile(wheel) as z:
         assert z.read("onebit_build/data/pins.yaml") == (REPO / "pins.yaml").read_bytes()
-    # Only the project data, nothing else of the tree (no tests, no smoke/kernels).
-    assert not [n for n in names if n.startswith(("tests/", "onebit_build/data/smoke/kernels"))]
+    # Only the project data, nothing else of the tree (no tests, no kernels/).
+    assert not [n for n in names if n.startswith(("tests/", "onebit_build/data/kernels"))]
 
 
 def test_installed_tool_dry_runs_every_recipe_from_an_empty_folder(installed, empty):

@@ -16,7 +16,7 @@
 #   6. copy bandwidth and the MUL_MAT timing of both builds (perf_mmvq_q4_0.py).
 # Everything lands in OUTDIR; OUTDIR/DONE is written last.
 #
-# usage: smoke/kernels/h200_e2e.sh MIRROR_DIR OUTDIR
+# usage: kernels/row-tiled-q4_0/tools/h200_e2e.sh MIRROR_DIR OUTDIR
 #   MIRROR_DIR  passed to --mirror-dir: holds llama.cpp.git, a bare repository with the pin
 # Environment: WORKDIR (default mktemp -d), TOOL_ROOT (project root for onebit-build, default this
 # checkout), JOBS (default nproc), PYTHON (default python3), SEED (checker seed, default random),
@@ -27,7 +27,7 @@ set -uo pipefail
 MIRROR=$(cd "$1" && pwd)
 OUT=$(mkdir -p "$2" && cd "$2" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
+REPO=$(cd "$HERE/../../.." && pwd)
 TOOL_ROOT=$(cd "${TOOL_ROOT:-$REPO}" && pwd)
 W=${WORKDIR:-$(mktemp -d)}
 JOBS=${JOBS:-$(nproc)}

@@ -2,7 +2,7 @@
 # Builds the unpatched and the patched ggml (CUDA, sm_90) from one llama.cpp tree at the pin,
 # checks the row-tiled Q4_0 kernel bit for bit and against float64, and times both side by side.
 #
-# usage: smoke/kernels/h200_run.sh LLAMA_SRC OUTDIR [final|explore|explore1]
+# usage: kernels/row-tiled-q4_0/tools/h200_run.sh LLAMA_SRC OUTDIR [final|explore|explore1]
 #   LLAMA_SRC  unpatched llama.cpp tree at the pinned commit (CMakeLists.txt, cmake/, ggml/, src/,
 #              include/, vendor/, licenses/, and app/ and tools/ui/ are needed: the top-level
 #              CMakeLists.txt reads include/ and configure fails without it)
@@ -29,7 +29,7 @@ SRC=$(cd "$1" && pwd)
 OUT=$(mkdir -p "$2" && cd "$2" && pwd)
 MODE=${3:-final}
 HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
+REPO=$(cd "$HERE/../../.." && pwd)
 PATCH=$REPO/patches/llama.cpp/0002-mmvq-row-tiled-q4_0.patch
 W=${WORKDIR:-$(mktemp -d)}
 B=$W/build

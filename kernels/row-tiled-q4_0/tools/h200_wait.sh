@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Waits for a background h200_e2e.sh run (its OUTDIR/DONE) for at most SECONDS, then copies what it
 # has into DEST: e2e.log always, results.tar.gz (the whole OUTDIR) once it is done.
-# usage: smoke/kernels/h200_wait.sh OUTDIR DEST SECONDS     exit 0: done, 3: still running
+# usage: kernels/row-tiled-q4_0/tools/h200_wait.sh OUTDIR DEST SECONDS     exit 0: done, 3: still running
 RES=$1
 DEST=$2
 LIMIT=${3:-540}

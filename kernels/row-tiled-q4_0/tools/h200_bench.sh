@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Kernel shapes on one GPU, no ggml build: bit-identity of every variant against mul_mat_vec_q,
 # side-by-side timing per MUL_MAT node, and a profiler pass on a few kernels.
-# usage: smoke/kernels/h200_bench.sh RT_BENCH OUTDIR [SHAPES] [VARIANTS]
+# usage: kernels/row-tiled-q4_0/tools/h200_bench.sh RT_BENCH OUTDIR [SHAPES] [VARIANTS]
 set -uo pipefail
 B=$1
 OUT=$2
