@@ -284,6 +284,55 @@ def run(
     return Completed(argv=args, returncode=rc, output="\n".join(captured or []))
 
 
+def _log_split(log: Path, args: list[str], cwd: Path | None, out: str, err: str, rc: int) -> None:
+    """Append one finished run to ``log``: the command, the folder, stdout, stderr, the exit code."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"$ {shlex.join(args)}\n" + (f"# in {cwd}\n" if cwd else ""))
+        for text in (out, err):
+            if text:
+                f.write(text if text.endswith("\n") else text + "\n")
+        f.write(f"# exit {rc}\n")
+
+
+def run_split(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    log: Path | None = None,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    what: str | None = None,
+    hint: str | None = None,
+    tail: int = 20,
+) -> Captured:
+    """Like :func:`run` (found first, echoed, logged, its process group stopped on Ctrl-C or
+    any error, CommandError with the output's tail), for a program whose stdout is data: stdout
+    and stderr come back apart. For git, whose answers are parsed from stdout."""
+    args = [os.fspath(a) for a in argv]
+    args[0] = which(args[0])
+    shown = shlex.join([Path(args[0]).name, *args[1:]])
+    ui.detail(f"$ {shown}" + (f"   (in {cwd})" if cwd else ""))
+    proc = subprocess.Popen(args, cwd=cwd, env=_environ(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        raw_out, raw_err = proc.communicate()
+    except BaseException:
+        stop_group(proc)
+        raise
+    out, err = raw_out.decode("utf-8", "replace"), raw_err.decode("utf-8", "replace")
+    rc = proc.returncode
+    if log is not None:
+        _log_split(log, args, cwd, out, err, rc)
+    if rc != 0 and check:
+        last = "\n".join((err or out).strip().splitlines()[-tail:])
+        raise CommandError(
+            f"{what or shown.split()[0]} failed (exit {rc}): {last.splitlines()[-1] if last else ''}",
+            argv=args, returncode=rc, log_path=str(log) if log else None, tail=last, hint=hint,
+        )
+    return Captured(argv=args, returncode=rc, stdout=out, stderr=err)
+
+
 # --------------------------------------------------------------------------- long-running programs
 
 
