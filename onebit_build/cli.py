@@ -11,7 +11,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from onebit_build import commands, options
+from onebit_build import commands, options, stages
 from onebit_build.building.compiler_cache import MODES
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, OnebitError, SpaceError, WorkspaceError
@@ -182,12 +182,30 @@ def bench_parser(bp: argparse.ArgumentParser) -> None:
     bp.add_argument("--out", metavar="DIR", help="write the results here (default: a new run folder in the workspace)")
 
 
+# Global flags that only some commands use: any other command refuses them (exit 2) rather
+# than ignore them. --dry-run prints the plan of the commands that build.
+PLAN_COMMANDS = (*JOBS, "verify", "plan")
+FLAG_USERS = {
+    "--dry-run": PLAN_COMMANDS,
+    "--model": ("smoke", "all", "serve", "bench", "verify-run"),
+}
+
+
+def refuse_unused_flags(opts: options.Options) -> None:
+    given = {"--dry-run": opts.dry_run and opts.command != "plan", "--model": opts.model is not None}
+    for flag, users in FLAG_USERS.items():
+        if given[flag] and opts.command not in users:
+            raise ConfigError(f"{flag} is not taken by '{opts.command}'",
+                              hint=f"drop it; it applies to: {', '.join(users)}")
+
+
 def dispatch(opts: options.Options, ns: argparse.Namespace) -> int:
+    refuse_unused_flags(opts)
     if opts.command == "completion":
         sys.stdout.write(bash_completion(make_parser()))
         return 0
     project = find_root(given=opts.root, env=os.environ, cwd=Path.cwd())
-    if opts.dry_run and opts.command in (*JOBS, "verify", "plan"):
+    if opts.dry_run:
         return commands.plan(opts, project)
     table = {"bench": commands.bench, "verify-run": commands.verify_run, "recipes": commands.recipes, "doctor": commands.doctor, "serve": commands.serve, "install": commands.install,
              "patches": commands.patches_export, "pins": commands.pins_lock}
@@ -207,17 +225,38 @@ def main(argv: list[str] | None = None) -> int:
             except ConfigError as exc:
                 return commands.version(None, exc)
         return dispatch(options.from_args(ns), ns)
+    except options.DefineSyntaxError as exc:
+        return report_error(define_error_with_examples(exc, ns))
     except KeyboardInterrupt:
         ui.error("interrupted; partial outputs were removed, the next run starts cleanly")
         return INTERRUPTED
     except (OnebitError, OSError) as exc:
-        err = exc if isinstance(exc, OnebitError) else os_error(exc)
-        ui.error(str(err))
-        if err.detail:
-            ui.info("\n".join("  | " + line for line in err.detail.splitlines()))
-        if ui.is_verbose():
-            traceback.print_exc()
-        return err.exit_code
+        return report_error(exc if isinstance(exc, OnebitError) else os_error(exc))
+
+
+def report_error(err: OnebitError) -> int:
+    """Print ``err`` as one line (its detail indented below, the traceback with -v); its exit code."""
+    ui.error(str(err))
+    if err.detail:
+        ui.info("\n".join("  | " + line for line in err.detail.splitlines()))
+    if ui.is_verbose():
+        traceback.print_exc()
+    return err.exit_code
+
+
+def define_error_with_examples(exc: options.DefineSyntaxError, ns: argparse.Namespace) -> OnebitError:
+    """The malformed ``-D`` error, its hint made of overrides that the chosen recipe accepts
+    (the generic hint stays when the recipe itself cannot be read)."""
+    get = ns.__dict__.get
+    try:
+        project = find_root(given=get("root"), env=os.environ, cwd=Path.cwd())
+        recipe = stages.load_pins_and_recipe_named(project, options.recipe_choice(recipe=get("recipe"), hrx=get("hrx")))
+    except OnebitError:
+        return exc
+    examples = options.define_examples(recipe)
+    if examples:
+        exc.hint = "e.g. " + " or ".join(examples)
+    return exc
 
 
 def os_error(exc: OSError) -> OnebitError:

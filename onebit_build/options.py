@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,12 +142,35 @@ def recipe_choice(*, recipe: str | None, hrx: str | None) -> str:
     return recipe or DEFAULT_RECIPE
 
 
+class DefineSyntaxError(ConfigError):
+    """A ``-D`` that is not ``[COMPONENT:]NAME=VALUE``. Its hint is made from the recipe when
+    the recipe can be read (``define_examples``), since only the recipe knows its components."""
+
+    def __init__(self, text: str):
+        super().__init__(f"-D {text!r}: expected NAME=VALUE or COMPONENT:NAME=VALUE",
+                         hint="'onebit-build plan' lists each component's defines")
+        self.text = text
+
+
+def define_examples(recipe) -> tuple[str, ...]:
+    """Overrides that are valid for ``recipe``, for an error's hint: a define of the component
+    that builds llama-server, and one of each other component, named with it. Pure."""
+    main = recipe.server_component
+    found = []
+    for comp in (main, *(c for c in recipe.components if c is not main)):
+        if comp.defines:
+            name, value = comp.defines[0]
+            setting = f"{name}={value}" if comp is main else f"{comp.name}:{name}={value}"
+            found.append(f"-D {shlex.quote(setting)}")
+    return tuple(found)
+
+
 def parse_define(text: str) -> Define:
     """``NAME=VALUE`` or ``COMPONENT:NAME=VALUE`` (a CMake type suffix ``NAME:BOOL=`` is accepted
     and dropped: the recipe's cache file sets strings). Pure."""
     m = DEFINE_RE.match(text)
     if not m:
-        raise ConfigError(f"-D {text!r}: expected NAME=VALUE or COMPONENT:NAME=VALUE", hint="e.g. -D GGML_NATIVE=OFF or -D llama.cpp:LLAMA_CURL=OFF")
+        raise DefineSyntaxError(text)
     comp = m.group("comp")
     if comp is not None and comp.isupper():  # NAME:TYPE=VALUE was read as COMPONENT:NAME
         comp = None

@@ -46,6 +46,13 @@ def load_pins_and_recipe(project: ProjectRoot, opts: Options, *, locked: bool | 
     return pins, with_defines(recipe, opts.defines)
 
 
+def load_pins_and_recipe_named(project: ProjectRoot, recipe: str) -> Recipe:
+    """The recipe ``--recipe`` names, with pins.lock applied but no override and no --locked."""
+    pins = load_pins(project.pins)
+    pins = apply_lock(pins, read_lock(pins.lock_path), locked=False)
+    return load_recipe(recipe_file(project, recipe), pins)
+
+
 def with_defines(recipe: Recipe, defines: tuple[Define, ...]) -> Recipe:
     """The recipe with ``-D`` overrides: each replaces or adds a define of one component (the
     one that builds llama-server unless the override names another). Pure."""

@@ -1,0 +1,69 @@
+"""A global flag is honoured by every command or refused with exit 2, never ignored; the hint
+of a malformed -D is made from the recipe and works. The real CLI on the project's recipes."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+
+from _support import REPO, run_cli
+from onebit_build.cli import FLAG_USERS, make_parser
+
+# The arguments each command needs to get past its own parser (none of them is run for real:
+# the refused ones stop before anything starts).
+REQUIRED = {
+    "install": ["--prefix", "PREFIX"],
+    "verify-run": ["--working", "WORKING"],
+    "patches": ["export", "llama"],
+    "pins": ["lock"],
+    "completion": ["bash"],
+}
+
+
+def every_command() -> list[str]:
+    parser = make_parser()
+    subs = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return sorted(subs.choices)
+
+
+def test_every_command_is_in_the_test():
+    # A new command must say here whether it takes --dry-run: the list below is the parser's.
+    assert set(every_command()) >= {"serve", "install", "bench", "verify-run", "build", "plan"}
+
+
+@pytest.mark.parametrize("command", every_command())
+def test_dry_run_is_honoured_or_refused(command, tmp_path):
+    ws = tmp_path / "ws"
+    args = [a.replace("PREFIX", str(tmp_path / "prefix")).replace("WORKING", str(tmp_path)) for a in REQUIRED.get(command, [])]
+    out = run_cli(REPO, "--workspace", str(ws), "--dry-run", command, *args, timeout=120)
+    if command in FLAG_USERS["--dry-run"]:
+        assert out.returncode == 0, out.stderr
+        assert "plan" in (out.stdout + out.stderr).lower()
+        assert not (ws / "build").exists() and not (tmp_path / "prefix").exists()
+    else:
+        assert out.returncode == 2, (out.returncode, out.stderr)
+        assert out.stderr.strip().splitlines()[-1] == (
+            f"error: --dry-run is not taken by '{command}' (drop it; it applies to: {', '.join(FLAG_USERS['--dry-run'])})")
+        assert not (tmp_path / "prefix").exists() and not (ws / "runs").exists()
+
+
+def test_model_is_refused_where_no_model_is_used(tmp_path):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--model", str(gguf), "build", "--dry-run")
+    assert out.returncode == 2 and "--model is not taken by 'build'" in out.stderr
+
+
+@pytest.mark.parametrize("recipe", ["default", "vulkan", "cuda", "strix-halo"])
+def test_the_hint_of_a_malformed_define_works(recipe, tmp_path):
+    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--recipe", recipe, "-D", "NO_EQUALS_SIGN", "plan")
+    assert out.returncode == 2 and "expected NAME=VALUE" in out.stderr
+    hint = re.search(r"\(e\.g\. (.*)\)\s*$", out.stderr.strip())
+    assert hint, out.stderr
+    examples = hint.group(1).split(" or ")
+    assert examples and all(e.startswith("-D ") for e in examples)
+    for example in examples:
+        ran = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--recipe", recipe, *shlex.split(example), "plan")
+        assert ran.returncode == 0, (example, ran.stderr)
