@@ -104,7 +104,8 @@ def doctor(opts: Options, project: ProjectRoot) -> int:
 
     pins, recipe = stages.load_pins_and_recipe(project, opts, locked=False)
     report = run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=Workspace(root=opts.workspace),
-                                      mirror_dirs=opts.mirror_dirs, offline=opts.offline, toolchain_root=opts.toolchain_root))
+                                      mirror_dirs=opts.mirror_dirs, offline=opts.offline, toolchain_root=opts.toolchain_root,
+                                      patch_root=project.patches))
     if opts.json:
         doc = {"kind": "onebit-build-doctor", "schema": 1, "recipe": report.recipe, "ok": report.ok,
                "project": project.describe(),

@@ -26,7 +26,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from onebit_build.building.artifacts import read_cmake_cache
 from onebit_build.building.builder import compiler_path, resolve_refs
@@ -37,12 +37,15 @@ from onebit_build.core.fsutil import StateError
 from onebit_build.core.proc import PROBE_TIMEOUT_S, capture, probe, version_line
 from onebit_build.building.fetch import local_mirror_candidates, sdist_store_cached
 from onebit_build.building.manifest import Manifest, load_latest
+from onebit_build.building.patch import list_patches
 from onebit_build.core.gitops import Git
 from onebit_build.building.plan import ToolchainSettings, join_lists, resolve_toolchain, runtime_env, toolchain_refs
 from onebit_build.core.workspace import Workspace
 from onebit_build.running.server import parse_list_devices
 
-VULKAN_MIN_HEADER = 261  # 1.3.261: VK_EXT_layer_settings, used by ggml-vulkan
+VULKAN_MIN_HEADER = (1, 3, 261)  # unpatched ggml-vulkan uses VK_EXT_layer_settings
+# A patch that makes older headers work says so in its message, as a trailer line.
+VULKAN_MIN_TRAILER = re.compile(r"^Vulkan-Headers-Minimum:\s*(\d+)\.(\d+)\.(\d+)\s*$", re.M)
 LIST_DEVICES_TIMEOUT_S = 120.0
 
 
@@ -63,6 +66,7 @@ class DoctorRequest:
     offline: bool = False
     toolchain_root: str | None = None
     environ: Mapping[str, str] | None = None
+    patch_root: Path | None = None  # the project's patches/: what the series makes work counts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,7 +207,19 @@ def build_tool_checks() -> list[Check]:
     ]
 
 
-def vulkan_checks(environ: Mapping[str, str]) -> list[Check]:
+def vulkan_minimum(patches: Iterable[Path]) -> tuple[tuple[int, int, int], str]:
+    """The oldest Vulkan headers the recipe's llama.cpp builds with, and why: the lowest
+    minimum a patch of its series declares (``Vulkan-Headers-Minimum: X.Y.Z`` in its message),
+    else ggml-vulkan's own."""
+    found = []
+    for p in patches:
+        m = VULKAN_MIN_TRAILER.search(p.read_text(errors="replace").split("\n---\n", 1)[0])
+        if m:
+            found.append(((int(m.group(1)), int(m.group(2)), int(m.group(3))), f"with {p.name}"))
+    return min(found) if found else (VULKAN_MIN_HEADER, "VK_EXT_layer_settings")
+
+
+def vulkan_checks(environ: Mapping[str, str], patches: Iterable[Path] = ()) -> list[Check]:
     checks = []
     glslc = shutil.which("glslc", path=environ.get("PATH"))
     version = version_line(glslc) if glslc else None
@@ -219,11 +235,14 @@ def vulkan_checks(environ: Mapping[str, str]) -> list[Check]:
             if v is None:
                 checks.append(Check(name="Vulkan headers", ok=False, detail=f"{header}: no VK_HEADER_VERSION",
                                     fix="reinstall the Vulkan headers (apt-get install libvulkan-dev)"))
-            elif v < (1, 3, VULKAN_MIN_HEADER):
-                checks.append(Check(name="Vulkan headers", ok=False, detail=f"{header}: {v[0]}.{v[1]}.{v[2]}, older than 1.3.{VULKAN_MIN_HEADER}",
+            elif v < (low := vulkan_minimum(patches))[0]:
+                checks.append(Check(name="Vulkan headers", ok=False,
+                                    detail=f"{header}: {'.'.join(map(str, v))}, older than {'.'.join(map(str, low[0]))}"
+                                           f" ({low[1]})",
                                     fix="install newer headers (Debian 13 and Ubuntu 24.04 ship them, or the Vulkan SDK with $VULKAN_SDK)"))
             else:
-                checks.append(Check(name="Vulkan headers", ok=True, detail=f"{header}: {v[0]}.{v[1]}.{v[2]}"))
+                checks.append(Check(name="Vulkan headers", ok=True,
+                                    detail=f"{header}: {'.'.join(map(str, v))} (at least {'.'.join(map(str, low[0]))}, {low[1]})"))
             return checks
     checks.append(Check(name="Vulkan headers", ok=False, detail="no vulkan/vulkan_core.h in " + ", ".join(str(d) for d in vulkan_header_dirs(environ)),
                         fix="install them (Debian/Ubuntu: apt-get install libvulkan-dev) or set $VULKAN_SDK"))
@@ -434,7 +453,8 @@ def run_doctor(req: DoctorRequest) -> DoctorReport:
     checks += system_checks(req.workspace.root, environ)
     checks += build_tool_checks()
     if "vulkan" in recipe.backends:
-        checks += vulkan_checks(environ)
+        series = list_patches(req.patch_root, recipe.server_component.source) if req.patch_root else ()
+        checks += vulkan_checks(environ, [p.path for p in series])
     if "cuda" in recipe.backends:
         checks += cuda_checks(recipe, environ)
     checks += source_checks(req, environ)

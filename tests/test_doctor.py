@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -12,7 +13,7 @@ from _support import REPO, cuda_wheel_bin, make_repo, run_cli
 from onebit_build.core.config import load_recipe
 from onebit_build.core.pins import load_pins
 from onebit_build.doctor import (DoctorRequest, listed_versions, render, run_doctor, same_cmake_value, stale_defines,
-                                 vulkan_header_version)
+                                 vulkan_header_version, vulkan_minimum)
 from onebit_build.building.fetch import _sdist_dir
 from onebit_build.building.manifest import write_manifest
 from onebit_build.core.workspace import Workspace
@@ -231,3 +232,44 @@ def test_cli_doctor_json(tmp_path):
     names = {c["name"]: c for c in doc["checks"]}
     assert names["amdclang"]["ok"] is False and names["amdclang"]["fix"]
     assert names["git"]["ok"] is True
+
+
+def _vulkan_header_check(root, tmp_path):
+    out = run_cli(root, "--root", str(root), "--workspace", str(tmp_path / "ws"), "--recipe", "vulkan", "doctor", "--json",
+                  "--offline")
+    doc = json.loads(out.stdout)
+    return next(c for c in doc["checks"] if c["name"] == "Vulkan headers")
+
+
+def test_vulkan_header_minimum_follows_the_recipes_patches(tmp_path):
+    header = Path("/usr/include/vulkan/vulkan_core.h")
+    if not header.is_file():
+        pytest.skip("no Vulkan headers installed here (libvulkan-dev)")
+    version = vulkan_header_version(header.read_text(errors="replace"))
+    if not (1, 3, 239) <= version < (1, 3, 261):
+        pytest.skip(f"the headers here are {version}: the case needs ones the compat patch alone makes work")
+    # The project as it is: the compat patch declares 1.3.239, so these headers pass.
+    ours = _vulkan_header_check(REPO, tmp_path)
+    assert ours["ok"] is True and "0001-vulkan-older-headers-compat.patch" in ours["detail"]
+    # The same project without the patch's declaration: ggml-vulkan's own minimum applies.
+    root = tmp_path / "p"
+    for part in ("pins.yaml", "pins.lock", "recipes", "patches", "references", "smoke"):
+        src = REPO / part
+        if src.is_dir():
+            shutil.copytree(src, root / part)
+        elif src.exists():
+            root.mkdir(exist_ok=True)
+            shutil.copy2(src, root / part)
+    patch = root / "patches" / "llama.cpp" / "0001-vulkan-older-headers-compat.patch"
+    patch.write_text("".join(line for line in patch.read_text().splitlines(True) if not line.startswith("Vulkan-Headers-")))
+    theirs = _vulkan_header_check(root, tmp_path)
+    assert theirs["ok"] is False and "older than 1.3.261" in theirs["detail"]
+
+
+def test_vulkan_minimum_is_the_lowest_a_patch_declares(tmp_path):
+    a, b, c = (tmp_path / n for n in ("0001-a.patch", "0002-b.patch", "0003-c.patch"))
+    a.write_text("Subject: a\n\nVulkan-Headers-Minimum: 1.3.250\n---\n diff\n")
+    b.write_text("Subject: b\n\nVulkan-Headers-Minimum: 1.3.239\n---\n diff\n")
+    c.write_text("Subject: c\n---\n+Vulkan-Headers-Minimum: 1.0.0\n")  # in the diff, not the message: ignored
+    assert vulkan_minimum([a, b, c]) == ((1, 3, 239), "with 0002-b.patch")
+    assert vulkan_minimum([c]) == ((1, 3, 261), "VK_EXT_layer_settings")
