@@ -146,3 +146,33 @@ def test_bad_pin_reference(tmp_path):
     p = write(tmp_path, "recipes/r.yaml", RECIPE.replace("${pin.a.short}", "${pin.a.tag}"))
     with pytest.raises(ConfigError, match="bad reference"):
         load_recipe(p, pins)
+
+
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path):
+    recipe = (REPO / "recipes" / "default.yaml").read_text()
+    assert "      GGML_NATIVE: \"OFF\"\n" in recipe
+    twice = recipe.replace("      GGML_NATIVE: \"OFF\"\n", "      GGML_NATIVE: \"OFF\"\n      GGML_NATIVE: \"ON\"\n", 1)
+    first = twice.splitlines().index("      GGML_NATIVE: \"OFF\"") + 1
+    p = write(tmp_path, "default.yaml", twice)
+    with pytest.raises(ConfigError) as e:
+        load_recipe(p, load_pins(REPO / "pins.yaml"))
+    assert str(e.value) == (f"{p}: line {first + 1}, column 7: key 'GGML_NATIVE' is given twice (first on line {first})"
+                            " (keep one of them)")
+    pins = write(tmp_path, "pins.yaml", PINS + PINS.split("sources:\n", 1)[1])
+    with pytest.raises(ConfigError, match="is given twice"):
+        load_pins(pins)
+
+
+def test_keys_merged_from_an_anchor_may_be_overridden(tmp_path):
+    # The strix-halo recipe shares its HRX defines this way and overrides one of them.
+    recipe = load_recipe(REPO / "recipes" / "strix-halo.yaml", load_pins(REPO / "pins.yaml"))
+    loom = next(c for c in recipe.components if c.name == "loom-link")
+    assert dict(loom.defines)["LIBHRX_BUILD"] == "OFF"
+
+
+def test_every_key_error_names_its_line(tmp_path):
+    p = write(tmp_path, "pins.yaml", PINS.replace("    abbreviated: true", "    abbreviated: true\n    comit: x"))
+    line = p.read_text().splitlines().index("    comit: x") + 1
+    with pytest.raises(ConfigError) as e:
+        load_pins(p)
+    assert str(e.value).startswith(f"{p}:{line}: sources.b.comit: unknown key")

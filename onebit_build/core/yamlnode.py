@@ -1,5 +1,6 @@
-"""Reading YAML for the project's files: a mapping node that knows its file and key path,
-so that every error names the file, the key path and the fix."""
+"""Reading YAML for the project's files: a mapping node that knows its file, key path and
+lines, so that every error names the file, the line, the key path and the fix. A key given
+twice in one mapping is an error (YAML's loaders keep the last one silently)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,46 @@ from typing import Any, Iterable
 import yaml
 
 from onebit_build.core.errors import ConfigError
+
+
+class Mapping(dict):
+    """A YAML mapping as loaded: a dict that remembers the line of each key (1-based) and its own."""
+
+    line: int = 0
+    key_lines: dict[Any, int]
+
+
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing duplicate keys and keeping the lines of keys."""
+
+
+def _mapping(loader: StrictLoader, node: yaml.MappingNode) -> Mapping:
+    """A mapping whose own keys are each given once. Keys merged in with ``<<: *anchor`` may be
+    overridden by the mapping's own keys, as YAML says."""
+    out = Mapping()
+    out.line = node.start_mark.line + 1
+    out.key_lines = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = out.key_lines.get(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(None, None, f"unhashable key {key!r}", key_node.start_mark) from None
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is given twice (first on line {first})", key_node.start_mark)
+        out.key_lines[key] = key_node.start_mark.line + 1
+    loader.flatten_mapping(node)  # merged keys first, so that the mapping's own keys win
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        out[key] = loader.construct_object(value_node, deep=True)
+        out.key_lines.setdefault(key, key_node.start_mark.line + 1)
+    return out
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
 class Node:
@@ -26,8 +67,14 @@ class Node:
             return self.path or "(top level)"
         return f"{self.path}.{key}" if self.path else key
 
+    def line(self, key: str | None = None) -> int:
+        """The line of ``key`` in the file (of this mapping when the key is absent); 0: unknown."""
+        lines = getattr(self.data, "key_lines", {})
+        return lines.get(key, 0) or getattr(self.data, "line", 0)
+
     def fail(self, problem: str, fix: str, key: str | None = None) -> None:
-        raise ConfigError(f"{self.file}: {self.where(key)}: {problem}", hint=fix)
+        line = self.line(key)
+        raise ConfigError(f"{self.file}:{f'{line}:' if line else ''} {self.where(key)}: {problem}", hint=fix)
 
     def only(self, allowed: Iterable[str]) -> None:
         allowed = set(allowed)
@@ -78,11 +125,13 @@ def load_yaml(path: Path, what: str) -> Any:
     except FileNotFoundError:
         raise ConfigError(f"{path}: {what} file not found", hint="check the path or create it") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if "given twice" in problem:
+            raise ConfigError(f"{path}:{where}: {problem}", hint="keep one of them") from None
         raise ConfigError(f"{path}:{where}: malformed YAML: {problem}", hint="fix the YAML syntax there") from None
 
 
