@@ -337,7 +337,7 @@ def bench(opts: Options, project: ProjectRoot) -> int:
         outputs = b.write_outputs(result, run_dir)
     sys.stdout.write("\n" + b.render_table(result) + "\n")
     for what in ("table", "plot", "json"):
-        ui.info(f"{what}: {getattr(outputs, what)}")
+        ui.info(f"{what}: {getattr(outputs, what) or 'not drawn (' + b.PLOT_EXTRA_HINT + ')'}")
     bad = [c for c in result.cells if not c.valid]
     if bad:
         ui.warn(f"{len(bad)} of {len(result.cells)} figures are INVALID (their answers did not hold); first: {bad[0].variant} {bad[0].prompt}: {bad[0].reason}")

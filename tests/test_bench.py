@@ -528,3 +528,22 @@ def test_cli_device_the_build_lacks_is_refused(llama_server, gemma_model, tmp_pa
                    "--lock", str(tmp_path / "bench.lock"), "--out", str(tmp_path / "run"), timeout=120)
     assert done.returncode == 2, done.stderr
     assert "does not offer CUDA0" in done.stderr and "--device all" in done.stderr
+
+
+def test_without_matplotlib_the_bench_writes_its_table_and_json_and_says_how_to_get_the_plot(tmp_path, monkeypatch):
+    # matplotlib is the optional 'plot' extra: hide it (and anything of it already imported).
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")] + ["matplotlib"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    out = bench.write_outputs(synthetic_result(tmp_path), tmp_path / "run")
+    assert out.plot is None and not (tmp_path / "run" / "bench.png").exists()
+    assert "bench.png" not in out.table.read_text()
+    assert json.loads(out.json.read_text())["outputs"]["plot"] is None
+    assert "onebit-build[plot]" in bench.PLOT_EXTRA_HINT
+
+
+def test_matplotlib_is_only_the_plot_extra():
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+    assert not [d for d in project["dependencies"] if d.startswith("matplotlib")]
+    assert any(d.startswith("matplotlib") for d in project["optional-dependencies"]["plot"])

@@ -34,7 +34,7 @@ from onebit_build.running.bench.plan import (
     schedule,
     server_in,
 )
-from onebit_build.running.bench.plot import plot
+from onebit_build.running.bench.plot import PLOT_EXTRA_HINT, plot
 from onebit_build.running.bench.render import BenchOutputs, bench_doc, render_markdown, render_table, write_outputs
 from onebit_build.running.bench.run import BenchLock, BenchRequest, BenchResult, ServerRun, run_bench
 from onebit_build.running.bench.settings import DEFAULTS, BenchDefaults
@@ -44,6 +44,6 @@ __all__ = [
     "DEFAULTS", "BenchDefaults", "BenchLock", "BenchOutputs", "BenchRequest", "BenchResult", "Build", "Cell", "Config",
     "Expectation", "Prompt", "ServerRun", "Step", "Variant", "Verdict", "bench_doc",
     "completion_body", "judge_answer", "load_expectations", "load_prompts", "make_variants", "parse_build", "parse_builds",
-    "parse_config", "parse_configs", "pick_devices", "plot", "render_markdown", "render_table", "resolve_devices",
+    "PLOT_EXTRA_HINT", "parse_config", "parse_configs", "pick_devices", "plot", "render_markdown", "render_table", "resolve_devices",
     "run_bench", "schedule", "server_in", "steps_from_probs", "summarize", "write_outputs",
 ]

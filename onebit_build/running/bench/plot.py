@@ -21,10 +21,26 @@ def fmt_speed(x: float) -> str:
     return f"{x:.0f}" if x >= 1000 else f"{x:.1f}"
 
 
-def plot(result: BenchResult, path: Path) -> Path:
+# matplotlib is an optional extra (about half of the tool's installed size, for one picture).
+PLOT_EXTRA_HINT = "pip install 'onebit-build[plot]' for bench.png"
+
+
+def plot_available() -> bool:
+    try:
+        import matplotlib  # noqa: F401  - only asked whether it is there
+    except ImportError:
+        return False
+    return True
+
+
+def plot(result: BenchResult, path: Path) -> Path | None:
     """A PNG: one panel per prompt for decode tok/s (top row) and prompt tok/s (bottom
     row); a bar per variant at its median with a min-max whisker; the baseline in its own
-    colour; an invalid variant has no bar, only a red INVALID mark."""
+    colour; an invalid variant has no bar, only a red INVALID mark. None when matplotlib
+    (the ``plot`` extra) is not installed."""
+    if not plot_available():
+        return None
+    # Imported here: matplotlib is optional, and slow to import for every other command.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

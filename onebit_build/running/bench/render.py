@@ -184,7 +184,7 @@ def bench_doc(result: BenchResult, *, outputs: dict[str, str]) -> dict[str, Any]
 class BenchOutputs:
     json: Path
     table: Path
-    plot: Path
+    plot: Path | None  # None: matplotlib (the plot extra) is not installed
 
 
 def write_outputs(result: BenchResult, run_dir: Path) -> BenchOutputs:
@@ -192,7 +192,7 @@ def write_outputs(result: BenchResult, run_dir: Path) -> BenchOutputs:
     run_dir = Path(run_dir)
     png = plot(result, run_dir / "bench.png")
     md = run_dir / "bench.md"
-    atomic_write_text(md, render_markdown(result, plot_name=png.name))
+    atomic_write_text(md, render_markdown(result, plot_name=png.name if png else None))
     js = run_dir / "bench.json"
-    write_state(js, BENCH_KIND, BENCH_SCHEMA, bench_doc(result, outputs={"table": md.name, "plot": png.name}))
+    write_state(js, BENCH_KIND, BENCH_SCHEMA, bench_doc(result, outputs={"table": md.name, "plot": png.name if png else None}))
     return BenchOutputs(json=js, table=md, plot=png)
