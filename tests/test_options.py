@@ -9,7 +9,7 @@ import pytest
 from onebit_build.core.config import Component, Recipe
 from onebit_build.core.errors import ConfigError
 from onebit_build.options import Define, from_args, parse_define, recipe_choice, recipe_is_file
-from onebit_build.stages import with_defines
+from onebit_build.job.model import with_defines
 
 
 def test_recipe_choice():
@@ -105,7 +105,7 @@ def test_bash_completion_lists_commands_and_their_options():
 def test_install_tree_copies_outputs_with_their_links(tmp_path):
     from types import SimpleNamespace
 
-    from onebit_build.commands import install_tree
+    from onebit_build.commands.use import install_tree
 
     bdir = tmp_path / "build" / "bin"
     bdir.mkdir(parents=True)

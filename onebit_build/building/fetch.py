@@ -19,12 +19,11 @@ from onebit_build.building import pkgindex
 
 from onebit_build.core import ui
 from onebit_build.core.pins import Pin, SdistMirror
-from onebit_build.core.errors import ConfigError, FetchError, IntegrityError, SpaceError
+from onebit_build.core.errors import FetchError, IntegrityError, SpaceError
 from onebit_build.core.fsutil import sha256_file
 from onebit_build.core.gitops import Git, init_bare
 from onebit_build.core.workspace import Workspace, safe_name
 
-MIRROR_ENV = "ONEBIT_MIRROR_DIR"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,19 +44,6 @@ class FetchResult:
     archive_sha256: str | None
     bare_repo: Path
     resolved_from: str | None = None  # the abbreviated prefix, when the pin was one
-
-
-def mirror_dirs_from(cli_dirs: list[str] | None) -> tuple[Path, ...]:
-    """The mirror folders of ``--mirror-dir`` and $ONEBIT_MIRROR_DIR. A folder that does not
-    exist is refused (a typo would otherwise silently send the run to the network)."""
-    named = [(Path(d), "--mirror-dir") for d in (cli_dirs or [])]
-    env = os.environ.get(MIRROR_ENV)
-    if env:
-        named += [(Path(p), f"${MIRROR_ENV}") for p in env.split(os.pathsep) if p]
-    for d, origin in named:
-        if not d.is_dir():
-            raise ConfigError(f"{origin} {d}: no such folder", hint="give a folder that holds NAME.git or NAME.bundle mirrors, or drop the option")
-    return tuple(d.resolve() for d, _ in named)
 
 
 def local_mirror_candidates(name: str, dirs: tuple[Path, ...]) -> list[Path]:

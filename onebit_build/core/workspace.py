@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from onebit_build.core.errors import LockError, WorkspaceError
+from onebit_build.core.errors import ConfigError, LockError, WorkspaceError
 
 
 def default_workspace() -> Path:
@@ -248,3 +248,22 @@ def _read_holder(fd: int) -> dict[str, object]:
     except (OSError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}
+
+
+# --------------------------------------------------------------------------- mirror folders
+
+MIRROR_ENV = "ONEBIT_MIRROR_DIR"
+
+
+def mirror_dirs_from(cli_dirs: list[str] | None) -> tuple[Path, ...]:
+    """The mirror folders of ``--mirror-dir`` and $ONEBIT_MIRROR_DIR. A folder that does not
+    exist is refused (a typo would otherwise silently send the run to the network)."""
+    named = [(Path(d), "--mirror-dir") for d in (cli_dirs or [])]
+    env = os.environ.get(MIRROR_ENV)
+    if env:
+        named += [(Path(p), f"${MIRROR_ENV}") for p in env.split(os.pathsep) if p]
+    for d, origin in named:
+        if not d.is_dir():
+            raise ConfigError(f"{origin} {d}: no such folder",
+                              hint="give a folder that holds NAME.git or NAME.bundle mirrors, or drop the option")
+    return tuple(d.resolve() for d, _ in named)

@@ -12,38 +12,37 @@ diverges is invalid for that prompt in every table and plot, never reported as f
 - :mod:`.summary`: the samples' statistics per variant and prompt (samples and statistics
   are :mod:`onebit_build.running.measure`'s, shared with the smoke stage)
 - :mod:`.run`: the run loop and the bench lock
-- :mod:`.render` and :mod:`.plot`: the table, ``bench.json`` and ``bench.png``
+- :mod:`.render` and :mod:`.chart`: the table, ``bench.json`` and ``bench.png``
+
+Names are loaded when first used (PEP 562): the command line imports the package for its
+defaults, and that must not import the run loop, requests and the plot.
 """
 
-from onebit_build.running.bench.judge import Expectation, Step, Verdict, judge_answer, steps_from_probs
-from onebit_build.running.bench.plan import (
-    Build,
-    Config,
-    Prompt,
-    Variant,
-    completion_body,
-    load_expectations,
-    load_prompts,
-    make_variants,
-    parse_build,
-    parse_builds,
-    parse_config,
-    parse_configs,
-    pick_devices,
-    resolve_devices,
-    schedule,
-    server_in,
-)
-from onebit_build.running.bench.plot import PLOT_EXTRA_HINT, plot
-from onebit_build.running.bench.render import BenchOutputs, bench_doc, render_markdown, render_table, write_outputs
-from onebit_build.running.bench.run import BenchLock, BenchRequest, BenchResult, ServerRun, run_bench
-from onebit_build.running.bench.settings import DEFAULTS, BenchDefaults
-from onebit_build.running.bench.summary import Cell, summarize
+from __future__ import annotations
 
-__all__ = [
-    "DEFAULTS", "BenchDefaults", "BenchLock", "BenchOutputs", "BenchRequest", "BenchResult", "Build", "Cell", "Config",
-    "Expectation", "Prompt", "ServerRun", "Step", "Variant", "Verdict", "bench_doc",
-    "completion_body", "judge_answer", "load_expectations", "load_prompts", "make_variants", "parse_build", "parse_builds",
-    "PLOT_EXTRA_HINT", "parse_config", "parse_configs", "pick_devices", "plot", "render_markdown", "render_table", "resolve_devices",
-    "run_bench", "schedule", "server_in", "steps_from_probs", "summarize", "write_outputs",
-]
+import importlib
+
+# name -> the submodule that defines it
+_WHERE = {
+    "Expectation": "judge", "Step": "judge", "Verdict": "judge", "judge_answer": "judge",
+    "steps_from_probs": "judge",
+    "Build": "plan", "Config": "plan", "Prompt": "plan", "Variant": "plan", "completion_body": "plan",
+    "load_expectations": "plan", "load_prompts": "plan", "make_variants": "plan", "parse_build": "plan",
+    "parse_builds": "plan", "parse_config": "plan", "parse_configs": "plan", "pick_devices": "plan",
+    "resolve_devices": "plan", "schedule": "plan", "server_in": "plan",
+    "PLOT_EXTRA_HINT": "chart", "plot": "chart",
+    "BenchOutputs": "render", "bench_doc": "render", "render_markdown": "render", "render_table": "render",
+    "write_outputs": "render",
+    "BenchLock": "run", "BenchRequest": "run", "BenchResult": "run", "ServerRun": "run", "run_bench": "run",
+    "BenchDefaults": "settings", "DEFAULTS": "settings",
+    "Cell": "summary", "summarize": "summary",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value

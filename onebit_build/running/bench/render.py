@@ -13,7 +13,7 @@ from typing import Any
 
 from onebit_build.core.fsutil import atomic_write_text, sha256_bytes, sha256_file, write_state
 from onebit_build.running.bench.plan import completion_body
-from onebit_build.running.bench.plot import fmt_speed, plot
+from onebit_build.running.bench.chart import fmt_speed, plot
 from onebit_build.running.bench.run import BenchResult
 from onebit_build.running.bench.settings import BENCH_KIND, BENCH_SCHEMA, DEFAULTS
 from onebit_build.running.measure import Stat

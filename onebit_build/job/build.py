@@ -1,68 +1,35 @@
-"""Wires the stages for one recipe: fetch -> patch -> build -> manifest.
+"""The build part of a job: fetch -> patch -> configure/build -> manifest.
 
-Each stage gets a frozen request and returns a result; this module only passes them on.
+Each step gets the job (and what the step before it returned) and returns a typed result;
+this module only passes them on.
 """
 
 from __future__ import annotations
 
 import hashlib
 import shutil
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from onebit_build.core import ui
 from onebit_build.building.artifacts import ArtifactSet, collect
 from onebit_build.building.assemble import AssemblePlan
 from onebit_build.building.assemble import make_plan as make_assemble_plan
 from onebit_build.building.builder import BuildRequest, BuildResult, build, resolve_refs
 from onebit_build.building.cmake import find_tools
-from onebit_build.building.compiler_cache import CacheRequest, Launcher, resolve as resolve_launcher
-from onebit_build.core.config import Component, Recipe
-from onebit_build.core.pins import Pin, Pins, read_lock, render_lock
+from onebit_build.building.compiler_cache import Launcher, resolve as resolve_launcher
 from onebit_build.building.fetch import FetchRequest, FetchResult, fetch
-from onebit_build.core.errors import ConfigError
-from onebit_build.core.fsutil import atomic_write_text
-from onebit_build.core.gitops import Git
 from onebit_build.building.manifest import latest_path, make_manifest, write_manifest
 from onebit_build.building.patch import PrepareRequest, PreparedTree, list_patches, prepare
 from onebit_build.building.plan import component_fields, join_lists, resolve_toolchain
-from onebit_build.core.project import ProjectRoot
-from onebit_build.core.workspace import Workspace
-
-
-@dataclass(frozen=True, kw_only=True)
-class Context:
-    project: ProjectRoot  # where pins.yaml, recipes/ and patches/ come from
-    workspace: Workspace
-    recipe_name: str
-    run_dir: Path
-    offline: bool = False
-    locked: bool = False
-    mirror_dirs: tuple[Path, ...] = ()
-    jobs: int | None = None
-    toolchain_root: str | None = None  # --toolchain-root: overrides the recipe's toolchain root
-    overrides: tuple[str, ...] = ()  # the -D overrides, as given (recorded in the manifest)
-    compiler_cache: CacheRequest = CacheRequest()  # --compiler-cache / --compiler-cache-url
-
-    @property
-    def repo_root(self) -> Path:
-        return self.project.path
-
-    @property
-    def pins_path(self) -> Path:
-        return self.project.pins
-
-    @property
-    def recipes_dir(self) -> Path:
-        return self.project.recipes
-
-    @property
-    def patches_dir(self) -> Path:
-        return self.project.patches
-
-    @property
-    def data_from(self) -> str:
-        return self.project.data_from
+from onebit_build.core import ui
+from onebit_build.core.config import Component, Recipe
+from onebit_build.core.errors import ConfigError, NotAvailableError
+from onebit_build.core.fsutil import atomic_write_text
+from onebit_build.core.gitops import Git
+from onebit_build.core.pins import Pin, Pins, read_lock, render_lock
+from onebit_build.job.model import Job
+from onebit_build.job.stage import Stage
 
 
 def recipe_sources(recipe: Recipe) -> list[str]:
@@ -73,16 +40,18 @@ def recipe_sources(recipe: Recipe) -> list[str]:
     return seen
 
 
-def run_fetch(ctx: Context, pins: Pins, names: list[str]) -> dict[str, FetchResult]:
+def run_fetch(job: Job, names: list[str]) -> dict[str, FetchResult]:
+    pins, opts = job.pins, job.opts
     out: dict[str, FetchResult] = {}
     for name in names:
         pin = pins.get(name)
-        res = fetch(FetchRequest(pin=pin, workspace=ctx.workspace, mirror_dirs=ctx.mirror_dirs, offline=ctx.offline, log=ctx.run_dir / "fetch.log"))
+        res = fetch(FetchRequest(pin=pin, workspace=job.workspace, mirror_dirs=opts.mirror_dirs, offline=opts.offline,
+                                 log=job.log("fetch.log")))
         ui.detail(f"  {name}: {res.commit} from {res.mirror_used}")
-        check_before(pin, res, log=ctx.run_dir / "fetch.log")
+        check_before(pin, res, log=job.log("fetch.log"))
         out[name] = res
     newly = {n: r for n, r in out.items() if r.resolved_from}
-    if newly and ctx.data_from == "checkout":
+    if newly and job.project.data_from == "checkout":
         update_lock(pins, newly)
     elif newly:  # the installed package's own files are never written to
         ui.detail(f"  resolved {', '.join(newly)}; {pins.lock_path.name} not updated (the pins come from the installed package)")
@@ -123,29 +92,30 @@ def update_lock(pins: Pins, resolved: dict[str, FetchResult]) -> bool:
     return changed
 
 
-def run_patch(ctx: Context, fetched: dict[str, FetchResult]) -> dict[str, PreparedTree]:
+def run_patch(job: Job, fetched: dict[str, FetchResult]) -> dict[str, PreparedTree]:
     trees: dict[str, PreparedTree] = {}
     for name, f in fetched.items():
         trees[name] = prepare(PrepareRequest(
             source=name, commit=f.commit, bare_repo=f.bare_repo,
-            patches=list_patches(ctx.patches_dir, name), workspace=ctx.workspace,
-            log=ctx.run_dir / "patch.log",
+            patches=list_patches(job.project.patches, name), workspace=job.workspace,
+            log=job.log("patch.log"),
         ))
     return trees
 
 
-def run_build(ctx: Context, pins: Pins, recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], *,
+def run_build(job: Job, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], *,
               build_root: Path | None = None, launcher: Launcher | None = None) -> list[BuildResult]:
     """Build every component in order. ``launcher``: the compiler cache (default: the one
-    the context asks for)."""
+    the options ask for)."""
+    pins, recipe = job.pins, job.recipe
     tools = find_tools()
-    launcher = launcher or resolve_launcher(ctx.compiler_cache)
+    launcher = launcher or resolve_launcher(job.opts.compiler_cache)
     fields: dict[str, dict[str, str]] = {}
     results: list[BuildResult] = []
     resolved_pins = {n: pins.get(n) for n in pins.sources}
     for n, f in fetched.items():  # abbreviated pins: use the resolved SHA in references
         resolved_pins[n] = replace(resolved_pins[n], commit=f.commit)
-    fields.update(toolchain_fields(ctx, recipe))
+    fields.update(toolchain_fields(job))
     for comp in recipe.components:
         tree = trees[comp.source]
         defines = tuple((k, join_lists(resolve_refs(v, pins=resolved_pins, components=fields), comp.list_separator)) for k, v in comp.defines)
@@ -153,8 +123,8 @@ def run_build(ctx: Context, pins: Pins, recipe: Recipe, fetched: dict[str, Fetch
         res = build(BuildRequest(
             recipe=recipe.name, component=comp, source_dir=tree.path, source_commit=tree.commit,
             source_head=tree.head, patch_digest=tree.patch_digest, defines=defines,
-            build_root=build_root or ctx.workspace.build_dir, log=ctx.run_dir / f"build-{comp.name}.log",
-            jobs=ctx.jobs, env=env, assemble=assemble_plan(ctx, comp, defines),
+            build_root=build_root or job.workspace.build_dir, log=job.log(f"build-{comp.name}.log"),
+            jobs=job.opts.jobs, env=env, assemble=assemble_plan(job, comp, defines),
             inputs=dependency_inputs(comp, results), launcher=launcher,
         ), tools)
         fields[comp.name] = {"build_dir": str(res.build_dir), "source_dir": str(tree.path), **{o.name: str(o.path) for o in res.outputs}}
@@ -162,19 +132,20 @@ def run_build(ctx: Context, pins: Pins, recipe: Recipe, fetched: dict[str, Fetch
     return results
 
 
-def toolchain_fields(ctx: Context, recipe: Recipe) -> dict[str, dict[str, str]]:
+def toolchain_fields(job: Job) -> dict[str, dict[str, str]]:
     """``${toolchain.*}`` values for the recipe (none without a toolchain section)."""
+    recipe = job.recipe
     if recipe.toolchain is None:
         return {}
-    return component_fields(recipe, resolve_toolchain(recipe.toolchain, override=ctx.toolchain_root))
+    return component_fields(recipe, resolve_toolchain(recipe.toolchain, override=job.opts.toolchain_root))
 
 
-def assemble_plan(ctx: Context, comp: Component, defines: tuple[tuple[str, str], ...]) -> AssemblePlan | None:
+def assemble_plan(job: Job, comp: Component, defines: tuple[tuple[str, str], ...]) -> AssemblePlan | None:
     """The component's prefix assembly; archives use its CMAKE_AR, else the system ar."""
     if comp.assemble is None:
         return None
     ar = dict(defines).get("CMAKE_AR") or shutil.which("ar")
-    return make_assemble_plan(comp.name, comp.assemble, recipes_dir=ctx.recipes_dir, ar=ar)
+    return make_assemble_plan(comp.name, comp.assemble, recipes_dir=job.project.recipes, ar=ar)
 
 
 def dependency_inputs(comp: Component, done: list[BuildResult]) -> tuple[tuple[str, str], ...]:
@@ -197,14 +168,76 @@ def collect_artifacts(recipe: Recipe, trees: dict[str, PreparedTree], builds: li
     return out
 
 
-def write_manifests(ctx: Context, recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], builds: list[BuildResult], *, latest: bool = True) -> Path:
+def write_manifests(job: Job, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], builds: list[BuildResult], *,
+                    latest: bool = True) -> Path:
+    recipe = job.recipe
     doc = make_manifest(recipe, fetched, trees, builds, collect_artifacts(recipe, trees, builds),
-                        project={"project_root": str(ctx.repo_root), "data_from": ctx.data_from})
-    if ctx.overrides:
-        doc["overrides"] = list(ctx.overrides)
+                        project={"project_root": str(job.project.path), "data_from": job.project.data_from})
+    if job.overrides:
+        doc["overrides"] = list(job.overrides)
     final = builds[-1].build_dir / "build-manifest.json"
     write_manifest(final, doc)
-    write_manifest(ctx.run_dir / ("build-manifest.json" if latest else f"build-manifest-{builds[-1].build_dir.parent.name}.json"), doc)
+    name = "build-manifest.json" if latest else f"build-manifest-{builds[-1].build_dir.parent.name}.json"
+    write_manifest(job.run_dir / name, doc)
     if latest:
-        write_manifest(latest_path(ctx.workspace, recipe.name), doc)
+        write_manifest(latest_path(job.workspace, recipe.name), doc)
     return final
+
+
+# --------------------------------------------------------------------------- the build part
+
+
+@dataclass(frozen=True, kw_only=True)
+class Built:
+    """What the build part of a job produced."""
+
+    fetched: dict
+    trees: dict
+    builds: list
+    manifest: Path
+
+
+def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
+    """Fetch, patch and build, up to ``until``; None when it stops before the build."""
+    recipe = job.recipe
+    with ui.stage("fetch") as st:
+        fetched = run_fetch(job, recipe_sources(recipe))
+        st["note"] = ", ".join(f"{n}@{f.commit[:12]} ({f.mirror_used.split(':')[0]})" for n, f in fetched.items())
+    if until == Stage.FETCH:
+        return None
+    with ui.stage("patch") as st:
+        trees = run_patch(job, fetched)
+        st["note"] = ", ".join(f"{n}: {len(t.patches)} patch(es){' (reused)' if t.reused else ''}" for n, t in trees.items())
+    if until == Stage.PATCH:
+        for t in trees.values():
+            ui.info(f"  {t.source}: {t.path}")
+        return None
+    with ui.stage("build") as st:
+        builds = run_build(job, fetched, trees)
+        t_manifest = time.monotonic()
+        man = write_manifests(job, fetched, trees, builds)
+        manifest_s = time.monotonic() - t_manifest
+        st["note"] = "; ".join(f"{b.component}{' (up to date)' if b.reused else f' built in {b.seconds:.0f} s'}{cache_note(b)}" for b in builds)
+        if manifest_s >= 1.0:
+            st["note"] += f"; artifacts and manifest in {manifest_s:.0f} s"
+    for b in builds:
+        for o in b.outputs:
+            ui.info(f"  {o.name}: {o.path}  sha256 {o.sha256[:16]}")
+    ui.result(f"  manifest: {man}")
+    return Built(fetched=fetched, trees=trees, builds=builds, manifest=man)
+
+
+def cache_note(build) -> str:
+    """``, 190/192 compiler cache hits`` for a component that compiled through a cache."""
+    stats = (build.compiler_cache or {}).get("stats") or {}
+    looked = stats.get("hits", 0) + stats.get("misses", 0)
+    return f", {stats['hits']}/{looked} compiler cache hits" if looked else ""
+
+
+def server_of(builds: list, recipe: Recipe) -> Path:
+    """The llama-server the builds produced."""
+    for b in reversed(builds):
+        for o in b.outputs:
+            if o.name == "llama-server":
+                return o.path
+    raise NotAvailableError(f"recipe {recipe.name} builds no llama-server output", hint="add 'llama-server: bin/llama-server' to the component's outputs")

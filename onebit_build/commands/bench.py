@@ -1,0 +1,67 @@
+"""``bench``: interleaved, answer-checked, locked benchmarks of configs, builds or devices."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from onebit_build.building.manifest import latest_path, load_latest
+from onebit_build.commands import Command
+from onebit_build.core import ui
+from onebit_build.core.errors import NotAvailableError, SmokeError
+from onebit_build.core.project import ProjectRoot
+from onebit_build.core.workspace import Workspace
+from onebit_build.job.model import load_pins_and_recipe
+from onebit_build.job.smoke import resolve_model, with_runtime_env
+from onebit_build.options import Options
+from onebit_build.running import bench as b
+
+
+def bench(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+    """Benchmark: parse and check everything first, then take the bench lock and run."""
+    bo = opts.bench
+    assert bo is not None
+    ws = Workspace(root=opts.workspace)
+    configs = b.parse_configs(list(bo.configs))
+    builds = b.parse_builds(list(bo.builds))
+    prompts = b.load_prompts(bo.prompts or project.prompts)
+    given = b.load_expectations(bo.expect, tuple(p.name for p in prompts)) if bo.expect else ()
+    recipe = load_pins_and_recipe(project, opts.recipe, defines=opts.defines)[1] if not builds or opts.model is None else None
+    env: tuple[tuple[str, str], ...] = ()
+    if not builds:
+        builds = (b.Build(name=recipe.name, server=b.server_in(latest_server(ws, recipe.name))),)
+        env = with_runtime_env(recipe, opts.toolchain_root).smoke.env
+    lock_path = bo.lock or ws.root / "bench.lock"
+    with b.BenchLock(lock_path, f"onebit-build bench {', '.join(c.name for c in configs)}", wait_s=bo.wait_s):
+        run_dir = bo.out or ws.new_run_dir(recipe.name if recipe is not None and not bo.builds else "local", "bench")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        mf = resolve_model(recipe, opts, models_dir=ws.models, log=run_dir / "model.log")
+        devices = b.resolve_devices(builds, bo.devices, env=env, log_dir=run_dir / "logs")
+        variants = b.make_variants(configs, builds, devices)
+        ui.info(f"bench: {len(variants)} variant(s) x {bo.rounds} round(s) x {len(prompts)} prompts, {bo.decode_tokens} tokens each; "
+                f"baseline {variants[0].name}; model {mf.path.name}; lock {lock_path}")
+        result = b.run_bench(b.BenchRequest(
+            variants=variants, model=mf, prompts=prompts, run_dir=run_dir, rounds=bo.rounds, decode_tokens=bo.decode_tokens,
+            prefix_tokens=bo.prefix_tokens, tie_margin=bo.tie_margin, ctx_size=bo.ctx_size, given=given, env=env, lock=lock_path,
+        ))
+        outputs = b.write_outputs(result, run_dir)
+    sys.stdout.write("\n" + b.render_table(result) + "\n")
+    for what in ("table", "plot", "json"):
+        ui.info(f"{what}: {getattr(outputs, what) or 'not drawn (' + b.PLOT_EXTRA_HINT + ')'}")
+    bad = [c for c in result.cells if not c.valid]
+    if bad:
+        ui.warn(f"{len(bad)} of {len(result.cells)} figures are INVALID (their answers did not hold); first: {bad[0].variant} {bad[0].prompt}: {bad[0].reason}")
+        return SmokeError.exit_code
+    return 0
+
+
+def latest_server(ws: Workspace, recipe: str) -> Path:
+    """The llama-server of the recipe's latest build in the workspace (no build is started)."""
+    man = load_latest(ws, recipe)
+    if man is None:
+        raise NotAvailableError(f"no build of recipe {recipe} in {ws.root} (no {latest_path(ws, recipe).name} manifest)",
+                                hint=f"run 'onebit-build --recipe {recipe} build' first, or pass --server PATH")
+    out = man.output("llama-server")
+    if out is None:
+        raise NotAvailableError(f"the {recipe} build lists no llama-server output ({latest_path(ws, recipe)})", hint="pass --server PATH")
+    return Path(out.path)

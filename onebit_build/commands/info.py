@@ -1,0 +1,110 @@
+"""Commands that read and report, without a workspace lock: the version, the plan, the recipe
+list, doctor and the completion script."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+
+from onebit_build import __version__
+from onebit_build.building.compiler_cache import describe, resolve as resolve_cache
+from onebit_build.building.plan import make_plan, render_plan
+from onebit_build.commands import Command
+from onebit_build.core.errors import ConfigError, ToolMissingError
+from onebit_build.core.project import ProjectRoot, pins_digest
+from onebit_build.core.workspace import Workspace
+from onebit_build.doctor import DoctorRequest, render, run_doctor
+from onebit_build.job.model import load_for, load_pins_and_recipe
+from onebit_build.options import Options
+
+
+def version(project: ProjectRoot | None, error: ConfigError | None = None) -> int:
+    """The tool's version, the pins it would build and where its recipes come from."""
+    lines = [f"onebit-build {__version__}"]
+    if project is None:
+        lines.append(f"recipes: none found ({error})")
+    else:
+        digest = pins_digest(project)
+        lines.append(f"pins.yaml sha256 {digest}" if digest else f"pins.yaml: not readable in {project.path}")
+        lines.append(f"recipes from {project.describe()}")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def plan(opts: Options, project: ProjectRoot, cmd: Command | None = None) -> int:
+    """Print the whole plan without fetching, building or taking the workspace lock."""
+    pins, recipe = load_for(opts, project)
+    the_plan = make_plan(recipe, pins, workspace=Workspace(root=opts.workspace), patches_dir=project.patches,
+                         mirror_dirs=opts.mirror_dirs, offline=opts.offline, toolchain_root=opts.toolchain_root,
+                         launcher=resolve_cache(opts.compiler_cache))
+    if opts.json:
+        doc = {"kind": "onebit-build-plan", "schema": 1, "project": project.describe(),
+               "overrides": [d.render() for d in opts.defines], **plan_doc(the_plan)}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        sys.stdout.write(render_plan(the_plan, project=project.describe()))
+        for d in opts.defines:
+            sys.stdout.write(f"override   -D {d.render()}\n")
+    return 0
+
+
+def plan_doc(the_plan) -> dict:
+    """The plan as plain JSON values (paths and tuples as strings and lists). Pure."""
+    def plain(value):
+        return json.loads(json.dumps(value, default=str))
+
+    return {"recipe": the_plan.recipe.name, "workspace": str(the_plan.workspace),
+            "toolchain": plain(asdict(the_plan.toolchain)) if the_plan.toolchain else None,
+            "sources": [plain(asdict(s)) for s in the_plan.sources],
+            "components": [plain(asdict(c)) for c in the_plan.components],
+            "runtime_env": dict(the_plan.runtime_env), "problems": list(the_plan.problems),
+            "compiler_cache": describe(the_plan.launcher)}
+
+
+def recipe_rows(project: ProjectRoot, opts: Options) -> list[dict]:
+    """Every recipe of the project, loaded and checked against the pins."""
+    rows = []
+    for path in sorted(project.recipes.glob("*.yaml")):
+        _, r = load_pins_and_recipe(project, str(path))
+        rows.append({"name": r.name, "backends": list(r.backends), "description": r.description, "path": str(path)})
+    return rows
+
+
+def recipes(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+    rows = recipe_rows(project, opts)
+    if opts.json:
+        doc = {"project_root": str(project.path), "data_from": project.data_from, "recipes": rows}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return 0
+    width = max([len(r["name"]) for r in rows] + [6])
+    bwidth = max([len(", ".join(r["backends"])) for r in rows] + [8])
+    out = [f"recipes from {project.describe()}", "", f"{'recipe':<{width}}  {'backends':<{bwidth}}  description"]
+    for r in rows:
+        out.append(f"{r['name']:<{width}}  {', '.join(r['backends']):<{bwidth}}  {r['description']}")
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+def doctor(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+    pins, recipe = load_pins_and_recipe(project, opts.recipe, defines=opts.defines)
+    report = run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=Workspace(root=opts.workspace),
+                                      mirror_dirs=opts.mirror_dirs, offline=opts.offline, toolchain_root=opts.toolchain_root,
+                                      patch_root=project.patches))
+    if opts.json:
+        doc = {"kind": "onebit-build-doctor", "schema": 1, "recipe": report.recipe, "ok": report.ok,
+               "project": project.describe(),
+               "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix} for c in report.checks]}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        sys.stdout.write(f"project data: {project.describe()}\n")
+        sys.stdout.write(render(report))
+    return 0 if report.ok else ToolMissingError.exit_code
+
+
+def completion(opts: Options, project: ProjectRoot | None, cmd: Command) -> int:
+    # cli builds the parser; imported here because cli imports this table's modules lazily.
+    from onebit_build.cli import bash_completion, make_parser
+
+    sys.stdout.write(bash_completion(make_parser()))
+    return 0

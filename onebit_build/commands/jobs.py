@@ -1,0 +1,31 @@
+"""The commands that are a job run up to a stage: fetch, patch, build, smoke, all, verify."""
+
+from __future__ import annotations
+
+from onebit_build.commands import Command
+from onebit_build.core.project import ProjectRoot
+from onebit_build.job.build import build_part
+from onebit_build.job.model import Needs, open_job
+from onebit_build.job.run import run
+from onebit_build.job.verify import verify_command
+from onebit_build.options import Options
+
+
+def needs(cmd: Command, opts: Options) -> Needs:
+    """Git is needed to fetch or patch; smoking a binary built elsewhere needs none."""
+    return Needs(git=cmd.git and opts.server is None, writes_project=cmd.writes_project)
+
+
+def job(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+    assert cmd.until is not None
+    with open_job(opts, project, needs(cmd, opts)) as j:
+        return run(j, cmd.until, skip=cmd.skip, server=opts.server).exit_code
+
+
+def verify(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+    """``verify``: build if needed, then write a reference, rebuild and compare, or compare
+    with a reference."""
+    with open_job(opts, project, needs(cmd, opts)) as j:
+        built = build_part(j)
+        assert built is not None  # build_part stops early only when asked to
+        return verify_command(j, built)

@@ -1,0 +1,139 @@
+"""The job model: what one invocation works on, resolved once from the options.
+
+A :class:`Job` is the project, the workspace, the pins (with pins.lock), the recipe (with the
+``-D`` overrides) and this run's folder. Every stage takes the job and returns a typed result;
+nothing below the command table reads a command name. :func:`open_job` holds the workspace
+lock and makes the run folder for the job's lifetime.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterator
+
+from onebit_build.core import ui
+from onebit_build.core.config import Recipe, find_recipe, load_recipe
+from onebit_build.core.errors import ConfigError
+from onebit_build.core.pins import Pins, apply_lock, load_pins, read_lock
+from onebit_build.core.proc import which
+from onebit_build.core.project import ProjectRoot
+from onebit_build.core.workspace import Workspace, WorkspaceLock, check_usable, sweep_stale
+from onebit_build.options import Define, Options, recipe_is_file
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """Everything a stage needs, resolved once: ``opts`` is the user's request as given."""
+
+    opts: Options
+    project: ProjectRoot
+    workspace: Workspace
+    pins: Pins
+    recipe: Recipe
+    run_dir: Path
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        """The ``-D`` overrides as given (the manifest records them)."""
+        return tuple(d.render() for d in self.opts.defines)
+
+    def log(self, name: str) -> Path:
+        """A log file of this run (``fetch.log``, ``build-llama.log``, ...)."""
+        return self.run_dir / name
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def recipe_file(project: ProjectRoot, name_or_path: str) -> Path:
+    """The recipe file ``--recipe`` names: a recipe of the project, or a file of the user's."""
+    if recipe_is_file(name_or_path):
+        path = Path(name_or_path).expanduser().resolve()
+        if not path.is_file():
+            raise ConfigError(f"--recipe {name_or_path}: no such file",
+                              hint="give a recipe YAML file, or a name from 'onebit-build recipes'")
+        return path
+    return find_recipe(project.recipes, name_or_path)
+
+
+def load_pins_and_recipe(project: ProjectRoot, recipe: str, *, defines: tuple[Define, ...] = (),
+                         locked: bool = False) -> tuple[Pins, Recipe]:
+    """pins.yaml with pins.lock applied (``locked``: every pin must be resolved there), and the
+    recipe ``recipe`` names with the ``-D`` overrides."""
+    pins = load_pins(project.pins)
+    pins = apply_lock(pins, read_lock(pins.lock_path), locked=locked)
+    return pins, with_defines(load_recipe(recipe_file(project, recipe), pins), defines)
+
+
+def with_defines(recipe: Recipe, defines: tuple[Define, ...]) -> Recipe:
+    """The recipe with ``-D`` overrides: each replaces or adds a define of one component (the
+    one that builds llama-server unless the override names another). Pure."""
+    if not defines:
+        return recipe
+    names = [c.name for c in recipe.components]
+    comps = {c.name: c for c in recipe.components}
+    for d in defines:
+        target = d.component or recipe.server_component.name
+        if target not in comps:
+            raise ConfigError(f"-D {d.render()}: recipe {recipe.name} has no component {target!r}",
+                              hint=f"use one of: {', '.join(names)}")
+        comp = comps[target]
+        kept = tuple((k, v) for k, v in comp.defines if k != d.name)
+        comps[target] = replace(comp, defines=(*kept, (d.name, d.value)))
+    return replace(recipe, components=tuple(comps[n] for n in names))
+
+
+def load_for(opts: Options, project: ProjectRoot) -> tuple[Pins, Recipe]:
+    """The pins and recipe ``opts`` asks for, with its overrides and ``--locked``."""
+    return load_pins_and_recipe(project, opts.recipe, defines=opts.defines, locked=opts.locked)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True, kw_only=True)
+class Needs:
+    """What a command needs before it starts (its entry in the command table says)."""
+
+    git: bool = False  # it fetches or patches sources
+    writes_project: bool = False  # it writes pins.lock or patches/ (a checkout only)
+
+
+@contextmanager
+def open_job(opts: Options, project: ProjectRoot, needs: Needs, *, loaded: tuple[Pins, Recipe] | None = None
+             ) -> Iterator[Job]:
+    """The job ``opts`` asks for, holding the workspace lock, in a new run folder (removed again
+    when the run wrote nothing into it). ``loaded``: pins and recipe already loaded."""
+    if needs.git:
+        which("git")
+    if needs.writes_project and project.data_from != "checkout":
+        raise ConfigError(f"'{opts.label.replace('-', ' ', 1)}' writes into the project's files, but they come from the"
+                          f" installed package ({project.path})", hint="run it inside a checkout of onebit-build, or pass --root DIR")
+    pins, recipe = loaded or load_for(opts, project)
+    ws = Workspace(root=opts.workspace)
+    check_usable(ws.root)
+    with WorkspaceLock(ws.lock_file, f"onebit-build {opts.label}"):
+        for folder in (ws.src_dir, ws.models, ws.downloads):
+            for gone in sweep_stale(folder):
+                ui.info(f"  removed {gone.name}, left behind by a run that was killed")
+        run_dir = given_run_dir(opts.run_dir) if opts.run_dir else ws.new_run_dir(Path(opts.recipe).stem, opts.label)
+        ui.detail(f"workspace {ws.root}; logs in {run_dir}; project data {project.describe()}")
+        try:
+            yield Job(opts=opts, project=project, workspace=ws, pins=pins, recipe=recipe, run_dir=run_dir)
+        finally:
+            try:
+                run_dir.rmdir()  # a run that stopped before writing anything leaves no folder
+            except OSError:
+                pass
+
+
+def given_run_dir(path: Path) -> Path:
+    """``--run-dir DIR``: a new or empty folder (a run never writes into an older run's folder,
+    so that what a workflow uploads from it is this run's)."""
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise ConfigError(f"--run-dir {path} already exists and is not an empty folder",
+                          hint="give a folder that does not exist yet: a run never reuses an older run's folder")
+    path.mkdir(parents=True, exist_ok=True)
+    return path

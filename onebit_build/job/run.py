@@ -1,0 +1,44 @@
+"""A job run up to a stage: fetch, patch, build, verify, smoke, in that order.
+
+The command table names each command's last stage (and any it leaves out); :func:`run` runs
+them and returns what they produced. No stage knows which command asked for it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from onebit_build.core import ui
+from onebit_build.job.build import Built, build_part, server_of
+from onebit_build.job.model import Job
+from onebit_build.job.stage import Stage
+from onebit_build.job.smoke import smoke_stage
+from onebit_build.job.verify import verify_stage
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobResult:
+    built: Built | None  # None: the job stopped before the build, or smoked a given binary
+    verified: dict | None = None  # what the verify stage recorded (None: not run)
+    exit_code: int = 0
+
+
+def run(job: Job, until: Stage, *, skip: frozenset[Stage] = frozenset(), server: Path | None = None) -> JobResult:
+    """Run ``job``'s stages up to ``until``, leaving out ``skip``. ``server``: smoke this binary,
+    built elsewhere, instead of building the recipe."""
+    t_start = time.monotonic()
+    if server is not None:
+        return JobResult(built=None, exit_code=smoke_stage(job, server=server, manifest_file=None))
+    built = build_part(job, until=min(until, Stage.BUILD))
+    if built is None or until == Stage.BUILD:
+        if built is not None:
+            ui.result(f"done in {time.monotonic() - t_start:.1f} s; logs: {job.run_dir}")
+        return JobResult(built=built)
+    verified = verify_stage(job, built.manifest) if Stage.VERIFY not in skip else None
+    if until == Stage.VERIFY:
+        return JobResult(built=built, verified=verified)
+    code = smoke_stage(job, server=server_of(built.builds, job.recipe), manifest_file=built.manifest, verified=verified)
+    return JobResult(built=built, verified=verified, exit_code=code)
+

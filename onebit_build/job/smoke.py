@@ -1,0 +1,124 @@
+"""The smoke stage: the model, the server on every smoke device, the checks, the report."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from onebit_build.building.manifest import load_manifest
+from onebit_build.building.plan import resolve_toolchain, runtime_env
+from onebit_build.core import ui
+from onebit_build.core.config import Recipe
+from onebit_build.core.errors import IntegrityError, NotAvailableError, SmokeError
+from onebit_build.job.model import Job
+from onebit_build.options import Options
+from onebit_build.running import model as model_mod
+from onebit_build.running import report as report_mod
+from onebit_build.running import smoke as smoke_mod
+from onebit_build.running.model import has_chat_template
+from onebit_build.running.server import list_devices
+from onebit_build.verification.junit import smoke_cases, write_junit
+
+
+def with_runtime_env(recipe: Recipe, toolchain_root: str | None) -> Recipe:
+    """The recipe with its smoke environment filled in (e.g. the HSA runtime under the toolchain)."""
+    tc = resolve_toolchain(recipe.toolchain, override=toolchain_root) if recipe.toolchain else None
+    env = runtime_env(recipe, tc)
+    for k, v in env:
+        ui.detail(f"  smoke environment {k}={v}")
+    return replace(recipe, smoke=replace(recipe.smoke, env=env))
+
+
+def resolve_model(recipe: Recipe | None, opts: Options, *, models_dir: Path, log: Path):
+    """The model to serve: ``--model``, the user's file the recipe names, or the recipe's
+    registry model (downloaded and checked)."""
+    if opts.model is not None:
+        return model_mod.local_model(opts.model)
+    if recipe is None or recipe.model is None:
+        raise NotAvailableError(f"recipe {recipe.name if recipe else opts.recipe} names no model", hint="pass --model PATH")
+    if recipe.model.path_env:
+        return user_model(recipe.model)
+    return model_mod.ensure_model(recipe.model, cache_dir=models_dir, offline=opts.offline, log=log)
+
+
+def user_model(spec):
+    """A model the user supplies (not on a registry): the file named by the recipe's
+    ``path_env`` variable, checked against the recipe's sha256 when one is pinned."""
+    where = os.environ.get(spec.path_env)
+    if not where:
+        origin = f" from {spec.origin}" if spec.origin else ""
+        raise NotAvailableError(
+            f"model {spec.name} is supplied by the user and ${spec.path_env} is not set",
+            hint=f"download {spec.file}{origin}, then set {spec.path_env}=PATH or pass --model PATH",
+        )
+    mf = model_mod.local_model(Path(where))
+    if spec.sha256 and mf.sha256 != spec.sha256:
+        raise IntegrityError(f"{mf.path}: sha256 {mf.sha256} is not the recipe's {spec.sha256}",
+                             hint=f"use the file the recipe pins ({spec.file}), or fix the recipe's sha256 deliberately")
+    if not spec.sha256:
+        ui.warn(f"model {spec.name}: the recipe pins no sha256; this run used {mf.sha256} (record it in the recipe)")
+    return mf
+
+
+def chat_note(model: Path) -> str | None:
+    """What a user of the chat endpoint must know about this model (None: nothing)."""
+    if has_chat_template(model) is False:
+        return (f"{model.name} has no chat template of its own (a base model): llama-server answers /v1/chat/completions"
+                " through a generic template this model does not follow, so chat replies are junk; use /v1/completions")
+    return None
+
+
+# --------------------------------------------------------------------------- smoke
+
+
+def smoke_devices(recipe: Recipe, server: Path, log_dir: Path) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The recipe's devices plus those optional devices this build lists; the others are
+    skipped with the recipe's reason."""
+    spec = recipe.smoke
+    if not spec.optional_devices:
+        return spec.devices, {}
+    listed = list_devices(server, env=spec.env, log=log_dir / "list-devices-optional.log")
+    run = list(spec.devices)
+    skipped = {}
+    for dev in spec.optional_devices:
+        if dev in listed:
+            run.append(dev)
+        else:
+            skipped[dev] = f"not listed by --list-devices (lists: {', '.join(listed) or 'none'}). {spec.skip_reason}".strip()
+    return tuple(run), skipped
+
+
+def smoke_stage(job: Job, *, server: Path, manifest_file: Path | None, verified: dict | None = None) -> int:
+    """Start the server on every smoke device, check it, write the report."""
+    recipe, opts = job.recipe, job.opts
+    with ui.stage("model") as st:
+        mf = resolve_model(recipe, opts, models_dir=job.workspace.models, log=job.log("model.log"))
+        st["note"] = f"{mf.path.name} sha256 {mf.sha256[:16]}"
+    src = recipe.server_component.source
+    if manifest_file is not None:
+        man = load_manifest(manifest_file)
+        manifest, commit = man.to_doc(), man.source_commit(src)
+    else:  # --server: a binary built elsewhere; it must still name the pinned commit
+        manifest = None
+        commit = job.pins.get(src).commit
+    run_recipe = with_runtime_env(recipe, opts.toolchain_root)
+    devices, skipped = smoke_devices(run_recipe, server, job.log("logs"))
+    for dev, why in skipped.items():
+        ui.warn(f"smoke on {dev} skipped: {why}")
+    with ui.stage("smoke") as st:
+        result = smoke_mod.run_smoke(recipe=run_recipe, server_bin=server, model=mf, run_dir=job.run_dir,
+                                     expect_commit=commit[:7], threads=recipe.smoke.threads, devices=devices)
+        st["note"] = "all checks passed" if result.passed else "CHECKS FAILED"
+        if not result.passed:
+            st["status"] = "FAILED"
+    chat = chat_note(mf.path)
+    if chat:
+        ui.warn(chat)
+    json_path, md_path = report_mod.write_report(job.run_dir, recipe=recipe, smoke=result, manifest=manifest,
+                                                 extra={"verify": verified, "skipped_devices": skipped, "chat": chat or "checked"})
+    report_mod.print_summary(result)
+    ui.result(f"report: {md_path}")
+    if opts.junit is not None:
+        ui.result(f"junit: {write_junit(opts.junit, 'smoke', smoke_cases(result), seconds=result.seconds)}")
+    return 0 if result.passed else SmokeError.exit_code
