@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,66 @@ def test_define_with_a_bad_reference_is_one_line(tiny_project, value, says):
         assert r.returncode == 2, r.stderr
         assert says in one_line_error(r)
     assert not (ws / "build").exists()
+
+
+# --------------------------------------------------------------------------- 3. paths that escape
+
+
+def recipe_with(name: str, *, component: str = "hello", outputs: str = "hello: hello") -> str:
+    return textwrap.dedent(f"""\
+        schema: 1
+        name: {name}
+        description: a tiny C program
+        backends: [cpu]
+        components:
+          - name: {json.dumps(component)}
+            source: tiny
+            targets: [hello]
+            outputs:
+              {outputs}
+        """)
+
+
+def outside_of(ws: Path, tmp_path: Path) -> list[Path]:
+    """What the run made next to the workspace (nothing may be made there)."""
+    return sorted(p for p in tmp_path.iterdir() if p.name not in ("tiny-src", "mirrors", "proj", "ws"))
+
+
+def test_component_name_with_dot_dot_is_refused(tiny_project, tmp_path):
+    cli, ws = tiny_project({"esc": recipe_with("esc", component="x/../../../outside")})
+    r = cli("--recipe", "esc", "build")
+    assert r.returncode == 2, r.stderr
+    assert "component name 'x/../../../outside' is not a name" in one_line_error(r)
+    assert outside_of(ws, tmp_path) == [] and not (ws / "build").exists()
+
+
+@pytest.mark.parametrize("glob", ["../../../../../../etc/hostname", "/etc/host*", "bin/../../x", "/etc/hostname"])
+def test_output_outside_the_build_folder_is_refused_at_load(tiny_project, tmp_path, glob):
+    cli, ws = tiny_project({"esc": recipe_with("esc", outputs=f"hello: hello\n              leak: {json.dumps(glob)}")})
+    for command in ("build", "plan"):
+        r = cli("--recipe", "esc", command)
+        assert r.returncode == 2, r.stderr
+        assert "leaves the build folder" in one_line_error(r)
+    assert not (ws / "build").exists()
+
+
+LINKS_OUT = {"CMakeLists.txt": TINY_CMAKE["CMakeLists.txt"] + textwrap.dedent("""\
+    file(CREATE_LINK /etc "${CMAKE_BINARY_DIR}/etc-link" SYMBOLIC)
+    file(CREATE_LINK /etc/hostname "${CMAKE_BINARY_DIR}/hostname-link" SYMBOLIC)
+    """)}
+
+
+@pytest.mark.parametrize("output", ["etc-link/host*", "hostname-link", "etc-link"])
+def test_output_that_a_build_links_outside_is_refused_when_collected(tiny_project, tmp_path, output):
+    """A path the recipe may name (relative, no '..') that the build made a symbolic link out of
+    the build folder: refused when collected, nothing from outside lands in a manifest or prefix."""
+    recipe = recipe_with("links", outputs=f"hello: hello\n              leak: {json.dumps(output)}")
+    cli, ws = tiny_project({"links": recipe}, files=LINKS_OUT)
+    r = cli("--recipe", "links", "build")
+    assert r.returncode == 9, r.stderr
+    assert "leads outside the build folder" in one_line_error(r)
+    assert not (ws / "manifests" / "links.json").exists()
+    prefix = tmp_path / "prefix"
+    r = cli("--recipe", "links", "install", "--prefix", str(prefix))
+    assert r.returncode == 9 and "leads outside the build folder" in one_line_error(r)
+    assert not (prefix / "bin" / "hostname").exists() and not (prefix / "bin" / "hostname-link").exists()

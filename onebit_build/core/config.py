@@ -19,6 +19,8 @@ from onebit_build.core.yamlnode import Node, check_schema, load_yaml
 
 RECIPE_SCHEMA = 1
 REF_RE = re.compile(r"\$\{([^}]*)\}")
+# A recipe name: it becomes part of folder and file names (build folders, manifests).
+RECIPE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # A component or output name: it becomes part of folder and file names.
 COMPONENT_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 # A CMake variable name as a recipe or ``-D`` may set it: a C identifier.
@@ -216,6 +218,8 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
     check_schema(root, RECIPE_SCHEMA)
     toolchain = _load_toolchain(root)
     name = root.get("name", str)
+    if not RECIPE_NAME_RE.fullmatch(name):
+        root.fail(f"recipe name {name!r} is not a name", "use letters, digits, '.', '-' and '_', starting with a letter or digit", key="name")
     if name != path.stem:
         root.fail(f"name {name!r} differs from the file name {path.stem!r}", f"rename the file to {name}.yaml or fix the name", key="name")
     backends = _load_backends(root)
