@@ -6,15 +6,16 @@ on a real initial cache, the CLI on a real tiny project, a real interrupted inst
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from _support import TINY_CMAKE, bare_mirror, make_repo, project_tree, run_cli, tiny_recipe
+from _support import REPO, TINY_CMAKE, bare_mirror, make_repo, project_tree, run_cli, tiny_recipe
 from onebit_build.building.cmake import bracket, find_tools, init_cache_text
-from onebit_build.core.errors import ConfigError
+from onebit_build.core.errors import ConfigError, IntegrityError
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:
@@ -194,3 +195,55 @@ def test_output_that_a_build_links_outside_is_refused_when_collected(tiny_projec
     r = cli("--recipe", "links", "install", "--prefix", str(prefix))
     assert r.returncode == 9 and "leads outside the build folder" in one_line_error(r)
     assert not (prefix / "bin" / "hostname").exists() and not (prefix / "bin" / "hostname-link").exists()
+
+
+def hostile_gguf(path: Path, body: bytes) -> Path:
+    """A GGUF v3 file: magic, version, no tensors, one metadata pair whose bytes are ``body``."""
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + body + b"\0" * 64)
+    return path
+
+
+HOSTILE_HEADERS = {
+    "key length 2^64-1": struct.pack("<Q", 2**64 - 1) + b"k",
+    "string value 2^64-1": struct.pack("<Q", 1) + b"k" + struct.pack("<IQ", 8, 2**64 - 1),
+    "u64 array of 2^64-1": struct.pack("<Q", 1) + b"k" + struct.pack("<IIQ", 9, 10, 2**64 - 1),
+    "string array of 2^64-1": struct.pack("<Q", 1) + b"k" + struct.pack("<IIQ", 9, 8, 2**64 - 1),
+    "arrays nested 10 deep": struct.pack("<Q", 1) + b"k" + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 10,
+    "unknown type": struct.pack("<Q", 1) + b"k" + struct.pack("<I", 77),
+}
+
+
+@pytest.mark.parametrize("what", sorted(HOSTILE_HEADERS))
+def test_hostile_gguf_header_is_a_value_error_and_an_integrity_error(tmp_path, what):
+    from onebit_build.running.model import chat_template, has_chat_template, local_model
+
+    model = hostile_gguf(tmp_path / "hostile.gguf", HOSTILE_HEADERS[what])
+    with pytest.raises(ValueError, match="damaged GGUF header|unknown value type"):
+        chat_template(model)
+    assert has_chat_template(model) is None
+    with pytest.raises(IntegrityError, match="damaged GGUF header"):
+        local_model(model)
+
+
+def test_hostile_gguf_through_smoke_and_serve_is_one_line(tiny_project, tmp_path):
+    """The report's header (a key length of 2^64-1) given to smoke and serve: exit 5, one line,
+    before any server starts."""
+    model = hostile_gguf(tmp_path / "hostile.gguf", HOSTILE_HEADERS["key length 2^64-1"])
+    served = recipe_with("srv", outputs="llama-server: hello")
+    cli, ws = tiny_project({"srv": served})
+    for args in (("--recipe", "srv", "--model", str(model), "serve"),
+                 ("--recipe", "srv", "--model", str(model), "smoke")):
+        r = cli(*args)
+        assert r.returncode == 5, r.stderr
+        assert "damaged GGUF header" in one_line_error(r) and "--model" in r.stderr
+
+
+@pytest.mark.parametrize("text", ["{ not json", '{"kind": "onebit-build/build-manifest", "schema": 1, "components": 7}', ""])
+def test_damaged_latest_manifest_in_bench_is_one_line(tmp_path, text):
+    ws = tmp_path / "ws"
+    (ws / "manifests").mkdir(parents=True)
+    (ws / "manifests" / "default.json").write_text(text)
+    r = run_cli(REPO, "--workspace", str(ws), "bench", env={"ONEBIT_ROOT": str(REPO)})
+    assert r.returncode == 12, r.stderr
+    line = one_line_error(r)
+    assert "manifest of the latest default build is damaged" in line and "build" in line

@@ -25,6 +25,8 @@ from onebit_build.core import ui
 from onebit_build.core.config import ModelSpec
 from onebit_build.core.errors import CommandError, ConfigError, FetchError, IntegrityError, SpaceError
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
+# The GGUF header reader was part of this module: its names stay importable from here.
+from onebit_build.running.gguf import chat_template, gguf_string_value, has_chat_template, header_problem  # noqa: F401
 
 STAMP_KIND = "onebit-model-stamp"
 STAMP_SCHEMA = 1
@@ -301,8 +303,9 @@ def gguf_magic_ok(head: bytes) -> bool:
 
 
 def local_model(path: Path) -> ModelFile:
-    """A model file given by the user (``--model PATH``): must exist and start like a GGUF;
-    its sha256 is computed and recorded."""
+    """A model file given by the user (``--model PATH``): must exist, start like a GGUF and
+    have a metadata header that reads whole (IntegrityError otherwise); its sha256 is computed
+    and recorded."""
     path = Path(path).expanduser().resolve()
     if not path.is_file():
         raise FetchError(f"model file not found: {path}", hint="check the --model path")
@@ -313,77 +316,7 @@ def local_model(path: Path) -> ModelFile:
             f"{path} is not a GGUF file (it starts with {head!r}, not {GGUF_MAGIC!r})",
             hint="pass a .gguf model with --model",
         )
+    problem = header_problem(path)
+    if problem is not None:
+        raise IntegrityError(problem, hint="the file is damaged or was not written as a GGUF model: pass an intact .gguf with --model")
     return ModelFile(path=path, sha256=sha256_file(path), source="local")
-
-
-# --------------------------------------------------------------------------- GGUF metadata
-
-GGUF_MAGIC = b"GGUF"
-# Sizes of GGUF's fixed-width value types (uint8 .. float64, bool); 8 is a string, 9 an array.
-_GGUF_FIXED = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-_GGUF_STRING, _GGUF_ARRAY = 8, 9
-
-
-def gguf_string_value(path: Path, key: str) -> str | None:
-    """The string value of one metadata key of a GGUF file (version 2 or 3), read from its
-    header without loading the tensors; None when the key is absent."""
-    import struct
-
-    with path.open("rb") as f:
-        def read(n: int) -> bytes:
-            data = f.read(n)
-            if len(data) != n:
-                raise ValueError(f"{path}: truncated GGUF header")
-            return data
-
-        def u32() -> int:
-            return struct.unpack("<I", read(4))[0]
-
-        def u64() -> int:
-            return struct.unpack("<Q", read(8))[0]
-
-        def string() -> bytes:
-            return read(u64())
-
-        def skip(kind: int) -> None:
-            if kind in _GGUF_FIXED:
-                f.seek(_GGUF_FIXED[kind], 1)
-            elif kind == _GGUF_STRING:
-                f.seek(u64(), 1)
-            elif kind == _GGUF_ARRAY:
-                inner, count = u32(), u64()
-                if inner in _GGUF_FIXED:
-                    f.seek(_GGUF_FIXED[inner] * count, 1)
-                else:
-                    for _ in range(count):
-                        skip(inner)
-            else:
-                raise ValueError(f"{path}: unknown GGUF value type {kind}")
-
-        if read(4) != GGUF_MAGIC:
-            raise ValueError(f"{path}: not a GGUF file")
-        if u32() not in (2, 3):
-            raise ValueError(f"{path}: GGUF version not supported")
-        u64()  # tensor count
-        for _ in range(u64()):
-            name, kind = string().decode("utf-8", "replace"), u32()
-            if name == key and kind == _GGUF_STRING:
-                return string().decode("utf-8", "replace")
-            skip(kind)
-    return None
-
-
-def chat_template(path: Path) -> str | None:
-    """The model's own chat template (``tokenizer.chat_template``); None for a base model
-    without one (llama-server then falls back to a generic template that such a model does
-    not follow)."""
-    value = gguf_string_value(path, "tokenizer.chat_template")
-    return value if value and value.strip() else None
-
-
-def has_chat_template(path: Path) -> bool | None:
-    """Whether the model carries its own chat template; None when its header is unreadable."""
-    try:
-        return chat_template(path) is not None
-    except (OSError, ValueError):
-        return None
