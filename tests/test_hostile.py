@@ -5,6 +5,7 @@ on a real initial cache, the CLI on a real tiny project, a real interrupted inst
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 import subprocess
@@ -247,3 +248,74 @@ def test_damaged_latest_manifest_in_bench_is_one_line(tmp_path, text):
     assert r.returncode == 12, r.stderr
     line = one_line_error(r)
     assert "manifest of the latest default build is damaged" in line and "build" in line
+
+
+# --------------------------------------------------------------------------- 2. pip options through the recipe
+
+
+def evil_sdist(folder: Path, marker: Path) -> Path:
+    """A real sdist whose setup.py creates ``marker`` when anything runs it."""
+    import tarfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    src = folder / "evilpkg-1.0"
+    src.mkdir()
+    (src / "setup.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nfrom setuptools import setup\nsetup(name='evilpkg', version='1.0')\n")
+    (src / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: evilpkg\nVersion: 1.0\n")
+    out = folder / "evilpkg-1.0.tar.gz"
+    with tarfile.open(out, "w:gz") as tf:
+        tf.add(src, arcname="evilpkg-1.0")
+    return out
+
+
+def model_recipe(name: str, pypi: str) -> str:
+    return recipe_with(name, outputs="llama-server: hello") + textwrap.dedent(f"""\
+        model:
+          name: evil
+          file: evil.gguf
+          sha256: {"a" * 64}
+          pypi: {pypi}
+          parts: [evil.gguf.part00]
+        """)
+
+
+def test_recipe_pypi_options_never_reach_a_package_tool(tiny_project, tmp_path, monkeypatch):
+    """The report's list: pip options beside a requirement. Refused at load; the sdist's
+    setup.py never runs (before: it ran)."""
+    marker = tmp_path / "PWNED"
+    links = tmp_path / "links"
+    evil_sdist(links, marker)
+    items = ["--no-binary=:all:", "--no-build-isolation", f"--find-links={links}", "evilpkg==1.0"]
+    cli, ws = tiny_project({"evil": model_recipe("evil", json.dumps(items))})
+    env = {"PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": "/dev/null"}
+    for command in (("smoke",), ("serve",), ("plan",)):
+        r = cli("--recipe", "evil", *command, env=env)
+        assert not marker.exists(), "a build backend of the recipe's package ran"
+        assert r.returncode == 2, r.stderr
+        assert "pypi must map each pinned requirement to the sha256 of its wheel" in one_line_error(r)
+
+
+@pytest.mark.parametrize("req", ["--no-binary=:all:", "evilpkg>=1.0", "evilpkg==1.*", "evilpkg[x]==1.0", "evilpkg",
+                                 "evilpkg @ file:///tmp/evil.whl", "evilpkg==1.0; python_version>'3'", "evilpkg==1.0,==1.1",
+                                 "evilpkg==1.0 --hash=sha256:00"])
+def test_only_pinned_requirements_are_accepted(tiny_project, req):
+    cli, ws = tiny_project({"evil": model_recipe("evil", json.dumps({req: "0" * 64}))})
+    r = cli("--recipe", "evil", "plan")
+    assert r.returncode == 2, r.stderr
+    assert "model.pypi" in one_line_error(r)
+
+
+def test_a_pinned_sdist_is_never_fetched_or_run(tiny_project, tmp_path, monkeypatch):
+    """A pinned requirement whose only file is an sdist (with its right sha256): no wheel, so
+    nothing is fetched and nothing runs; exit 4 naming where it looked."""
+    marker = tmp_path / "PWNED"
+    links = tmp_path / "links"
+    sdist = evil_sdist(links, marker)
+    sha = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    cli, ws = tiny_project({"evil": model_recipe("evil", json.dumps({"evilpkg==1.0": sha}))})
+    env = {"PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": "/dev/null", "PIP_FIND_LINKS": str(links)}
+    r = cli("--recipe", "evil", "smoke", env=env)
+    assert not marker.exists()
+    assert r.returncode == 4, r.stderr
+    assert "evilpkg==1.0: no wheel found" in one_line_error(r) and str(links) in r.stderr
+    assert [p.name for p in (ws / "models").iterdir()] == []

