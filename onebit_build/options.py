@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from onebit_build.building.compiler_cache import CacheRequest, request_from
+from onebit_build.core.config import cmake_name_ok
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.workspace import default_workspace, mirror_dirs_from
 
@@ -176,6 +177,9 @@ def parse_define(text: str) -> Define:
         name = text.split(":", 1)[0]
     else:
         name = m.group("name")
+    if not cmake_name_ok(name):
+        raise ConfigError(f"-D {name}=...: {name!r} is not a CMake variable name",
+                          hint="use letters, digits and '_' only, not starting with a digit")
     return Define(component=comp, name=name, value=m.group("value"))
 
 

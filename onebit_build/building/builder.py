@@ -18,7 +18,7 @@ from onebit_build.core import ui
 from onebit_build.building.cmake import Tools, build_argv, configure_argv, find_tools, write_init_cache
 from onebit_build.building.cache_run import CacheSession
 from onebit_build.building.compiler_cache import NO_LAUNCHER, Launcher, PrefixMap, describe, launcher_defines, prefix_maps, with_prefix_maps
-from onebit_build.core.config import REF_RE, Component
+from onebit_build.core.config import REF_RE, Component, relative_inside
 from onebit_build.core.pins import Pin
 from onebit_build.core.errors import BuildError, CommandError, ConfigError
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
@@ -193,20 +193,40 @@ def probe_toolchain(tools: Tools, defines: Sequence[tuple[str, str]], env: Mappi
 
 def _outputs(component: Component, build_dir: Path) -> tuple[Output, ...]:
     """The declared outputs. A value with a ``*`` is a glob: each regular file it matches
-    (symbolic links are skipped: they name a file that is already listed) is one output."""
+    (symbolic links are skipped: they name a file that is already listed) is one output.
+    Every output must lie inside the build folder once symbolic links are followed."""
     outs = []
     for name, rel in component.outputs:
+        if not relative_inside(rel):  # the recipe was checked at load; a Component made elsewhere may not be
+            raise ConfigError(f"{component.name}: output {name} ({rel}) leaves the build folder", hint="fix 'outputs' in the recipe")
+        check = _inside(component, build_dir)
         if "*" in rel:
             matches = sorted(p for p in build_dir.glob(rel) if p.is_file() and not p.is_symlink())
             if not matches:
                 raise BuildError(f"{component.name}: output {name} ({rel}) matched no file in {build_dir}", hint="check 'outputs' in the recipe")
-            outs += [Output(name=p.name, path=p, sha256=sha256_file(p), size=p.stat().st_size) for p in matches]
+            outs += [Output(name=p.name, path=check(p), sha256=sha256_file(p), size=p.stat().st_size) for p in matches]
             continue
         p = build_dir / rel
         if not p.exists():
             raise BuildError(f"{component.name}: expected output {name} at {p} is missing", hint="check 'outputs' in the recipe against the targets built")
+        for inner in (p, *(p.rglob("*") if p.is_dir() else ())):
+            check(inner)
         outs.append(Output(name=name, path=p, sha256=sha256_file(p) if p.is_file() else _tree_digest(p), size=p.stat().st_size if p.is_file() else 0))
     return tuple(outs)
+
+
+def _inside(component: Component, build_dir: Path):
+    """A check that an output path, its symbolic links followed, stays in ``build_dir``."""
+    root = build_dir.resolve()
+
+    def check(path: Path) -> Path:
+        real = path.resolve()
+        if real != root and root not in real.parents:
+            raise BuildError(f"{component.name}: output {path} leads outside the build folder (to {real})",
+                             hint="the build made a symbolic link out of its folder; fix the recipe's outputs or the build")
+        return path
+
+    return check
 
 
 def _tree_digest(root: Path) -> str:

@@ -4,16 +4,19 @@ initial cache, and produce the exact configure and build command lines."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 from scikit_build_core.cmake import CMake, CMaker
 from scikit_build_core.errors import CMakeNotFoundError
 from scikit_build_core.program_search import best_program, get_ninja_programs
 
-from onebit_build.core.errors import ToolMissingError
+from onebit_build.core.config import cmake_name_ok
+from onebit_build.core.errors import ConfigError, ToolMissingError
 
 CMAKE_MIN = ">=3.24"
 NINJA_MIN = ">=1.10"
@@ -38,23 +41,47 @@ def find_tools() -> Tools:
     return Tools(cmake=Path(cm.cmake_path), cmake_version=str(cm.version), ninja=Path(nj.path), ninja_version=str(nj.version))
 
 
+def bracket(value: str) -> str:
+    """``value`` as a CMake bracket argument that no text inside it can close: the bracket
+    gets one ``=`` more than the longest run of ``=`` after a ``]`` in the value. Pure.
+
+    CMake drops a newline right after the opening bracket, so a value that starts with one
+    gets an extra newline in front (which CMake then drops)."""
+    runs = [len(m.group(1)) for m in re.finditer(r"\](=*)", value)]
+    eq = "=" * (max(runs, default=-1) + 1)
+    lead = "\n" if value.startswith(("\n", "\r")) else ""
+    return f"[{eq}[{lead}{value}]{eq}]"
+
+
+def init_cache_text(defines: Sequence[tuple[str, str]]) -> str:
+    """The initial cache file (loaded with ``-C``): one ``set(NAME VALUE CACHE STRING "" FORCE)``
+    per define. A name that is not a CMake variable name, or a value with a NUL byte, is a
+    ConfigError: neither can be written so that it stays one value. Pure."""
+    lines = []
+    for name, value in defines:
+        if not cmake_name_ok(name):
+            raise ConfigError(f"CMake define name {name!r} is not a variable name",
+                              hint="use letters, digits and '_' only, not starting with a digit")
+        if "\0" in value:
+            raise ConfigError(f"CMake define {name}: the value holds a NUL byte", hint="remove it from the value")
+        lines.append(f'set({name} {bracket(value)} CACHE STRING "" FORCE)\n')
+    return "".join(lines)
+
+
 def write_init_cache(tools: Tools, source_dir: Path, build_dir: Path, build_type: str, defines: Sequence[tuple[str, str]]) -> Path:
-    """Write ``CMakeInit.txt`` (loaded with ``-C``) holding every define; scikit-build-core
-    quotes the values and records which source the build dir belongs to."""
+    """Write ``CMakeInit.txt`` (loaded with ``-C``) holding every define, quoted by
+    :func:`init_cache_text`. scikit-build-core records which source the build dir belongs to
+    (and clears a cache made from another); the file itself is written here, because its
+    fixed bracket quoting lets a value close the argument."""
     maker = CMaker(
-        CMake(version=_v(tools.cmake_version), cmake_path=tools.cmake),
+        CMake(version=Version(tools.cmake_version), cmake_path=tools.cmake),
         source_dir=source_dir,
         build_dir=build_dir,
         build_type=build_type,
     )
-    maker.init_cache(dict(defines))
+    text = init_cache_text(defines)
+    maker.init_cache_file.write_text(text, encoding="utf-8")
     return maker.init_cache_file
-
-
-def _v(text: str):  # packaging Version, kept local to avoid a second import site
-    from packaging.version import Version
-
-    return Version(text)
 
 
 def configure_argv(tools: Tools, source_dir: Path, build_dir: Path, build_type: str, init_cache: Path) -> list[str]:

@@ -381,7 +381,7 @@ def _runtime_lines(plan: Plan) -> list[str]:
         if m.path_env:
             out.append(f"           supplied by the user: --model PATH or ${m.path_env}")
         if m.pypi:
-            out.append(f"           from pypi: {', '.join(m.pypi)}")
+            out.append(f"           from pypi: {', '.join(m.requirements)}")
         out.append(f"           sha256 {m.sha256 or '(not pinned: the user must supply and check it)'}")
     for p in sm.prompts:
         out.append(f"  check    {p.name}: answer to {p.prompt!r} contains {p.expect!r}")

@@ -8,7 +8,8 @@ from pathlib import Path
 from onebit_build.building.manifest import latest_path, load_latest
 from onebit_build.commands import Command
 from onebit_build.core import ui
-from onebit_build.core.errors import NotAvailableError, SmokeError
+from onebit_build.core.errors import NotAvailableError, SmokeError, VerifyError
+from onebit_build.core.fsutil import StateError
 from onebit_build.core.project import ProjectRoot
 from onebit_build.core.workspace import Workspace
 from onebit_build.job.model import load_pins_and_recipe
@@ -57,7 +58,11 @@ def bench(opts: Options, project: ProjectRoot, cmd: Command) -> int:
 
 def latest_server(ws: Workspace, recipe: str) -> Path:
     """The llama-server of the recipe's latest build in the workspace (no build is started)."""
-    man = load_latest(ws, recipe)
+    try:
+        man = load_latest(ws, recipe)
+    except (StateError, VerifyError) as exc:
+        raise NotAvailableError(f"the manifest of the latest {recipe} build is damaged ({latest_path(ws, recipe)}: {exc})",
+                                hint=f"run 'onebit-build --recipe {recipe} build' to write it again, or pass --build DIR") from None
     if man is None:
         raise NotAvailableError(f"no build of recipe {recipe} in {ws.root} (no {latest_path(ws, recipe).name} manifest)",
                                 hint=f"run 'onebit-build --recipe {recipe} build' first, or pass --server PATH")

