@@ -163,3 +163,17 @@ def test_ctrl_c_during_build_cleans_up_and_next_run_works(tmp_path):
     # The workspace is usable again: the lock is free and the interrupted build dir is not marked complete.
     stamp = next((tmp_path / "ws" / "build").glob("*/onebit-build.json"))
     assert json.loads(stamp.read_text())["complete"] is False
+
+
+def test_quiet_build_answers_on_stdout_and_keeps_progress_on_stderr(tiny_project):
+    # $(onebit-build -q build) is what the build answers: here the recipe's only output has
+    # no llama-server, so the answer is the manifest; progress never reaches stdout.
+    root, mirrors, ws = tiny_project
+    out = cli(root, mirrors, ws, "-q", "--recipe", "tiny", "build")
+    assert out.returncode == 0, out.stderr
+    answer = Path(out.stdout.strip())
+    assert out.stdout.count("\n") == 1 and answer.name == "build-manifest.json" and answer.is_file()
+    assert read_manifest(answer)["recipe"]["name"] == "tiny"
+    loud = cli(root, mirrors, ws, "--recipe", "tiny", "build")
+    assert loud.stdout == out.stdout  # the same answer, with or without -q
+    assert "up to date" in loud.stderr and out.stderr.strip() == ""

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from onebit_build.commands import Command
+from onebit_build.core import ui
 from onebit_build.core.project import ProjectRoot
-from onebit_build.job.build import build_part
-from onebit_build.job.model import Needs, open_job
+from onebit_build.job.build import Built, build_part
+from onebit_build.job.model import Job, Needs, open_job
 from onebit_build.job.run import run
+from onebit_build.job.stage import Stage
 from onebit_build.job.verify import verify_command
 from onebit_build.options import Options
 
@@ -17,9 +21,17 @@ def needs(cmd: Command, opts: Options) -> Needs:
 
 
 def job(opts: Options, project: ProjectRoot, cmd: Command) -> int:
-    assert cmd.until is not None
+    assert cmd.until is not None  # every job command of the table names its last stage
     with open_job(opts, project, needs(cmd, opts)) as j:
-        return run(j, cmd.until, skip=cmd.skip, server=opts.server).exit_code
+        done = run(j, cmd.until, skip=cmd.skip, server=opts.server)
+        if cmd.until == Stage.BUILD and done.built is not None:
+            ui.answer(str(built_answer(j, done.built)))
+        return done.exit_code
+
+
+def built_answer(job: Job, built: Built) -> Path:
+    """What ``build`` answers: the llama-server it built (the manifest for a recipe without one)."""
+    return next((o.path for b in reversed(built.builds) for o in b.outputs if o.name == "llama-server"), built.manifest)
 
 
 def verify(opts: Options, project: ProjectRoot, cmd: Command) -> int:

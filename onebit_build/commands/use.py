@@ -27,7 +27,7 @@ def install(opts: Options, project: ProjectRoot, cmd: Command) -> int:
         built = run(job, Stage.BUILD).built
         assert built is not None  # a job run up to the build has built
         files = install_tree(built.builds, built.manifest, opts.prefix)
-        ui.info(f"installed {len(files)} file(s) into {opts.prefix}")
+        ui.answer(f"installed {len(files)} file(s) into {opts.prefix}")
         ui.info(f"  run: {opts.prefix / 'bin' / 'llama-server'} -m MODEL.gguf")
         return 0
 

@@ -1,4 +1,8 @@
-"""Terminal output: one line per stage, details only with -v, a progress bar for long steps."""
+"""Terminal output: one line per stage, details only with -v, a progress bar for long steps.
+
+Progress, logs, warnings and errors go to stderr; the lines that answer the command (the
+built server's path, the install prefix, the base URL, PASS/FAIL, the report) go to stdout
+through :func:`answer`, so that ``$(onebit-build -q build)`` is the server's path."""
 
 from __future__ import annotations
 
@@ -38,6 +42,12 @@ def info(msg: str) -> None:
 def result(msg: str) -> None:
     """A line that answers the command (a path, a verdict): printed even with -q."""
     _console.print(msg, markup=False)
+
+
+def answer(msg: str) -> None:
+    """The command's result, for a script or a person: stdout, printed even with -q."""
+    sys.stdout.write(msg + "\n")
+    sys.stdout.flush()
 
 
 def detail(msg: str) -> None:

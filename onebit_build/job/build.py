@@ -223,7 +223,7 @@ def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
     for b in builds:
         for o in b.outputs:
             ui.info(f"  {o.name}: {o.path}  sha256 {o.sha256[:16]}")
-    ui.result(f"  manifest: {man}")
+    ui.info(f"  manifest: {man}")
     return Built(fetched=fetched, trees=trees, builds=builds, manifest=man)
 
 

@@ -34,7 +34,7 @@ def run(job: Job, until: Stage, *, skip: frozenset[Stage] = frozenset(), server:
     built = build_part(job, until=min(until, Stage.BUILD))
     if built is None or until == Stage.BUILD:
         if built is not None:
-            ui.result(f"done in {time.monotonic() - t_start:.1f} s; logs: {job.run_dir}")
+            ui.info(f"done in {time.monotonic() - t_start:.1f} s; logs: {job.run_dir}")
         return JobResult(built=built)
     verified = verify_stage(job, built.manifest) if Stage.VERIFY not in skip else None
     if until == Stage.VERIFY:

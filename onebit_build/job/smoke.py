@@ -118,7 +118,7 @@ def smoke_stage(job: Job, *, server: Path, manifest_file: Path | None, verified:
     json_path, md_path = report_mod.write_report(job.run_dir, recipe=recipe, smoke=result, manifest=manifest,
                                                  extra={"verify": verified, "skipped_devices": skipped, "chat": chat or "checked"})
     report_mod.print_summary(result)
-    ui.result(f"report: {md_path}")
+    ui.answer(f"report: {md_path}")
     if opts.junit is not None:
-        ui.result(f"junit: {write_junit(opts.junit, 'smoke', smoke_cases(result), seconds=result.seconds)}")
+        ui.answer(f"junit: {write_junit(opts.junit, 'smoke', smoke_cases(result), seconds=result.seconds)}")
     return 0 if result.passed else SmokeError.exit_code

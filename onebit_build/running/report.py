@@ -303,5 +303,8 @@ def summary_lines(smoke: SmokeResult) -> list[str]:
 
 
 def print_summary(smoke: SmokeResult) -> None:
-    for line in summary_lines(smoke):
+    """The per-device lines (stderr), then the verdict line on stdout (kept with -q)."""
+    *lines, verdict = summary_lines(smoke)
+    for line in lines:
         ui.info(line)
+    ui.answer(verdict)

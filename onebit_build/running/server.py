@@ -448,7 +448,8 @@ def serve_foreground(spec: ServerSpec, *, has_chat_template: bool) -> int:
     try:
         base = f"http://{client_host(spec.host)}:{server.port}/v1"
         ui.info(f"serving {spec.model.name} on {spec.host}:{server.port} (pid {server.pid}, log {spec.log})")
-        ui.info(f"OpenAI base URL: {base}   (Ctrl-C stops the server)")
+        ui.info("Ctrl-C stops the server")
+        ui.answer(f"OpenAI base URL: {base}")
         if not has_chat_template:
             ui.warn("the model has no chat template: /v1/chat/completions will answer junk; use /v1/completions with plain text")
         while server.alive():
