@@ -252,23 +252,8 @@ def run(
     captured: list[str] | None = [] if capture else None
     recent: list[str] = []
     try:
-        proc = subprocess.Popen(
-            args,
-            cwd=cwd,
-            env=_environ(env),
-            stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        if input_text is not None:
-            _feed(proc, input_text)
-        try:
-            _pump(proc, logf, on_line, captured, recent)
-            rc = proc.wait()
-        except BaseException:
-            stop_group(proc)
-            raise
+        rc = _run_pumped(args, cwd=cwd, env=env, input_text=input_text, logf=logf, on_line=on_line, captured=captured,
+                         recent=recent)
     finally:
         if logf:
             logf.close()
@@ -282,6 +267,30 @@ def run(
             hint=hint,
         )
     return Completed(argv=args, returncode=rc, output="\n".join(captured or []))
+
+
+def _run_pumped(args: list[str], *, cwd: Path | None, env: Mapping[str, str] | None, input_text: str | None,
+                logf: BinaryIO | None, on_line: Callable[[str], None] | None, captured: list[str] | None,
+                recent: list[str]) -> int:
+    """Start ``args`` in its own process group, pass its output on, wait; stop the group when
+    anything (Ctrl-C included) interrupts. Returns the exit code."""
+    proc = subprocess.Popen(
+        args,
+        cwd=cwd,
+        env=_environ(env),
+        stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    if input_text is not None:
+        _feed(proc, input_text)
+    try:
+        _pump(proc, logf, on_line, captured, recent)
+        return proc.wait()
+    except BaseException:
+        stop_group(proc)
+        raise
 
 
 def _log_split(log: Path, args: list[str], cwd: Path | None, out: str, err: str, rc: int) -> None:

@@ -117,38 +117,18 @@ def _round(x: float | None, n: int = 3) -> float | None:
 
 
 def bench_doc(result: BenchResult, *, outputs: dict[str, str]) -> dict[str, Any]:
+    """``bench.json``'s body: settings, inputs, every server and sample, the results."""
     req = result.request
-    hashes: dict[Path, str] = {}
-    for v in req.variants:
-        if v.server not in hashes:
-            try:
-                hashes[v.server] = sha256_file(v.server)
-            except OSError:
-                hashes[v.server] = ""
     return {
         "started_at": result.started_at,
         "seconds": round(result.seconds, 1),
         "all_valid": result.all_valid,
         "host": {"hostname": socket.gethostname(), "platform": platform.platform(), "cpu_count": os.cpu_count()},
-        "settings": {
-            "rounds": req.rounds,
-            "order": "interleaved",
-            "decode_tokens": req.decode_tokens,
-            "prefix_tokens": req.prefix_tokens,
-            "tie_margin": req.tie_margin,
-            "warmup_tokens": min(DEFAULTS.warmup_tokens, req.decode_tokens),
-            "ctx_size": req.ctx_size,
-            "request": {k: v for k, v in completion_body("", 0).items() if k not in ("prompt", "n_predict")},
-            "lock": str(req.lock) if req.lock else None,
-            "env": dict(req.env),
-        },
+        "settings": _settings_doc(req),
         "model": {"path": str(req.model.path), "sha256": req.model.sha256, "source": req.model.source},
-        "prompts": [{"name": p.name, "file": p.source, "chars": len(p.text), "sha256": sha256_bytes(p.text.encode())} for p in req.prompts],
-        "variants": [
-            {"name": v.name, "baseline": i == 0, "config": v.config, "build": v.build, "device": v.device,
-             "server": str(v.server), "server_sha256": hashes[v.server], "args": list(v.args)}
-            for i, v in enumerate(req.variants)
-        ],
+        "prompts": [{"name": p.name, "file": p.source, "chars": len(p.text), "sha256": sha256_bytes(p.text.encode())}
+                    for p in req.prompts],
+        "variants": _variants_doc(req),
         "expectations": {
             k: {"text": e.text, "tokens": e.tokens, "source": e.source,
                 "steps": [{"id": st.id, "text": st.text, "runner_up": st.runner_up, "runner_up_text": st.runner_up_text,
@@ -156,8 +136,8 @@ def bench_doc(result: BenchResult, *, outputs: dict[str, str]) -> dict[str, Any]
             for k, e in result.expectations.items()
         },
         "servers": [
-            {"round": s.round, "variant": s.variant, "log": str(s.log), "pid": s.pid, "port": s.port, "ready_s": _round(s.ready_s),
-             "warmup_s": _round(s.warmup_s), "error": s.error}
+            {"round": s.round, "variant": s.variant, "log": str(s.log), "pid": s.pid, "port": s.port,
+             "ready_s": _round(s.ready_s), "warmup_s": _round(s.warmup_s), "error": s.error}
             for s in result.servers
         ],
         "samples": [
@@ -175,6 +155,34 @@ def bench_doc(result: BenchResult, *, outputs: dict[str, str]) -> dict[str, Any]
         "outputs": outputs,
     }
 
+
+def _settings_doc(req) -> dict[str, Any]:
+    return {
+        "rounds": req.rounds,
+        "order": "interleaved",
+        "decode_tokens": req.decode_tokens,
+        "prefix_tokens": req.prefix_tokens,
+        "tie_margin": req.tie_margin,
+        "warmup_tokens": min(DEFAULTS.warmup_tokens, req.decode_tokens),
+        "ctx_size": req.ctx_size,
+        "request": {k: v for k, v in completion_body("", 0).items() if k not in ("prompt", "n_predict")},
+        "lock": str(req.lock) if req.lock else None,
+        "env": dict(req.env),
+    }
+
+
+def _variants_doc(req) -> list[dict[str, Any]]:
+    """Each variant with the sha256 of its server binary ("" when it cannot be read)."""
+    hashes: dict[Path, str] = {}
+    for v in req.variants:
+        if v.server not in hashes:
+            try:
+                hashes[v.server] = sha256_file(v.server)
+            except OSError:
+                hashes[v.server] = ""
+    return [{"name": v.name, "baseline": i == 0, "config": v.config, "build": v.build, "device": v.device,
+             "server": str(v.server), "server_sha256": hashes[v.server], "args": list(v.args)}
+            for i, v in enumerate(req.variants)]
 
 
 # --------------------------------------------------------------------------- outputs
