@@ -13,8 +13,9 @@
 # usage: kernels/row-tiled-q4_0/tools/h200_batched.sh LLAMA_SRC OUTDIR
 #   LLAMA_SRC  unpatched llama.cpp tree at the pin (as for h200_run.sh, plus common/, tools/ and gguf-py/)
 #   OUTDIR     receives batched.md, batched.json, greedy.md, kernels-2seq.md, e2e.log
-# Environment: ROUNDS (default 6), NPL (default 1,2,3,4,8), LAYERS (default 8), JOBS, WORKDIR,
-# DEADLINE_S (default 560: stages that would start later are skipped).
+# Environment: ROUNDS (default 6), NPL (default 1,2,3,4,8), LAYERS (default 8), FA (GGML_CUDA_FA, default ON
+# as in the cuda recipe; round 3's run 3 used OFF), JOBS, WORKDIR, DEADLINE_S (default 560: stages that
+# would start later are skipped).
 set -uo pipefail
 
 SRC=$(cd "$1" && pwd)
@@ -42,7 +43,7 @@ MODEL_PID=$!
 
 cmake -S "$SRC" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
     -DCMAKE_SKIP_BUILD_RPATH=ON -DGGML_NATIVE=OFF -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
-    -DGGML_CUDA_COMPRESSION_MODE=none -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF \
+    -DGGML_CUDA_COMPRESSION_MODE=none -DGGML_CUDA_FA="${FA:-ON}" -DGGML_CUDA_NCCL=OFF \
     -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
     -DLLAMA_OPENSSL=OFF > "$LOGS/configure.log" 2>&1 || { log "configure failed"; tail -30 "$LOGS/configure.log"; exit 1; }
