@@ -93,6 +93,14 @@ def build_cases() -> list[Case]:
     for mode in MODES:
         for rows, blocks, n in tail2:
             cases.append(Case("tail2", rows, blocks, n, mode))
+    # round 3's weak classes, rows = 0..3 (mod 4) on each: rows of 2880 values (90 blocks) and of
+    # 5152 and 5440 values (161 and 170 blocks), not a multiple of 256 (the unaligned path);
+    # rows of 4096 values (128 blocks) with row counts of 8193 and 11010
+    weak3 = ([(4096, 90, n) for n in range(5, 9)] + [(5121, 161, 6), (5121, 161, 8), (6146, 170, 7), (4099, 90, 8),
+              (4099, 90, 5)] + [(8193, 128, 8), (11010, 128, 7)])
+    for mode in MODES:
+        for rows, blocks, n in weak3:
+            cases.append(Case("weak3", rows, blocks, n, mode))
     # the timed shapes, every column count
     for mode in MODES:
         for rows, blocks in ((4096, 128), (4096, 448), (14336, 128), (5120, 544)):
@@ -225,7 +233,7 @@ def main() -> int:
                     help="only labels which path a case takes: the patch's MMVQ_Q4_0_RT_MIN_ROWS (0 for builds without it)")
     ap.add_argument("--q8-model", choices=("q8_1", "none"), default="q8_1",
                     help="activation quantization to emulate for the tight check (none: backends that use another)")
-    ap.add_argument("--groups", default="base40,oddrows,tailrows,tail2,perfshape")
+    ap.add_argument("--groups", default="base40,oddrows,tailrows,tail2,weak3,perfshape")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--table", default=None, help="also write the table (markdown) here")
     args = ap.parse_args()

@@ -2,13 +2,16 @@
 # Builds the unpatched and the patched ggml (CUDA, sm_90) from one llama.cpp tree at the pin,
 # checks the row-tiled Q4_0 kernel bit for bit and against float64, and times both side by side.
 #
-# usage: kernels/row-tiled-q4_0/tools/h200_run.sh LLAMA_SRC OUTDIR [final|explore|explore1]
+# usage: kernels/row-tiled-q4_0/tools/h200_run.sh LLAMA_SRC OUTDIR [final|explore3|explore|explore1]
 #   LLAMA_SRC  unpatched llama.cpp tree at the pinned commit (CMakeLists.txt, cmake/, ggml/, src/,
 #              include/, vendor/, licenses/, and app/ and tools/ui/ are needed: the top-level
 #              CMakeLists.txt reads include/ and configure fails without it)
-#   OUTDIR     receives check.md, perf.md, perf.json, machine.txt, logs.tar.gz
-#              (explore mode also explore.md, explore.json)
-#   final      base vs patched: all check groups, 3 timing rounds (default)
+#   OUTDIR     receives check.md, known-bad.md, resources.md, perf.md, perf.json, machine.txt,
+#              logs.tar.gz (explore modes also explore.md, explore.json; NCU_SHAPES also ncu.txt)
+#   final      base vs patched: all check groups, resource audit, 3 timing rounds (default)
+#   explore3   also builds the round-3 variants (round3-variants.patch on top of the patch: the
+#              dispatch comes from MMVQ_Q4_0_RT3_VARIANT, 0 = the shipped one), checks each, times
+#              each for 5..8 columns over 2 rounds
 #   explore    also builds the round-2 variants (variants-round2.patch on top of the patch: the
 #              kernel shape comes from MMVQ_Q4_0_RT_VARIANT), checks each on all groups, times
 #              each for 5..8 columns over 2 rounds
@@ -20,9 +23,14 @@
 # compiled from the exported compile command while the main build runs, and libggml-cuda is
 # relinked with it. Environment: JOBS (default nproc), DEADLINE_S (default 570, stages that would
 # start later are skipped), SEED (checker seed, default random), WORKDIR (default mktemp),
-# PERF_SHAPES (MxK list for the timing, default the five round-2 shapes), ON_TOP (NAME=PATCH,...:
+# PERF_SHAPES (MxK list for the timing, default the five round-2 shapes), PERF_NS (column counts,
+# default 1..8), PERF=0 (no base-vs-patched timing), CHECK_GROUPS (checker groups, default all),
+# EXPLORE_SHAPES (MxK list for the explore timing, default the timing's), ON_TOP (NAME=PATCH,...:
 # candidates, each applied on top of the patch, built, checked and timed beside it), KNOWN_BAD
-# (default 1: the patch plus known-bad.patch is built too, and the checker must exit 1 on it).
+# (default 1: the patch plus known-bad.patch is built too, and the checker must exit 1 on it),
+# NCU_SHAPES (MxKxN list: Nsight Compute speed-of-light, occupancy, memory and warp-state sections of
+# the mat-vec kernel of the builds named in NCU_BUILD_NAMES, default base,patched, into ncu.txt). A WORKDIR kept from an earlier call is reused: the
+# ggml build is then only checked by ninja.
 set -uo pipefail
 
 SRC=$(cd "$1" && pwd)
@@ -82,6 +90,9 @@ case "$MODE" in
     explore) # round 2: on top of the patch
         apply_to "$W/var/mmvq-rt.cu" "$HERE/variants-round2.patch" "$W/var/mmvq-explore.cu" || { log "variant patch failed"; exit 1; }
         VARIANTS+=(explore) ;;
+    explore3) # round 3: on top of the patch
+        apply_to "$W/var/mmvq-rt.cu" "$HERE/round3-variants.patch" "$W/var/mmvq-explore.cu" || { log "variant patch failed"; exit 1; }
+        VARIANTS+=(explore) ;;
     explore1) # round 1: the first kernel, with its own variant switch, instead of the patch
         apply_to "$SRC/ggml/src/ggml-cuda/mmvq.cu" "$HERE/variants-round1.patch" "$W/var/mmvq-explore.cu" || { log "variant patch failed"; exit 1; }
         VARIANTS+=(explore) ;;
@@ -109,6 +120,8 @@ link = [l for l in subprocess.run(["ninja", "-C", build, "-t", "commands", "ggml
         text=True, check=True).stdout.splitlines() if "-soname,libggml-cuda.so" in l][0]
 for v in variants:
     cmd = entry["command"].replace(entry["file"], f"{var}/mmvq-{v}.cu").replace(f" -o {obj}", f" -o {var}/mmvq-{v}.o")
+    if v == "rt":  # the ptxas report (registers, stack, spills) for the resource audit; same code
+        cmd += " -Xptxas -v"
     open(f"{var}/compile-{v}.sh", "w").write(f"cd {shlex.quote(entry['directory'])} && {cmd} -I{cudadir}\n")
     lk = link.replace(obj, f"{var}/mmvq-{v}.o")
     lk = re.sub(r"-o bin/libggml-cuda\.so\S*", f"-o {var}/lib-{v}/libggml-cuda.so.0", lk)
@@ -144,7 +157,11 @@ for name in "${EXTRA_NAMES[@]}"; do
 done
 NVAR=0
 EXPLORE_BUILDS=()
-if [ "$MODE" != final ]; then
+if [ "$MODE" = explore3 ]; then
+    for i in 0 1 2 3; do # 0: the shipped dispatch, compiled in the variant file
+        EXPLORE_BUILDS+=(--build "v$i=$W/var/lib-explore,MMVQ_Q4_0_RT3_VARIANT=$i")
+    done
+elif [ "$MODE" != final ]; then
     NVAR=$(grep -c "return mul_mat_vec_q4_0_q8_1_rt_try<" "$W/var/mmvq-explore.cu")
     NVAR=$((NVAR - 1)) # the default case
     for i in $(seq 1 "$NVAR"); do
@@ -168,6 +185,7 @@ run_stage() { # name, seconds it needs at least, command...
 export PYTHONUNBUFFERED=1
 GROUPS_ARG=()
 [ "$MODE" = explore1 ] && GROUPS_ARG=(--groups base40,oddrows)
+[ -n "${CHECK_GROUPS:-}" ] && GROUPS_ARG=(--groups "$CHECK_GROUPS")
 run_stage check 60 python3 "$HERE/check_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" --build "$RT" \
     "${EXTRA_BUILDS[@]}" "${EXPLORE_BUILDS[@]}" "${GROUPS_ARG[@]}" --workdir "$W" --table "$OUT/check.md" "${SEED_ARG[@]}"
 tail -3 "$LOGS/check.log"
@@ -179,6 +197,10 @@ if [ "${KNOWN_BAD:-1}" = 1 ]; then
     if [ "$rc" = 1 ]; then log "known-bad build: the checker exits 1, as it must"; else log "KNOWN-BAD NOT CAUGHT: checker exit $rc"; fi
 fi
 
+# resources of the patched file's row-tiled instantiations (exit 1 on spills, stack or local memory)
+run_stage audit 10 python3 "$HERE/resource_audit.py" "$W/var/lib-rt/libggml-cuda.so.0" "$LOGS/compile-rt.log" "$OUT/resources.md"
+tail -1 "$LOGS/audit.log"
+
 run_stage bandwidth 20 python3 "$HERE/copy_bandwidth.py" 2 20
 BW=$(awk '/^bandwidth_gbs/ {print $2}' "$LOGS/bandwidth.log")
 head -1 "$LOGS/bandwidth.log"
@@ -187,12 +209,39 @@ BW_ARG=()
 
 ROUNDS=3
 [ "$MODE" = explore1 ] && ROUNDS=2
-run_stage perf 40 python3 "$HERE/perf_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" --build "$RT" \
-    "${EXTRA_BUILDS[@]}" --shapes "${PERF_SHAPES:-4096x4096,4096x14336,14336x4096,5120x17408,4096x11008}" --rounds "$ROUNDS" --reps 50 "${BW_ARG[@]}" --json "$OUT/perf.json" --table "$OUT/perf.md"
-tail -30 "$LOGS/perf.log"
+PERF_SHAPES=${PERF_SHAPES:-4096x4096,4096x14336,14336x4096,5120x17408,4096x11008}
+if [ "${PERF:-1}" = 1 ]; then
+    run_stage perf 40 python3 "$HERE/perf_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" --build "$RT" \
+        "${EXTRA_BUILDS[@]}" --shapes "$PERF_SHAPES" --ns "${PERF_NS:-1,2,3,4,5,6,7,8}" --rounds "$ROUNDS" --reps 50 "${BW_ARG[@]}" \
+        --json "$OUT/perf.json" --table "$OUT/perf.md"
+    tail -90 "$LOGS/perf.log"
+fi
 
 if [ "$MODE" != final ]; then
     run_stage explore 60 python3 "$HERE/perf_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" "${EXPLORE_BUILDS[@]}" \
-        --ns 5,6,7,8 --rounds "$((ROUNDS - 1))" --reps 30 "${BW_ARG[@]}" --json "$OUT/explore.json" --table "$OUT/explore.md"
-    tail -14 "$LOGS/explore.log"
+        --shapes "${EXPLORE_SHAPES:-$PERF_SHAPES}" --ns 5,6,7,8 --rounds "$((ROUNDS - 1))" --reps 30 "${BW_ARG[@]}" \
+        --json "$OUT/explore.json" --table "$OUT/explore.md"
+    tail -60 "$LOGS/explore.log"
+fi
+
+# Nsight Compute on the mat-vec kernel of each build (one launch each, after 20 warm-up launches)
+if [ -n "${NCU_SHAPES:-}" ] && command -v ncu > /dev/null; then
+    NCU_BUILDS=("$BASE" "$RT" "${EXPLORE_BUILDS[@]/#--build/}")
+    for shape in ${NCU_SHAPES//,/ }; do
+        IFS=x read -r m k n <<< "$shape"
+        for spec in "${NCU_BUILDS[@]}"; do
+            [ -z "${spec// /}" ] && continue
+            name=${spec%%=*}; rest=${spec#*=}; lib=${rest%%,*}; envs=()
+            [[ ",${NCU_BUILD_NAMES:-base,patched}," == *",$name,"* ]] || continue
+            [ "$rest" != "$lib" ] && envs=("${rest#*,}")
+            [ "$(left)" -lt 25 ] && { log "SKIPPED ncu $shape $name: $(left) s left"; continue; }
+            echo "=== $m x $k n=$n build $name" >> "$OUT/ncu.txt"
+            env LD_LIBRARY_PATH="$lib" "${envs[@]}" timeout 60 ncu --clock-control none --section SpeedOfLight \
+                --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats \
+                -k regex:mul_mat_vec --launch-skip 20 --launch-count 1 "$W/mmvq_harness" perf CUDA0 "$m" "$k" "$n" 2 \
+                >> "$OUT/ncu.txt" 2>&1
+            log "ncu $shape $name exit $?"
+        done
+    done
+    grep -E "^===|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Registers Per|Block Limit|Waves Per SM" "$OUT/ncu.txt" | head -150
 fi
