@@ -97,6 +97,7 @@ class Options:
     quiet: bool = False
     json: bool = False
     dry_run: bool = False
+    gc_dry_run: bool = False  # 'gc --dry-run': list what would go, remove nothing
     model: Path | None = None
     server: Path | None = None  # smoke: a llama-server built elsewhere
     toolchain_root: str | None = None
@@ -187,7 +188,7 @@ def from_args(ns: argparse.Namespace) -> Options:
     """The one place where parsed arguments become options."""
     get = ns.__dict__.get
     command = get("command") or "all"
-    action = get("patches_command") or get("pins_command")
+    action = get("patches_command") or get("pins_command") or get("model_command")
     sources = tuple(get("sources") or ()) + ((get("source"),) if get("source") else ())
     extra = tuple(get("server_args") or ())
     if extra and extra[0] == "--":
@@ -200,7 +201,7 @@ def from_args(ns: argparse.Namespace) -> Options:
         mirror_dirs=mirror_dirs_from([*(get("mirror_dir") or ()), *(get("mirror_dir_after") or ())]),
         offline=bool(get("offline")), locked=bool(get("locked")), jobs=get("jobs"),
         verbose=bool(get("verbose")), quiet=bool(get("quiet")), json=bool(get("json")),
-        dry_run=bool(get("dry_run")) or command == "plan",
+        dry_run=bool(get("dry_run")) or command == "plan", gc_dry_run=bool(get("gc_dry_run")),
         model=_path(get("model")), server=_path(get("server")),
         toolchain_root=get("toolchain_root"),
         defines=tuple(parse_define(d) for d in (*(get("defines") or ()), *(get("defines_after") or ()))),

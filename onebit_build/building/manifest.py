@@ -25,6 +25,7 @@ from onebit_build.core.workspace import Workspace
 
 KIND = "onebit-build/build-manifest"
 SCHEMA = 1
+MANIFEST_NAME = "build-manifest.json"  # in each build folder: the build it holds
 LATEST_DIR = "manifests"  # in the workspace: <recipe>.json, the manifest of its latest build
 
 

@@ -68,6 +68,13 @@ TABLE: tuple[Command, ...] = (
             action="lock"),
     Command(name="bench", help="benchmark llama-server configs, builds or devices: interleaved, answer-checked, locked;"
             " table, JSON and plot", run="bench:bench", arguments="bench", takes_model=True),
+    Command(name="builds", help="every build in the workspace: recipe, key, when, size, up to date or stale",
+            run="life:builds", json="print the list as JSON (schema 1)"),
+    Command(name="location", help="print the path of the recipe's latest llama-server (nothing is built)",
+            run="life:location"),
+    Command(name="gc", help="remove stale builds, old run folders and unused prepared trees (--dry-run lists them)",
+            run="life:gc", arguments="gc"),
+    Command(name="model", help="model tools", run="life:model_pull", arguments="model", action="pull", takes_model=False),
     Command(name="completion", help="print a shell completion script (bash)", run="info:completion",
             arguments="completion"),
 )

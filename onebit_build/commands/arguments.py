@@ -103,6 +103,15 @@ def pins(p: argparse.ArgumentParser) -> None:
     lk.add_argument("sources", nargs="*", help="only these sources (default: all abbreviated pins)")
 
 
+def model(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="model_command", metavar="ACTION", required=True)
+    global_options(sub.add_parser("pull", help="fetch and verify the recipe's model (nothing is built)"), listed=False)
+
+
+def gc(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dry-run", dest="gc_dry_run", action="store_true", help="list what would be removed; remove nothing")
+
+
 def completion(p: argparse.ArgumentParser) -> None:
     p.add_argument("shell", choices=["bash"])
 

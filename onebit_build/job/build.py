@@ -19,7 +19,7 @@ from onebit_build.building.builder import BuildRequest, BuildResult, build, reso
 from onebit_build.building.cmake import find_tools
 from onebit_build.building.compiler_cache import Launcher, resolve as resolve_launcher
 from onebit_build.building.fetch import FetchRequest, FetchResult, fetch
-from onebit_build.building.manifest import latest_path, make_manifest, write_manifest
+from onebit_build.building.manifest import MANIFEST_NAME, latest_path, make_manifest, write_manifest
 from onebit_build.building.patch import PrepareRequest, PreparedTree, list_patches, prepare
 from onebit_build.building.plan import component_fields, join_lists, resolve_toolchain
 from onebit_build.core import ui
@@ -175,9 +175,9 @@ def write_manifests(job: Job, fetched: dict[str, FetchResult], trees: dict[str, 
                         project={"project_root": str(job.project.path), "data_from": job.project.data_from})
     if job.overrides:
         doc["overrides"] = list(job.overrides)
-    final = builds[-1].build_dir / "build-manifest.json"
+    final = builds[-1].build_dir / MANIFEST_NAME
     write_manifest(final, doc)
-    name = "build-manifest.json" if latest else f"build-manifest-{builds[-1].build_dir.parent.name}.json"
+    name = MANIFEST_NAME if latest else f"build-manifest-{builds[-1].build_dir.parent.name}.json"
     write_manifest(job.run_dir / name, doc)
     if latest:
         write_manifest(latest_path(job.workspace, recipe.name), doc)

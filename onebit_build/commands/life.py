@@ -1,0 +1,112 @@
+"""A build's whole life in a workspace: ``builds`` lists them, ``location`` prints the latest
+server's path, ``gc`` removes what is stale, ``model pull`` fetches the recipe's model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from onebit_build.building.inventory import find_builds, folder_size, plan_removals, processes_using
+from onebit_build.building.manifest import latest_path, load_latest
+from onebit_build.commands import Command
+from onebit_build.core import ui
+from onebit_build.core.errors import NotAvailableError
+from onebit_build.core.fsutil import StateError
+from onebit_build.core.project import ProjectRoot
+from onebit_build.core.workspace import Workspace, WorkspaceLock, check_usable
+from onebit_build.job.model import load_for, load_pins_and_recipe
+from onebit_build.job.smoke import resolve_model
+from onebit_build.options import Options
+
+
+def _entries(opts: Options, project: ProjectRoot):
+    pins, _ = load_pins_and_recipe(project, opts.recipe)
+    ws = Workspace(root=opts.workspace)
+    return ws, find_builds(ws, recipes_dir=project.recipes, patches_dir=project.patches, pins=pins)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def builds(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+    ws, found = _entries(opts, project)
+    rows = [{"recipe": b.recipe, "key": b.key, "folder": str(b.folder), "created": b.manifest.created,
+             "bytes": sum(folder_size(f) for f in b.folders), "up_to_date": not b.stale, "stale": list(b.stale)}
+            for b in found]
+    if opts.json:
+        doc = {"kind": "onebit-build-builds", "schema": 1, "workspace": str(ws.root), "builds": rows}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return 0
+    if not rows:
+        ui.answer(f"no builds in {ws.root}")
+        return 0
+    for r in rows:
+        state = "up to date" if r["up_to_date"] else "stale: " + ", ".join(r["stale"])
+        ui.answer(f"{r['recipe']:<12} {r['key']}  {r['created'] or '?':<25} {_size(r['bytes']):>10}  {state}  {r['folder']}")
+    return 0
+
+
+def location(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+    """The latest build's llama-server, for scripts: ``$(onebit-build location)``."""
+    _, recipe = load_pins_and_recipe(project, opts.recipe)
+    ws = Workspace(root=opts.workspace)
+    try:
+        man = load_latest(ws, recipe.name)
+    except StateError as exc:
+        raise NotAvailableError(f"the manifest of the latest {recipe.name} build is damaged ({exc})",
+                                hint=f"run 'onebit-build --recipe {recipe.name} build' to write it again") from None
+    out = man.output("llama-server") if man is not None else None
+    if out is None or not Path(out.path).exists():
+        raise NotAvailableError(f"no built llama-server of recipe {recipe.name} in {ws.root} ({latest_path(ws, recipe.name)})",
+                                hint=f"run 'onebit-build --recipe {recipe.name} build' first")
+    ui.answer(str(out.path))
+    return 0
+
+
+def gc(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+    """Remove what is stale, holding the workspace lock (a build in progress holds it too),
+    never a folder a running process's program lives in."""
+    ws = Workspace(root=opts.workspace)
+    if not ws.root.is_dir():
+        ui.answer(f"nothing to remove: {ws.root} does not exist")
+        return 0
+    check_usable(ws.root)
+    with WorkspaceLock(ws.lock_file, "onebit-build gc"):
+        ws, found = _entries(opts, project)
+        in_use = processes_using([f for b in found for f in b.folders])
+        removals = plan_removals(found, ws=ws, in_use=in_use)
+        total = 0
+        for r in removals:
+            size = folder_size(r.path)
+            total += size
+            ui.info(f"  {'would remove' if opts.gc_dry_run else 'removing'} {r.path} ({_size(size)}): {r.why}")
+            if not opts.gc_dry_run:
+                shutil.rmtree(r.path)
+        for f in sorted(in_use):
+            ui.info(f"  kept {f}: a running program is in it")
+    verb = "would free" if opts.gc_dry_run else "freed"
+    ui.answer(f"{verb} {_size(total)} in {len(removals)} folder(s) of {ws.root}")
+    return 0
+
+
+def model_pull(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+    """Fetch and verify the recipe's model into the workspace, and print where it is."""
+    _, recipe = load_for(opts, project)
+    ws = Workspace(root=opts.workspace)
+    check_usable(ws.root)
+    t0 = time.monotonic()
+    with WorkspaceLock(ws.lock_file, "onebit-build model pull"):
+        log = ws.runs / f"model-pull-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        mf = resolve_model(recipe, opts, models_dir=ws.models, log=log)
+    ui.info(f"model {mf.path.name}: sha256 {mf.sha256} ({'fetched' if mf.fetched else 'already here'},"
+            f" {time.monotonic() - t0:.1f} s)")
+    ui.answer(str(mf.path))
+    return 0
