@@ -22,6 +22,7 @@ REQUIRED = {
     "patches": ["export", "llama"],
     "pins": ["lock"],
     "completion": ["bash"],
+    "model": ["pull"],
 }
 
 
