@@ -128,29 +128,5 @@ def os_error(exc: OSError) -> OnebitError:
     return OnebitError(f"{exc.strerror or exc}{where}", hint="run again with -v for the details")
 
 
-def bash_completion(parser: argparse.ArgumentParser) -> str:
-    """A bash completion script: subcommands first, then the options of the one given."""
-    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    cases = []
-    for name, sp in subs.choices.items():
-        flags = sorted({s for a in sp._actions for s in a.option_strings} | {s for a in parser._actions for s in a.option_strings})
-        cases.append(f"    {name}) opts=\"{' '.join(flags)}\" ;;")
-    top = sorted({s for a in parser._actions for s in a.option_strings})
-    return "\n".join([
-        "# onebit-build bash completion: eval \"$(onebit-build completion bash)\"",
-        "_onebit_build() {",
-        "  local cur=${COMP_WORDS[COMP_CWORD]} cmd='' w opts",
-        "  for w in \"${COMP_WORDS[@]:1:COMP_CWORD-1}\"; do case $w in -*) ;; *) cmd=${cmd:-$w} ;; esac; done",
-        "  case $cmd in",
-        *cases,
-        f"    *) opts=\"{' '.join(subs.choices)} {' '.join(top)}\" ;;",
-        "  esac",
-        "  COMPREPLY=($(compgen -W \"$opts\" -- \"$cur\"))",
-        "}",
-        "complete -o default -F _onebit_build onebit-build",
-        "",
-    ])
-
-
 def entry() -> None:
     sys.exit(main())

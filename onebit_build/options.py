@@ -98,6 +98,8 @@ class Options:
     json: bool = False
     dry_run: bool = False
     gc_dry_run: bool = False  # 'gc --dry-run': list what would go, remove nothing
+    names: bool = False  # 'recipes --names'
+    shell: str = "bash"  # 'completion SHELL'
     model: Path | None = None
     server: Path | None = None  # smoke: a llama-server built elsewhere
     toolchain_root: str | None = None
@@ -201,7 +203,8 @@ def from_args(ns: argparse.Namespace) -> Options:
         mirror_dirs=mirror_dirs_from([*(get("mirror_dir") or ()), *(get("mirror_dir_after") or ())]),
         offline=bool(get("offline")), locked=bool(get("locked")), jobs=get("jobs"),
         verbose=bool(get("verbose")), quiet=bool(get("quiet")), json=bool(get("json")),
-        dry_run=bool(get("dry_run")) or command == "plan", gc_dry_run=bool(get("gc_dry_run")),
+        dry_run=bool(get("dry_run")) or command == "plan", gc_dry_run=bool(get("gc_dry_run")), names=bool(get("names")),
+        shell=get("shell") or "bash",
         model=_path(get("model")), server=_path(get("server")),
         toolchain_root=get("toolchain_root"),
         defines=tuple(parse_define(d) for d in (*(get("defines") or ()), *(get("defines_after") or ()))),

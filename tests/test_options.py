@@ -91,17 +91,6 @@ def test_dry_run_only_where_it_means_something():
             make_parser().parse_args([cmd, "--dry-run"])
 
 
-def test_bash_completion_lists_commands_and_their_options():
-    from onebit_build.cli import bash_completion, make_parser
-
-    text = bash_completion(make_parser())
-    assert "complete -o default -F _onebit_build onebit-build" in text
-    for word in ("serve)", "install)", "--prefix", "--recipe", "plan"):
-        assert word in text
-    install_case = next(line for line in text.splitlines() if line.strip().startswith("install)"))
-    assert "--prefix" in install_case and "--port" not in install_case
-
-
 def test_install_tree_copies_outputs_with_their_links(tmp_path):
     from types import SimpleNamespace
 

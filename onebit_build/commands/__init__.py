@@ -55,7 +55,7 @@ TABLE: tuple[Command, ...] = (
     Command(name="plan", help="print the full plan (sources, patches, configure commands, outputs, runtime); no network",
             run="info:plan", json="print the plan as JSON (schema 1)"),
     Command(name="recipes", help="list the recipes: name, backends, description", run="info:recipes",
-            json="print the list as JSON"),
+            arguments="recipes", json="print the list as JSON"),
     Command(name="doctor", help="check this machine for what the recipe needs, each missing item with its fix",
             run="info:doctor", json="print the checks as JSON (schema 1)"),
     Command(name="serve", help="build if needed, then run llama-server in the foreground (Ctrl-C stops it)",
@@ -75,7 +75,7 @@ TABLE: tuple[Command, ...] = (
     Command(name="gc", help="remove stale builds, old run folders and unused prepared trees (--dry-run lists them)",
             run="life:gc", arguments="gc"),
     Command(name="model", help="model tools", run="life:model_pull", arguments="model", action="pull", takes_model=False),
-    Command(name="completion", help="print a shell completion script (bash)", run="info:completion",
+    Command(name="completion", help="print a shell completion script (bash, zsh or fish)", run="info:completion",
             arguments="completion"),
 )
 BY_NAME = {c.name: c for c in TABLE}

@@ -112,8 +112,15 @@ def gc(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", dest="gc_dry_run", action="store_true", help="list what would be removed; remove nothing")
 
 
+SHELLS = ("bash", "zsh", "fish")
+
+
 def completion(p: argparse.ArgumentParser) -> None:
-    p.add_argument("shell", choices=["bash"])
+    p.add_argument("shell", choices=SHELLS)
+
+
+def recipes(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--names", action="store_true", help="only the names, one a line (for shell completion)")
 
 
 def verify_run(vp: argparse.ArgumentParser) -> None:

@@ -3,9 +3,12 @@ list, doctor and the completion script."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from dataclasses import asdict
+
+import shtab
 
 from onebit_build import __version__
 from onebit_build.building.compiler_cache import describe, resolve as resolve_cache
@@ -72,6 +75,9 @@ def recipe_rows(project: ProjectRoot, opts: Options) -> list[dict]:
 
 
 def recipes(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+    if opts.names:
+        sys.stdout.write("".join(f"{p.stem}\n" for p in sorted(project.recipes.glob("*.yaml"))))
+        return 0
     rows = recipe_rows(project, opts)
     if opts.json:
         doc = {"project_root": str(project.path), "data_from": project.data_from, "recipes": rows}
@@ -102,9 +108,42 @@ def doctor(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     return 0 if report.ok else ToolMissingError.exit_code
 
 
-def completion(opts: Options, project: ProjectRoot | None, cmd: Command) -> int:
-    # cli builds the parser; imported here because cli imports this table's modules lazily.
-    from onebit_build.cli import bash_completion, make_parser
+# Where completion gets its values: recipe names from the tool itself, folders and files.
+RECIPE_NAMES = "onebit-build recipes --names 2>/dev/null"
+DIR_OPTIONS = ("--workspace", "--root", "--mirror-dir", "--toolchain-root", "--prefix", "--run-dir", "--out", "--build")
+FILE_OPTIONS = ("--model", "--junit", "--server", "--expect", "--reference", "--write-reference", "--working")
 
-    sys.stdout.write(bash_completion(make_parser()))
+
+def completion(opts: Options, project: ProjectRoot | None, cmd: Command) -> int:
+    """A completion script for bash, zsh or fish, made by shtab from the parser itself:
+    subcommands and their sub-actions, every option, recipe names after --recipe."""
+    # cli builds the parser and imports this module when the command runs: imported here.
+    from onebit_build.cli import make_parser
+
+    sys.stdout.write(shtab.complete(completable(make_parser()), shell=opts.shell))
     return 0
+
+
+def completable(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``parser`` with what each option completes to set on its actions (shtab reads it). The
+    global options a command also takes stay out of its help, but not out of its completion."""
+    for p in _parsers(parser):
+        for action in p._actions:
+            names = set(action.option_strings)
+            if names and action.help == argparse.SUPPRESS:
+                action.help = "global option: see onebit-build --help"
+            if "--recipe" in names:
+                action.complete = shtab.cmd(RECIPE_NAMES)
+            elif names & set(DIR_OPTIONS):
+                action.complete = shtab.DIRECTORY
+            elif names & set(FILE_OPTIONS):
+                action.complete = shtab.FILE
+    return parser
+
+
+def _parsers(parser: argparse.ArgumentParser):
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
