@@ -62,7 +62,9 @@ def test_staleness_names_what_changed():
 def test_builds_location_and_gc_through_a_recipe_change(project):
     root, tmp = project
     assert cli(project, "location").returncode == 12  # nothing built yet: exit 12, one line
+    assert "built      not built yet in this workspace" in cli(project, "plan").stdout
     assert cli(project, "build").returncode == 0
+    assert "built      up to date: " in cli(project, "plan").stdout
     first = builds(project)
     assert [b["up_to_date"] for b in first] == [True] and first[0]["bytes"] > 0
     where = cli(project, "location")
@@ -70,11 +72,14 @@ def test_builds_location_and_gc_through_a_recipe_change(project):
 
     # The recipe changes: the old build is stale (and says why), the new one up to date.
     (root / "recipes" / "tiny.yaml").write_text(textwrap.dedent(SERVERISH.replace("GREETING_VALUE", "bonjour")))
+    assert "built      would rebuild: recipe changed" in cli(project, "plan").stdout
     assert cli(project, "build").returncode == 0
     now = {b["folder"]: b for b in builds(project)}
     assert sorted(b["up_to_date"] for b in now.values()) == [False, True]
     stale = next(b for b in now.values() if not b["up_to_date"])
     assert stale["stale"] == ["recipe changed"]
+    plan = json.loads(cli(project, "plan", "--json").stdout)["built"]
+    assert plan["stale"] == [{"folder": stale["folder"], "why": ["recipe changed"]}] and len(plan["up_to_date"]) == 1
     assert subprocess.run([cli(project, "location").stdout.strip()], capture_output=True, text=True).stdout == "bonjour\n"
 
     # A program running from the stale build keeps it; --dry-run removes nothing.

@@ -12,6 +12,7 @@ import shtab
 
 from onebit_build import __version__
 from onebit_build.building.compiler_cache import describe, resolve as resolve_cache
+from onebit_build.building.inventory import find_builds
 from onebit_build.building.plan import make_plan, render_plan
 from onebit_build.commands import Command
 from onebit_build.core.errors import ConfigError, ToolMissingError
@@ -41,15 +42,35 @@ def plan(opts: Options, project: ProjectRoot, cmd: Command | None = None) -> int
     the_plan = make_plan(recipe, pins, workspace=Workspace(root=opts.workspace), patches_dir=project.patches,
                          mirror_dirs=opts.mirror_dirs, offline=opts.offline, toolchain_root=opts.toolchain_root,
                          launcher=resolve_cache(opts.compiler_cache))
+    state = built_state(opts, project, recipe.name, pins)
     if opts.json:
         doc = {"kind": "onebit-build-plan", "schema": 1, "project": project.describe(),
-               "overrides": [d.render() for d in opts.defines], **plan_doc(the_plan)}
+               "overrides": [d.render() for d in opts.defines], **plan_doc(the_plan), "built": state}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         sys.stdout.write(render_plan(the_plan, project=project.describe()))
         for d in opts.defines:
             sys.stdout.write(f"override   -D {d.render()}\n")
+        sys.stdout.write(f"built      {state['summary']}\n")
     return 0
+
+
+def built_state(opts: Options, project: ProjectRoot, recipe: str, pins) -> dict:
+    """Whether the workspace already holds an up-to-date build of ``recipe`` (and, if only stale
+    ones, why they would be rebuilt). ``-D`` overrides give a build of their own."""
+    found = [b for b in find_builds(Workspace(root=opts.workspace), recipes_dir=project.recipes, patches_dir=project.patches,
+                                    pins=pins) if b.recipe == recipe]
+    fresh = [b for b in found if not b.stale]
+    if opts.defines:
+        summary = "with -D overrides: a build of its own (see 'onebit-build builds')"
+    elif fresh:
+        summary = f"up to date: {fresh[-1].folder}"
+    elif found:
+        summary = f"would rebuild: {', '.join(found[-1].stale)} (since {found[-1].folder.name})"
+    else:
+        summary = "not built yet in this workspace"
+    return {"summary": summary, "up_to_date": [str(b.folder) for b in fresh],
+            "stale": [{"folder": str(b.folder), "why": list(b.stale)} for b in found if b.stale]}
 
 
 def plan_doc(the_plan) -> dict:
