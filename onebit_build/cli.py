@@ -14,7 +14,7 @@ from pathlib import Path
 from onebit_build import options
 from onebit_build.commands import BY_NAME, TABLE, Command, arguments
 from onebit_build.core import ui
-from onebit_build.core.errors import ConfigError, OnebitError, SpaceError, WorkspaceError
+from onebit_build.core.errors import ConfigError, OnebitError, SpaceError, WorkspaceError, is_disk_full
 from onebit_build.core.project import find_root
 
 INTERRUPTED = 130  # the shell's code for a run stopped by Ctrl-C
@@ -121,7 +121,7 @@ def version(ns: argparse.Namespace) -> int:
 def os_error(exc: OSError) -> OnebitError:
     """A typed error for an OSError no stage foresaw (disk full, permission, read-only). Pure."""
     where = f" at {exc.filename}" if exc.filename else ""
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+    if is_disk_full(exc):
         return SpaceError(f"no space left on device{where}", hint="free some space or use another --workspace, then run again")
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return WorkspaceError(f"{exc.strerror}{where}", hint="choose a writable --workspace or fix the permissions")

@@ -7,7 +7,6 @@ Order of places tried: the bare mirror already in the cache, a local mirror dire
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import shutil
@@ -19,7 +18,7 @@ from onebit_build.building import pkgindex
 
 from onebit_build.core import ui
 from onebit_build.core.pins import Pin, SdistMirror
-from onebit_build.core.errors import FetchError, IntegrityError, SpaceError
+from onebit_build.core.errors import FetchError, IntegrityError, SpaceError, is_disk_full
 from onebit_build.core.fsutil import sha256_file
 from onebit_build.core.gitops import Git, init_bare
 from onebit_build.core.workspace import Workspace, safe_name
@@ -363,7 +362,7 @@ def sdist_git_store(m: SdistMirror, *, ws: Workspace, offline: bool, log: Path |
         try:
             n = safe_extract(archive, tmp, only_prefix=f"{top}/{m.git_dir}")
         except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            if is_disk_full(exc):
                 raise SpaceError(
                     f"no space left on device at {base} while unpacking {archive.name} (needs about {_unpacked_size(archive, top, m.git_dir) / 1e6:.0f} MB)",
                     hint="free some space or use another --workspace; the partial store was removed",

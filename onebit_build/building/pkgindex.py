@@ -9,7 +9,6 @@ pinned one. Nothing is unpacked, and no build backend runs, before that check.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import re
@@ -27,7 +26,7 @@ import requests
 from onebit_build.core import proc
 
 from onebit_build.core import ui
-from onebit_build.core.errors import CommandError, FetchError, IntegrityError, SpaceError
+from onebit_build.core.errors import CommandError, FetchError, IntegrityError, SpaceError, is_disk_full
 
 
 
@@ -316,7 +315,7 @@ def download(cand: Candidate, dest: Path, *, want_sha256: str, cfg: IndexConfig,
             os.fsync(out.fileno())
     except OSError as exc:  # requests' errors are OSErrors too
         part.unlink(missing_ok=True)
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        if is_disk_full(exc):
             raise _space_error(dest.parent, total, exc) from None
         if isinstance(exc, requests.RequestException):
             raise FetchError(f"{label}: download from {cand.url} failed: {exc}", hint="check the network or the index settings of pip") from None

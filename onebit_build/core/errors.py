@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class OnebitError(Exception):
     """Base class: the CLI prints ``str(err)`` on one line and exits with ``exit_code``."""
@@ -106,3 +108,8 @@ class WorkspaceError(OnebitError):
 
     exit_code = 2
     kind = "workspace"
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk (or the user's quota) is full: the one test for it."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)

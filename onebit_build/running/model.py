@@ -9,7 +9,6 @@ records the hash so that a later run costs neither a download nor a re-hash.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import shutil
@@ -23,7 +22,7 @@ from onebit_build.core import ui
 from onebit_build.building import pkgindex
 from onebit_build.core.config import ModelSpec
 from onebit_build.core.model_spec import pinned
-from onebit_build.core.errors import ConfigError, FetchError, IntegrityError, SpaceError
+from onebit_build.core.errors import ConfigError, FetchError, IntegrityError, SpaceError, is_disk_full
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
 # The GGUF header reader was part of this module: its names stay importable from here.
 from onebit_build.running.gguf import chat_template, gguf_string_value, has_chat_template, header_problem  # noqa: F401
@@ -269,7 +268,7 @@ def join_parts(members: list[PartMember], *, target: Path, want_sha256: str, wha
         os.replace(tmp, target)
     except OSError as exc:
         _remove(tmp)
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        if is_disk_full(exc):
             need = sum(_member_size(m) for m in members)
             raise SpaceError(
                 f"no space left on device at {target.parent} while joining {what} (needs about {need / 1e6:.0f} MB)",
