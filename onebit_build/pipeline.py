@@ -16,6 +16,7 @@ from onebit_build.building.assemble import AssemblePlan
 from onebit_build.building.assemble import make_plan as make_assemble_plan
 from onebit_build.building.builder import BuildRequest, BuildResult, build, resolve_refs
 from onebit_build.building.cmake import find_tools
+from onebit_build.building.downloads import check_against_lock, cmake_defines, provide_all
 from onebit_build.building.compiler_cache import CacheRequest, Launcher, resolve as resolve_launcher
 from onebit_build.core.config import Component, Recipe
 from onebit_build.core.pins import Pin, Pins, read_lock, render_lock
@@ -146,9 +147,12 @@ def run_build(ctx: Context, pins: Pins, recipe: Recipe, fetched: dict[str, Fetch
     for n, f in fetched.items():  # abbreviated pins: use the resolved SHA in references
         resolved_pins[n] = replace(resolved_pins[n], commit=f.commit)
     fields.update(toolchain_fields(ctx, recipe))
+    downloaded = provide_all(recipe, ctx.workspace, ctx.mirror_dirs, ctx.offline)
     for comp in recipe.components:
         tree = trees[comp.source]
+        check_against_lock(comp, tree.path)
         defines = tuple((k, join_lists(resolve_refs(v, pins=resolved_pins, components=fields), comp.list_separator)) for k, v in comp.defines)
+        defines += cmake_defines(comp, downloaded)
         env = tuple((k, resolve_refs(v, pins=resolved_pins, components=fields)) for k, v in comp.env)
         res = build(BuildRequest(
             recipe=recipe.name, component=comp, source_dir=tree.path, source_commit=tree.commit,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from onebit_build import pipeline
 from onebit_build.building.compiler_cache import NO_LAUNCHER
+from onebit_build.building.downloads import provide_all
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe, find_recipe, load_recipe
 from onebit_build.core.pins import Pins, apply_lock, load_pins, read_lock
@@ -168,6 +169,10 @@ def build_part(ctx: pipeline.Context, opts: Options, pins: Pins, recipe: Recipe)
     with ui.stage("fetch") as st:
         fetched = pipeline.run_fetch(ctx, pins, pipeline.recipe_sources(recipe))
         st["note"] = ", ".join(f"{n}@{f.commit[:12]} ({f.mirror_used.split(':')[0]})" for n, f in fetched.items())
+        # The configure-time downloads too, so that --offline names a missing one before configure.
+        downloaded = provide_all(recipe, ctx.workspace, ctx.mirror_dirs, ctx.offline)
+        if downloaded:
+            st["note"] += f"; {len(downloaded)} configure-time download(s): {', '.join(downloaded)}"
     if opts.command == "fetch":
         return None
     with ui.stage("patch") as st:

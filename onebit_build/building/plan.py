@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Mapping
 
 from onebit_build.building.builder import resolve_refs
+from onebit_build.building.downloads import cache_dir, cmake_defines, places, unpacked_tree
 from onebit_build.building.compiler_cache import NO_LAUNCHER, Launcher, describe, launcher_defines, prefix_maps, with_prefix_maps
 from onebit_build.core.config import REF_RE, Component, Recipe, ToolchainSpec
 from onebit_build.core.pins import Pin, Pins
@@ -170,6 +171,7 @@ class ComponentPlan:
     assemble: tuple[str, ...]
     artifacts: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    downloads: tuple[str, ...] = ()  # configure-time downloads, one line each
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -242,6 +244,7 @@ def make_plan(
         cenv = tuple((k, resolve_refs(v, pins=pins.sources, components=fields)) for k, v in comp.env)
         # What the build sets besides the recipe: the path maps (in the key) and the launchers (not).
         defines = with_prefix_maps(defines, prefix_maps(Path(trees[comp.source]), Path(bdir)), environ=env)
+        defines += planned_download_defines(comp, workspace)
         configure = ["cmake", "-S", trees[comp.source], "-B", bdir, "-G", "Ninja", f"-DCMAKE_BUILD_TYPE={comp.build_type}"]
         configure += [f"-D{k}={v}" for k, v in (*defines, *launcher_defines(launcher)) if v or launcher.active]
         prefix = f"{bdir}/onebit-prefix"
@@ -254,6 +257,7 @@ def make_plan(
             build=("cmake", "--build", bdir, "--target", *comp.targets), defines=defines, targets=comp.targets,
             outputs=outputs + ((("prefix", prefix),) if comp.assemble is not None else ()),
             assemble=_assemble_lines(comp, prefix), artifacts=comp.artifacts, env=cenv,
+            downloads=_download_lines(comp, workspace, mirror_dirs, offline),
         ))
     run_env = []
     for key, value in recipe.smoke.env:
@@ -263,6 +267,22 @@ def make_plan(
             run_env.append((key, resolve_refs(value, pins={}, components=fields) if toolchain else value))
     return Plan(recipe=recipe, workspace=workspace.root, toolchain=toolchain, sources=sources, components=tuple(comps),
                 runtime_env=tuple(run_env), problems=tuple(problems), launcher=launcher)
+
+
+def planned_download_defines(comp: Component, ws: Workspace) -> tuple[tuple[str, str], ...]:
+    """The defines that hand CMake the unpacked downloads (the tree's path once unpacked)."""
+    trees = {d.name: unpacked_tree(ws, d) or cache_dir(ws, d) / "tree" / "<top folder>" for d in comp.downloads}
+    return cmake_defines(comp, trees)
+
+
+def _download_lines(comp: Component, ws: Workspace, mirror_dirs: tuple[Path, ...], offline: bool) -> tuple[str, ...]:
+    lines = []
+    for d in comp.downloads:
+        lines.append(f"{d.name}: {d.url}")
+        lines.append(f"  sha256 {d.sha256}" + (f" (checked against the pinned tree's {d.lock})" if d.lock else ""))
+        lines.append(f"  fetched by onebit-build from, in order: {'; '.join(places(d, ws, mirror_dirs, offline))}")
+        lines.append(f"  given to CMake as {d.cmake_variable} (with FETCHCONTENT_FULLY_DISCONNECTED=ON)")
+    return tuple(lines)
 
 
 def _cmd(argv: tuple[str, ...], indent: str) -> list[str]:
@@ -354,6 +374,9 @@ def _component_lines(plan: Plan) -> list[str]:
         out += _cmd(c.build, "      ")
         if c.env:
             out.append("    environment  " + " ".join(f"{k}={shlex.quote(v)}" for k, v in c.env))
+        if c.downloads:
+            out.append("    configure-time downloads (configure itself downloads nothing)")
+            out += [f"      {line}" for line in c.downloads]
         if c.assemble:
             out.append("    assemble")
             out += [f"      {line}" for line in c.assemble]

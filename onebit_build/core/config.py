@@ -15,6 +15,7 @@ from onebit_build.core.errors import ConfigError
 # The pins were part of this module: their names stay importable from here.
 from onebit_build.core.pins import SHA256_RE, Pins
 from onebit_build.core.assemble_spec import AssembleSpec, load_assemble
+from onebit_build.core.downloads_spec import DownloadSpec, load_downloads
 from onebit_build.core.yamlnode import Node, check_schema, load_yaml
 
 RECIPE_SCHEMA = 1
@@ -36,6 +37,7 @@ class Component:
     artifacts: tuple[str, ...] = ()  # kernel-artifact collectors: spirv, loombc, cubin
     list_separator: str | None = None  # written in list-valued defines instead of ';'
     assemble: "AssembleSpec | None" = None  # how an install prefix is made from the build
+    downloads: tuple[DownloadSpec, ...] = ()  # configure-time archives the tool fetches itself
 
     def references(self) -> set[str]:
         """Names of other components this one refers to through ``${name.field}``."""
@@ -257,7 +259,8 @@ def _load_components(root: Node, pins: Pins, toolchain: ToolchainSpec | None) ->
     components: list[Component] = []
     for i, raw in enumerate(comps_raw):
         node = Node(root.file, f"components[{i}]", raw)
-        node.only({"name", "source", "build_type", "defines", "targets", "outputs", "env", "artifacts", "list_separator", "assemble"})
+        node.only({"name", "source", "build_type", "defines", "targets", "outputs", "env", "artifacts", "list_separator", "assemble",
+                   "downloads"})
         cname = node.get("name", str)
         if cname in RESERVED_REF_HEADS or any(c.name == cname for c in components):
             node.fail(f"duplicate or reserved component name {cname!r}", "give each component its own name", key="name")
@@ -294,6 +297,7 @@ def _load_component(node: Node, name: str, pins: Pins, toolchain: ToolchainSpec 
         artifacts=artifacts,
         list_separator=_list_separator(node),
         assemble=load_assemble(node, node.file.parent),
+        downloads=load_downloads(node),
     )
 
 
