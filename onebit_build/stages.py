@@ -14,6 +14,7 @@ from pathlib import Path
 from onebit_build import pipeline
 from onebit_build.building.compiler_cache import NO_LAUNCHER
 from onebit_build.building.downloads import provide_all
+from onebit_build.requirements import check_before_build
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe, find_recipe, load_recipe
 from onebit_build.core.pins import Pins, apply_lock, load_pins, read_lock
@@ -166,6 +167,9 @@ def run_job(ctx: pipeline.Context, opts: Options) -> int:
 
 def build_part(ctx: pipeline.Context, opts: Options, pins: Pins, recipe: Recipe) -> Built | None:
     """Fetch, patch and build as far as the command goes; None when it stops before the build."""
+    builds_anything = opts.command not in ("fetch", "patch")
+    if builds_anything:
+        check_before_build(recipe, pins, ctx.workspace, toolchain_root=opts.toolchain_root)
     with ui.stage("fetch") as st:
         fetched = pipeline.run_fetch(ctx, pins, pipeline.recipe_sources(recipe))
         st["note"] = ", ".join(f"{n}@{f.commit[:12]} ({f.mirror_used.split(':')[0]})" for n, f in fetched.items())
@@ -182,6 +186,10 @@ def build_part(ctx: pipeline.Context, opts: Options, pins: Pins, recipe: Recipe)
         for t in trees.values():
             ui.info(f"  {t.source}: {t.path}")
         return None
+    req = recipe.requires
+    if req is not None and req.cxx_standard is not None:
+        source = recipe.component(req.cxx_standard.component).source
+        check_before_build(recipe, pins, ctx.workspace, toolchain_root=opts.toolchain_root, tree=trees[source].path)
     with ui.stage("build") as st:
         builds = pipeline.run_build(ctx, pins, recipe, fetched, trees)
         t_manifest = time.monotonic()

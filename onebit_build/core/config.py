@@ -16,6 +16,7 @@ from onebit_build.core.errors import ConfigError
 from onebit_build.core.pins import SHA256_RE, Pins
 from onebit_build.core.assemble_spec import AssembleSpec, load_assemble
 from onebit_build.core.downloads_spec import DownloadSpec, load_downloads
+from onebit_build.core.requires_spec import RequiresSpec, load_requires
 from onebit_build.core.yamlnode import Node, check_schema, load_yaml
 
 RECIPE_SCHEMA = 1
@@ -132,6 +133,7 @@ class Recipe:
     smoke: SmokeSpec = SmokeSpec()
     toolchain: ToolchainSpec | None = None
     verification: VerificationSpec = VerificationSpec()
+    requires: RequiresSpec | None = None  # what a machine needs before configure (doctor checks it)
 
     def component(self, name: str) -> Component:
         for c in self.components:
@@ -206,7 +208,8 @@ def order_components(components: list[Component], file: Path) -> list[Component]
 def load_recipe(path: Path, pins: Pins) -> Recipe:
     path = Path(path).resolve()
     root = Node(path, "", load_yaml(path, "recipe"))
-    root.only({"schema", "name", "description", "backends", "components", "model", "smoke", "toolchain", "verification"})
+    root.only({"schema", "name", "description", "backends", "components", "model", "smoke", "toolchain", "verification",
+               "requires"})
     check_schema(root, RECIPE_SCHEMA)
     toolchain = _load_toolchain(root)
     name = root.get("name", str)
@@ -226,6 +229,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
         smoke=smoke,
         toolchain=toolchain,
         verification=_load_verification(root),
+        requires=load_requires(root, {c.name for c in components}),
     )
 
 
