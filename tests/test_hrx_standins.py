@@ -33,12 +33,14 @@ the recipe meets is shown to be needed: without it a test fails and says which o
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import shutil
 import stat
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -70,6 +72,9 @@ MISSED = {
     "loom-link": (
         "loom-link was not run the way the fork runs it, '<absolute .loom> --mode=selective --root=@<symbol> "
         "--to=bytecode --output=<file>' (tools/link_hrx2_artifacts.py), or it no longer supports that"),
+    "downloads": (
+        "the hsa_runtime_headers download is not handed to CMake: ROCm/hrx's configure fetches it with FetchContent "
+        "(MODULE.cmake.lock, build_tools/third_party/rocm/headers.cmake), which --offline and mirrors cannot serve"),
     "LLAMA_USE_PREBUILT_UI": (
         "LLAMA_USE_PREBUILT_UI=OFF is missing: the fork downloads its prebuilt web UI at build time by default "
         "(CMakeLists.txt), which breaks --offline and mirrors"),
@@ -83,6 +88,8 @@ def missed_requirements(text: str) -> list[str]:
         found.append(MISSED["IREE_ENABLE_WERROR_FLAG"])
     if re.search(r"loom-link: (unknown option|unknown --mode|unsupported --to|--root must|missing)", text):
         found.append(MISSED["loom-link"])
+    if "hsa_runtime_headers" in text and "example.invalid" in text and re.search(r"(?i)download", text):
+        found.append(MISSED["downloads"])
     if "would download the prebuilt web UI" in text:
         found.append(MISSED["LLAMA_USE_PREBUILT_UI"])
     return found
@@ -99,7 +106,7 @@ def failure_report(out: subprocess.CompletedProcess, ws: Path) -> str:
 # --------------------------------------------------------------------------- hrx stand-in
 
 HRX_TOP = """\
-cmake_minimum_required(VERSION 3.20)
+cmake_minimum_required(VERSION 3.26...4.2)
 project(hrx_standin C)
 # The options this build depends on, with the defaults ROCm/hrx gives them.
 option(BUILD_SHARED_LIBS "Build libraries as shared where possible." OFF)
@@ -113,6 +120,9 @@ endif()
 include(build_tools/cmake/iree_copts.cmake)
 include(runtime/project.cmake)
 include(loom/project.cmake)
+include(MODULE.cmake.lock)
+include(build_tools/cmake/amdgpu_toolchain.cmake)
+include(build_tools/third_party/rocm/headers.cmake)
 add_subdirectory(runtime/src)
 add_subdirectory(loom/binding/c)
 add_subdirectory(loom/src/loom/tools/loom-link)
@@ -120,6 +130,58 @@ if(LIBHRX_BUILD)
   add_subdirectory(libhrx)
 endif()
 """
+
+# The runtime's AMDGPU toolchain check (iree_runtime_amdgpu_toolchain.cmake): Clang only.
+AMDGPU_TOOLCHAIN = """\
+if(IREE_HAL_DRIVER_AMDGPU AND NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
+  message(FATAL_ERROR "IREE_HAL_DRIVER_AMDGPU=ON requires the configured C compiler to be Clang-family")
+endif()
+"""
+
+# The HSA headers, as upstream's headers.cmake gets them in pinned mode: FetchContent with the
+# URL and URL_HASH of MODULE.cmake.lock, populated with the single-argument form.
+ROCM_HEADERS = """\
+include(FetchContent)
+if(IREE_HAL_DRIVER_AMDGPU OR LOOM_TARGET_AMDGPU)
+  FetchContent_Declare(hsa_runtime_headers
+    URL ${IREE_DEP_HSA_RUNTIME_HEADERS_URLS}
+    URL_HASH SHA256=${IREE_DEP_HSA_RUNTIME_HEADERS_SHA256}
+    DOWNLOAD_EXTRACT_TIMESTAMP FALSE)
+  FetchContent_GetProperties(hsa_runtime_headers)
+  if(NOT hsa_runtime_headers_POPULATED)
+    cmake_policy(PUSH)
+    cmake_policy(SET CMP0169 OLD)
+    FetchContent_Populate(hsa_runtime_headers)
+    cmake_policy(POP)
+  endif()
+  if(NOT EXISTS "${hsa_runtime_headers_SOURCE_DIR}/include/hsa/hsa.h")
+    message(FATAL_ERROR "hrx stand-in: no hsa/hsa.h in ${hsa_runtime_headers_SOURCE_DIR}")
+  endif()
+endif()
+"""
+
+# The stand-in headers archive that the lock of the stand-in tree names. Its URL cannot be
+# reached from a test, so configure fails unless the tool hands CMake the unpacked tree.
+HSA_ARCHIVE = "4285513114a70f7cf4830c89279c8cfa57b901bb.tar.gz"
+HSA_URL = f"https://example.invalid/iree-org/hsa-runtime-headers/archive/{HSA_ARCHIVE}"
+
+
+def module_lock(sha256: str) -> str:
+    return (f'set(IREE_DEP_HSA_RUNTIME_HEADERS_URLS\n  "{HSA_URL}"\n)\n'
+            f'set(IREE_DEP_HSA_RUNTIME_HEADERS_SHA256 "{sha256}")\n')
+
+
+def hsa_archive(dest_dir: Path) -> tuple[Path, str]:
+    """A real tar.gz with one top folder holding include/hsa/hsa.h; its path and sha256."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    out = dest_dir / HSA_ARCHIVE
+    data = b"int hsa_init(void);\n"
+    with tarfile.open(out, "w:gz") as tar:
+        info = tarfile.TarInfo(f"hsa-runtime-headers-{HSA_ARCHIVE[:40]}/include/hsa/hsa.h")
+        info.size, info.mtime = len(data), 0
+        tar.addfile(info, io.BytesIO(data))
+    return out, sha256_file(out)
+
 
 IREE_COPTS = """\
 # Every target: -Wall, and -Werror unless IREE_ENABLE_WERROR_FLAG is OFF.
@@ -212,7 +274,7 @@ export(EXPORT hrx-targets
 
 LIBHRX_SRC_CMAKE = """\
 add_library(libhrx_src_libhrx_hrx SHARED hrx.c)
-target_link_libraries(libhrx_src_libhrx_hrx PRIVATE iree_base)
+target_link_libraries(libhrx_src_libhrx_hrx PRIVATE iree_base ${CMAKE_DL_LIBS})
 # The AMDGPU driver is linked (and registered) only when it is built.
 if(IREE_HAL_DRIVER_AMDGPU)
   target_link_libraries(libhrx_src_libhrx_hrx PRIVATE iree_hal_drivers_amdgpu)
@@ -232,8 +294,8 @@ const char *hrx_version(void);
 """
 
 HRX_C = """\
+#include <dlfcn.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include "hrx_runtime.h"
 
 int iree_status_code_count(void);
@@ -243,10 +305,21 @@ int iree_hal_amdgpu_aql_queue_mode(void);
 
 const char *hrx_version(void) { return iree_status_code_count() > 0 ? "hrx stand-in 0.1.0" : "?"; }
 
+/* As upstream's libhsa.c: IREE_HAL_AMDGPU_LIBHSA_PATH first, then the canonical names from
+   the system search paths. */
+static void *load_libhsa(void) {
+  const char *env = getenv("IREE_HAL_AMDGPU_LIBHSA_PATH");
+  void *lib = (env && *env) ? dlopen(env, RTLD_NOW) : NULL;
+  if (!lib) lib = dlopen("libhsa-runtime64.so.1", RTLD_NOW);
+  if (!lib) lib = dlopen("libhsa-runtime64.so", RTLD_NOW);
+  return lib;
+}
+
 int hrx_gpu_device_count(void) {
 #if defined(HRX_HAS_IREE_AMDGPU_DRIVER)
-  const char *hsa = getenv("IREE_HAL_AMDGPU_LIBHSA_PATH");
-  if (!hsa || !*hsa || access(hsa, R_OK) != 0) return 0;
+  void *lib = load_libhsa();
+  int (*hsa_init)(void) = lib ? (int (*)(void))dlsym(lib, "hsa_init") : NULL;
+  if (!hsa_init || hsa_init() != 0) return 0;
   return iree_hal_amdgpu_aql_queue_mode() >= 0 ? 1 : 0;
 #else
   return 0;
@@ -383,9 +456,12 @@ int main(int argc, char **argv) {
 SELECTIVE_CHECK = 'strcmp(mode, "selective") != 0'
 
 
-def hrx_tree() -> dict[str, str]:
+def hrx_tree(hsa_sha256: str) -> dict[str, str]:
     return {
         "CMakeLists.txt": HRX_TOP,
+        "MODULE.cmake.lock": module_lock(hsa_sha256),
+        "build_tools/cmake/amdgpu_toolchain.cmake": AMDGPU_TOOLCHAIN,
+        "build_tools/third_party/rocm/headers.cmake": ROCM_HEADERS,
         "build_tools/cmake/iree_copts.cmake": IREE_COPTS,
         "runtime/project.cmake": RUNTIME_PROJECT,
         "loom/project.cmake": LOOM_PROJECT,
@@ -783,11 +859,11 @@ def make_series(repo: Path, base: str, edits: list[tuple[str, dict[str, tuple[st
 def fake_toolchain(root: Path) -> Path:
     """A TheRock-shaped folder: bin/amdclang(++) that run the system compilers,
     lib/llvm/bin/llvm-ar (the system ar) and lib/libhsa-runtime64.so.1."""
-    for name, real in (("amdclang", "cc"), ("amdclang++", "c++")):
+    for name, real in (("amdclang", "clang"), ("amdclang++", "clang++")):
         p = root / "bin" / name
         p.parent.mkdir(parents=True, exist_ok=True)
-        target = shutil.which(real) or shutil.which("gcc" if real == "cc" else "g++")
-        assert target, f"no {real} on this machine"
+        target = shutil.which(real)
+        assert target, f"no {real} on this machine: install clang and lld (see .ci/run)"
         p.write_text(f"#!/bin/sh\nexec {target} \"$@\"\n")
         p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     ar = root / "lib" / "llvm" / "bin" / "llvm-ar"
@@ -795,7 +871,11 @@ def fake_toolchain(root: Path) -> Path:
     system_ar = shutil.which("ar")
     assert system_ar, "no ar on this machine"
     os.symlink(system_ar, ar)
-    (root / "lib" / "libhsa-runtime64.so.1").write_bytes(b"\x7fELF stand-in HSA runtime\n")
+    # A real shared library with hsa_init, loaded by the stand-in runtime with dlopen.
+    src = root / "hsa_standin.c"
+    src.write_text("int hsa_init(void) { return 0; }\n")
+    subprocess.run([shutil.which("cc") or "gcc", "-shared", "-fPIC", "-Wl,-soname,libhsa-runtime64.so.1", "-o",
+                    str(root / "lib" / "libhsa-runtime64.so.1"), str(src)], check=True)
     return root
 
 
@@ -811,9 +891,10 @@ def bare(repo: Path, mirrors: Path, name: str) -> Path:
 def make_standins(base: Path) -> dict[str, object]:
     """Repositories, mirrors and patch series of the three stand-ins."""
     repos, mirrors, series = base / "repos", base / "mirrors", base / "series"
-    hrx_commit = commit(repos / "hrx", hrx_tree(), "hrx stand-in")
+    _, hsa_sha = hsa_archive(mirrors)
+    hrx_commit = commit(repos / "hrx", hrx_tree(hsa_sha), "hrx stand-in")
     hrx_patches = make_series(repos / "hrx", hrx_commit, [NO_INSTALL_EXPORT, NO_VERSION_SCRIPT, PM4_NATIVE], series / "hrx")
-    sys_commit = commit(repos / "hrx-system", hrx_tree(), "hrx-system stand-in")
+    sys_commit = commit(repos / "hrx-system", hrx_tree(hsa_sha), "hrx-system stand-in")
     sys_patches = make_series(repos / "hrx-system", sys_commit, [NO_VERSION_SCRIPT], series / "hrx-system")
     assert LOOM_LINK_C.count(SELECTIVE_CHECK) == 1
     removal = commit(repos / "hrx-system", {"loom/src/loom/tools/loom-link/loom_link.c": LOOM_LINK_C.replace(
@@ -826,6 +907,7 @@ def make_standins(base: Path) -> dict[str, object]:
     return {
         "hrx": hrx_commit, "hrx-system": sys_commit, "removal": removal, "llama.cpp-hrx": llama_commit,
         "llama-old-cli": old_cli, "patches": {"hrx": hrx_patches, "hrx-system": sys_patches}, "mirrors": mirrors,
+        "hsa_sha256": hsa_sha,
     }
 
 
@@ -836,10 +918,17 @@ def project(root: Path, s: dict[str, object], *, system_commit: str | None = Non
     ``recipe_without`` drops those defines from the recipe (each must be there)."""
     (root / "recipes" / "strix-halo").mkdir(parents=True, exist_ok=True)
     recipe = (REPO / "recipes" / "strix-halo.yaml").read_text()
-    for define in recipe_without:
+    for define in (d for d in recipe_without if d != "downloads"):
         line = re.compile(rf"^ +{re.escape(define)}: .*\n", re.M)
         assert len(line.findall(recipe)) == 1, f"the recipe has no single {define} define"
         recipe = line.sub("", recipe)
+    # The stand-in headers archive instead of the real one (like the pins below).
+    real = re.search(r"url: (https://github.com/iree-org/hsa-runtime-headers/\S+)\n +sha256: ([0-9a-f]{64})", recipe)
+    assert real, "the recipe declares no hsa_runtime_headers download"
+    recipe = recipe.replace(real.group(1), HSA_URL).replace(real.group(2), str(s["hsa_sha256"]))
+    for name in recipe_without:
+        if name == "downloads":
+            recipe = re.sub(r"^    downloads: .*\n(      .*\n)*", "", recipe, flags=re.M)
     (root / "recipes" / "strix-halo.yaml").write_text(recipe)
     shutil.copy(REPO / "recipes" / "strix-halo" / "hrx-config.cmake.in", root / "recipes" / "strix-halo" / "hrx-config.cmake.in")
     sys_commit = system_commit or str(s["hrx-system"])
@@ -898,8 +987,10 @@ def output(man, component: str, name: str) -> str:
     return next(o["path"] for o in comp(man, component)["outputs"] if o["name"] == name)
 
 
-def list_devices(man, tc: Path, *, with_hsa: bool = True) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "IREE_HAL_AMDGPU_LIBHSA_PATH"}
+def list_devices(man, tc: Path, *, with_hsa: bool = True, ld_path: Path | None = None) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("IREE_HAL_AMDGPU_LIBHSA_PATH", "LD_LIBRARY_PATH")}
+    if ld_path is not None:
+        env["LD_LIBRARY_PATH"] = str(ld_path)
     if with_hsa:
         env["IREE_HAL_AMDGPU_LIBHSA_PATH"] = str(tc / "lib" / "libhsa-runtime64.so.1")
     return subprocess.run([output(man, "llama", "llama-server"), "--list-devices"], capture_output=True, text=True,
@@ -989,6 +1080,9 @@ def test_patch_series_applied_and_prefix_assembled(built):
     listing = list_devices(man, built["tc"])
     assert "gfx1151" in listing and "Vulkan0" in listing
     assert "HRX20" not in list_devices(man, built["tc"], with_hsa=False)
+    # Unset, the runtime falls back to the canonical name on the system search path, as
+    # upstream's libhsa.c does: found there, HRX20 is listed without the variable.
+    assert "HRX20" in list_devices(man, built["tc"], with_hsa=False, ld_path=built["tc"] / "lib")
 
 
 def test_artifacts_counted_hashed_and_from_canonical_paths(built):
@@ -1112,6 +1206,7 @@ DROPPED = {
     # The prebuilt UI is used only where the UI is built at all.
     "LLAMA_USE_PREBUILT_UI": ("LLAMA_USE_PREBUILT_UI", "LLAMA_BUILD_UI"),
     "loom-link": (),
+    "downloads": ("downloads",),
 }
 
 
@@ -1147,8 +1242,14 @@ def test_hrx_system_pin_must_stay_before_the_removal(standins, tmp_path):
 def test_missing_toolchain_fails_before_building(standins, tmp_path):
     out = run_cli(standins["root"], "--workspace", str(tmp_path / "ws"), "--mirror-dir", str(standins["s"]["mirrors"]),
                   "--hrx", "on", "--toolchain-root", str(tmp_path / "no-therock"), "build")
-    assert out.returncode == 9, out.stderr
-    assert f"{tmp_path}/no-therock/bin/amdclang not found" in out.stderr
+    # Refused before anything is fetched or configured, every missing piece named at once.
+    assert out.returncode == 7, out.stderr
+    missing = [ln for ln in out.stderr.splitlines() if "missing: hrx-runtime: " in ln]
+    assert len(missing) == 3, out.stderr
+    for piece in ("Clang C compiler", "amdgcn-amd-amdhsa probe", "Clang resource headers"):
+        assert any(f"hrx-runtime: {piece}: {tmp_path}/no-therock/bin/amdclang" in ln for ln in missing), (piece, out.stderr)
+    assert "3 requirement(s) of recipe strix-halo are missing" in out.stderr and "configuring" not in out.stderr
+    assert not (tmp_path / "ws" / "git").exists()
 
 
 # --------------------------------------------------------------------------- the catalog format
