@@ -1056,6 +1056,33 @@ def test_dry_run_shows_the_upstream_requirements(standins):
                    "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF", "-DGGML_NATIVE=ON"):
         assert define in out.stdout, define
     assert out.stdout.count("-DIREE_HAL_DRIVER_AMDGPU=ON") == 2  # the runtime and loom-link
+    # The configure-time download with its URL and sha256, for both components that ask for it.
+    assert out.stdout.count(f"hsa_runtime_headers: {HSA_URL}") == 2
+    assert out.stdout.count(f"sha256 {standins['s']['hsa_sha256']} (checked against the pinned tree's MODULE.cmake.lock)") == 2
+    assert out.stdout.count("-DFETCHCONTENT_FULLY_DISCONNECTED=ON") == 2
+
+
+def test_offline_names_a_missing_download_before_configure(standins, tmp_path):
+    mirrors = tmp_path / "mirrors"
+    for name in ("hrx", "hrx-system", "llama.cpp-hrx"):
+        shutil.copytree(standins["s"]["mirrors"] / f"{name}.git", mirrors / f"{name}.git")
+    out = run_cli(standins["root"], "--workspace", str(tmp_path / "ws"), "--mirror-dir", str(mirrors), "--offline",
+                  "--hrx", "on", "--toolchain-root", str(standins["tc"]), "build")
+    assert out.returncode == 4, out.stderr
+    assert f"hsa_runtime_headers ({HSA_URL}, sha256 {standins['s']['hsa_sha256']})" in out.stderr
+    assert f"put {HSA_ARCHIVE} in a --mirror-dir" in out.stderr and "configuring" not in out.stderr
+
+
+def test_standin_runtime_refuses_a_compiler_that_is_not_clang(standins, tmp_path):
+    """What ROCm/hrx's configure does with the AMDGPU driver on and GCC as the C compiler."""
+    from onebit_build.building.cmake import find_tools
+
+    gcc = shutil.which("gcc")
+    assert gcc, "no gcc on this machine"
+    out = subprocess.run([str(find_tools().cmake), "-S", str(standins["base"] / "repos" / "hrx"), "-B", str(tmp_path / "b"),
+                          f"-DCMAKE_C_COMPILER={gcc}", "-DIREE_HAL_DRIVER_AMDGPU=ON"], capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "IREE_HAL_DRIVER_AMDGPU=ON requires the configured C compiler to be Clang-family" in " ".join(out.stderr.split())
 
 
 def test_patch_series_applied_and_prefix_assembled(built):
