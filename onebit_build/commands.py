@@ -265,7 +265,8 @@ def install_tree(builds: list, manifest: Path, prefix: Path) -> list[Path]:
 def self_contained(bin_dir: Path, build_dirs: list[Path]) -> list[Path]:
     """Copy into ``bin_dir`` every library its binaries load from a build folder, then refuse a
     tree that would still load one from there (it would break once the build folders go)."""
-    from onebit_build.building.elfdeps import build_tree_libraries, copy_libraries, outside_loads  # install only: keeps the command table light
+    # Imported here: only install reads ELF files, and the command table stays light to import.
+    from onebit_build.building.elfdeps import build_tree_libraries, copy_libraries, outside_loads
 
     elves = [p for p in sorted(bin_dir.iterdir()) if p.is_file() and not p.is_symlink()]
     copied: list[Path] = []
@@ -274,7 +275,8 @@ def self_contained(bin_dir: Path, build_dirs: list[Path]) -> list[Path]:
     problems = [p for root in build_dirs for p in outside_loads(bin_dir, root)]
     if problems:
         raise BuildError(f"the installed tree {bin_dir} still loads from a build folder: {'; '.join(problems[:4])}",
-                         hint="give the component CMAKE_BUILD_RPATH=$ORIGIN so that its binaries find their libraries beside them")
+                         hint="give the component CMAKE_BUILD_RPATH=$ORIGIN so that its binaries find their "
+                              "libraries beside them")
     return copied
 
 

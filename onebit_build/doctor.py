@@ -35,14 +35,13 @@ from onebit_build.core.pins import Pins
 from onebit_build.core.errors import OnebitError
 from onebit_build.core.fsutil import StateError
 from onebit_build.core.proc import PROBE_TIMEOUT_S, capture, probe, version_line
-from onebit_build.building.downloads import cache_dir, recipe_downloads, unpacked_tree
 from onebit_build.building.fetch import local_mirror_candidates, sdist_store_cached
 from onebit_build.building.manifest import Manifest, load_latest
 from onebit_build.core.gitops import Git
 from onebit_build.building.plan import ToolchainSettings, join_lists, resolve_toolchain, runtime_env, toolchain_refs
 from onebit_build.core.workspace import Workspace
 from onebit_build.running.server import parse_list_devices
-from onebit_build.requirements import Check, gather, requirement_checks
+from onebit_build.requirements import Check, download_checks, gather, requirement_checks
 
 VULKAN_MIN_HEADER = 261  # 1.3.261: VK_EXT_layer_settings, used by ggml-vulkan
 LIST_DEVICES_TIMEOUT_S = 120.0
@@ -310,26 +309,6 @@ def source_checks(req: DoctorRequest, environ: Mapping[str, str]) -> list[Check]
     return checks
 
 
-def download_checks(req: DoctorRequest) -> list[Check]:
-    """Each configure-time download: cached or in a mirror dir, else fetched on the first run
-    (offline: missing)."""
-    checks = []
-    for spec in recipe_downloads(req.recipe):
-        label = f"download {spec.name}"
-        mirrored = [d / spec.file_name for d in req.mirror_dirs if (d / spec.file_name).is_file()]
-        if unpacked_tree(req.workspace, spec) is not None:
-            checks.append(Check(name=label, ok=True, detail=f"cached in {cache_dir(req.workspace, spec)}"))
-        elif mirrored:
-            checks.append(Check(name=label, ok=True, detail=f"mirror {mirrored[0]} (sha256 checked when fetched)"))
-        elif req.offline:
-            checks.append(Check(name=label, ok=False, detail=f"{spec.file_name} is neither cached nor in a mirror dir (offline)",
-                                fix=f"run once with network access, or put {spec.file_name} (sha256 {spec.sha256}) in a --mirror-dir"))
-        else:
-            checks.append(Check(name=label, ok=None, detail=f"fetched by the first run from {spec.url} (sha256 {spec.sha256[:16]})",
-                                fix=f"without network: put {spec.file_name} in a --mirror-dir"))
-    return checks
-
-
 def _built_manifest(req: DoctorRequest) -> Manifest | None:
     """The manifest of the recipe's latest build; None when there is none or it is unreadable."""
     try:
@@ -455,7 +434,7 @@ def run_doctor(req: DoctorRequest) -> DoctorReport:
     if "cuda" in recipe.backends:
         checks += cuda_checks(recipe, environ)
     checks += source_checks(req, environ)
-    checks += download_checks(req)
+    checks += download_checks(recipe, req.workspace, req.mirror_dirs, req.offline)
     checks += built_checks(req)
     checks += gpu_checks(req, tc, environ)
     return DoctorReport(recipe=recipe.name, checks=tuple(checks))

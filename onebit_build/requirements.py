@@ -25,6 +25,7 @@ from typing import Mapping
 
 from onebit_build.building.builder import compiler_path, resolve_refs
 from onebit_build.building.cmake import find_tools
+from onebit_build.building.downloads import cache_dir, recipe_downloads, unpacked_tree
 from onebit_build.building.plan import resolve_toolchain
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe
@@ -50,23 +51,45 @@ class Check:
 def cmake_check(want: str, have: str | None) -> Check:
     """The CMake the build uses against the sources' minimum. Pure."""
     if have is None:
-        return Check(name=f"CMake >= {want}", ok=False, detail="no CMake found", fix=f"pip install 'cmake>={want}' in the tool's venv")
+        return Check(
+            name=f"CMake >= {want}",
+            ok=False,
+            detail="no CMake found",
+            fix=f"pip install 'cmake>={want}' in the tool's venv",
+        )
     ok = version_tuple(have) >= version_tuple(want)
-    return Check(name=f"CMake >= {want}", ok=ok, detail=f"CMake {have}" + ("" if ok else f" is older than {want}"),
-                 fix=None if ok else f"pip install 'cmake>={want}' in the tool's venv, or put a newer cmake first on PATH")
+    return Check(
+        name=f"CMake >= {want}",
+        ok=ok,
+        detail=f"CMake {have}" + ("" if ok else f" is older than {want}"),
+        fix=None if ok else f"pip install 'cmake>={want}' in the tool's venv, or put a newer cmake first on PATH",
+    )
 
 
 def python_check(want: str, environ: Mapping[str, str]) -> Check:
     """The ``python3`` on PATH (what CMake's FindPython3 finds first) against the minimum."""
     name = f"Python >= {want}"
     exe = shutil.which("python3", path=environ.get("PATH"))
-    out = capture([exe, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"], timeout=PROBE_TIMEOUT_S) if exe else None
+    out = (
+        capture([exe, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"], timeout=PROBE_TIMEOUT_S)
+        if exe
+        else None
+    )
     have = out.stdout.strip() if out is not None and out.returncode == 0 else None
     if have is None:
-        return Check(name=name, ok=False, detail="no python3 on PATH", fix=f"install Python {want}+ as python3 (Debian: apt-get install python3)")
+        return Check(
+            name=name,
+            ok=False,
+            detail="no python3 on PATH",
+            fix=f"install Python {want}+ as python3 (Debian: apt-get install python3)",
+        )
     ok = version_tuple(have) >= version_tuple(want)
-    return Check(name=name, ok=ok, detail=f"{exe}: {have}" + ("" if ok else f", older than {want}"),
-                 fix=None if ok else f"install Python {want} or newer as python3 on PATH")
+    return Check(
+        name=name,
+        ok=ok,
+        detail=f"{exe}: {have}" + ("" if ok else f", older than {want}"),
+        fix=None if ok else f"install Python {want} or newer as python3 on PATH",
+    )
 
 
 def is_clang(compiler: str) -> bool | None:
@@ -96,7 +119,9 @@ def amdgpu_checks(component: str, compiler: str, environ: Mapping[str, str]) -> 
     if clang is None:
         detail = f"{compiler} is missing or does not run"
     else:
-        detail = f"{compiler}" + (" is Clang" if clang else " is not Clang-family; IREE_HAL_DRIVER_AMDGPU=ON needs Clang")
+        detail = f"{compiler}" + (
+            " is Clang" if clang else " is not Clang-family; IREE_HAL_DRIVER_AMDGPU=ON needs Clang"
+        )
     # Each piece is checked even when the compiler is missing: one run lists all that is.
     checks = [Check(name=label + "Clang C compiler", ok=bool(clang), detail=detail, fix=None if clang else fix_cc)]
     with tempfile.TemporaryDirectory(prefix="onebit-amdgcn-") as tmp:
@@ -104,25 +129,48 @@ def amdgpu_checks(component: str, compiler: str, environ: Mapping[str, str]) -> 
         src.write_text("void onebit_amdgcn_probe(void) {}\n")
         out = capture([compiler, *PROBE_ARGS, src, "-o", Path(tmp) / "probe.bc"], timeout=PROBE_TIMEOUT_S)
     why = (out.stderr.strip().splitlines() or [""])[-1][:160]
-    checks.append(Check(name=label + "amdgcn-amd-amdhsa probe", ok=out.returncode == 0,
-                        detail="compiles a minimal amdgcn object" if out.returncode == 0 else f"{compiler} cannot: {why}",
-                        fix=None if out.returncode == 0 else "use a Clang built with the AMDGPU target (TheRock's amdclang)"))
+    checks.append(
+        Check(
+            name=label + "amdgcn-amd-amdhsa probe",
+            ok=out.returncode == 0,
+            detail="compiles a minimal amdgcn object" if out.returncode == 0 else f"{compiler} cannot: {why}",
+            fix=None if out.returncode == 0 else "use a Clang built with the AMDGPU target (TheRock's amdclang)",
+        )
+    )
     for tool in AMDGPU_TOOLS:
         found = _tool(compiler, tool, environ)
-        checks.append(Check(name=label + tool, ok=found is not None, detail=found or f"neither {compiler} -print-prog-name nor PATH has it",
-                            fix=None if found else f"use TheRock's LLVM (it ships {tool}), or install LLVM/lld so {tool} is on PATH"))
+        checks.append(
+            Check(
+                name=label + tool,
+                ok=found is not None,
+                detail=found or f"neither {compiler} -print-prog-name nor PATH has it",
+                fix=None
+                if found
+                else f"use TheRock's LLVM (it ships {tool}), or install LLVM/lld so {tool} is on PATH",
+            )
+        )
     res = capture([compiler, "-print-resource-dir"], timeout=PROBE_TIMEOUT_S)
     rdir = res.stdout.strip()
     ok = res.returncode == 0 and bool(rdir) and (Path(rdir) / "include").is_dir()
-    checks.append(Check(name=label + "Clang resource headers", ok=ok, detail=f"{rdir}/include" if ok else f"{compiler} names no resource include folder",
-                        fix=None if ok else "reinstall the toolchain: its Clang builtin headers are missing"))
+    checks.append(
+        Check(
+            name=label + "Clang resource headers",
+            ok=ok,
+            detail=f"{rdir}/include" if ok else f"{compiler} names no resource include folder",
+            fix=None if ok else "reinstall the toolchain: its Clang builtin headers are missing",
+        )
+    )
     return checks
 
 
 def read_cxx_standard(text: str) -> int | None:
-    """The last ``set(CMAKE_CXX_STANDARD N)`` of a CMake file. Pure."""
-    found = CXX_STANDARD_RE.findall(text)
-    return int(found[-1]) if found else None
+    """The C++ standard a CMake file requires: its last ``set(CMAKE_CXX_STANDARD N)``, or,
+    where it picks one by what the compiler offers (``cxx_std_N IN_LIST
+    CMAKE_CXX_COMPILE_FEATURES``, as later versions of the fork do), the lowest it accepts. Pure."""
+    found = [int(n) for n in CXX_STANDARD_RE.findall(text)]
+    if not found:
+        return None
+    return min(found) if re.search(r"IN_LIST\s+CMAKE_CXX_COMPILE_FEATURES", text) else found[-1]
 
 
 def cxx_standard_check(spec: CxxStandard, tree: Path | None, cxx: str | None, *, use_expect: bool = True) -> Check:
@@ -141,15 +189,26 @@ def cxx_standard_check(spec: CxxStandard, tree: Path | None, cxx: str | None, *,
     else:
         where = f"the recipe ({spec.file} read upstream near the pin; the fetched tree's value is used once fetched)"
     if not cxx:
-        return Check(name=name, ok=False, detail=f"C++{standard} ({where}) but no C++ compiler", fix="install one (apt-get install g++) or set CXX")
+        return Check(
+            name=name,
+            ok=False,
+            detail=f"C++{standard} ({where}) but no C++ compiler",
+            fix="install one (apt-get install g++) or set CXX",
+        )
     with tempfile.TemporaryDirectory(prefix="onebit-cxx-") as tmp:
         src = Path(tmp) / "probe.cpp"
         src.write_text("int main() { return 0; }\n")
         out = capture([cxx, f"-std=c++{standard}", "-fsyntax-only", src], timeout=PROBE_TIMEOUT_S)
     ok = out.returncode == 0
-    return Check(name=name, ok=ok, detail=f"C++{standard} ({where}): {cxx} " + ("accepts" if ok else "rejects") + f" -std=c++{standard}",
-                 fix=None if ok else f"build {spec.component} with a compiler that accepts -std=c++{standard} "
-                                     "(set CXX, or -D CMAKE_CXX_COMPILER=<TheRock>/bin/amdclang++ for it)")
+    return Check(
+        name=name,
+        ok=ok,
+        detail=f"C++{standard} ({where}): {cxx} " + ("accepts" if ok else "rejects") + f" -std=c++{standard}",
+        fix=None
+        if ok
+        else f"build {spec.component} with a compiler that accepts -std=c++{standard} "
+        "(set CXX, or -D CMAKE_CXX_COMPILER=<TheRock>/bin/amdclang++ for it)",
+    )
 
 
 def vulkan_device_check(device: str, environ: Mapping[str, str]) -> Check:
@@ -157,13 +216,21 @@ def vulkan_device_check(device: str, environ: Mapping[str, str]) -> Check:
     name = f"Vulkan ICD with {device}"
     vk = shutil.which("vulkaninfo", path=environ.get("PATH"))
     if not vk:
-        return Check(name=name, ok=False, detail="vulkaninfo not found, so the Vulkan devices cannot be listed",
-                     fix="install vulkan-tools (Debian/Ubuntu: apt-get install vulkan-tools) and Mesa's RADV (mesa-vulkan-drivers)")
+        return Check(
+            name=name,
+            ok=False,
+            detail="vulkaninfo not found, so the Vulkan devices cannot be listed",
+            fix="install vulkan-tools and Mesa's RADV (apt-get install vulkan-tools mesa-vulkan-drivers)",
+        )
     out = capture([vk, "--summary"], timeout=PROBE_TIMEOUT_S, env=dict(environ))
     names = re.findall(r"deviceName\s*=\s*(.+)", out.stdout)
     ok = any(device.lower() in n.lower() for n in names)
-    return Check(name=name, ok=ok, detail=f"vulkaninfo lists: {', '.join(n.strip() for n in names) or 'no device'}",
-                 fix=None if ok else f"install Mesa's RADV driver (mesa-vulkan-drivers) and check /dev/dri access for {device}")
+    return Check(
+        name=name,
+        ok=ok,
+        detail=f"vulkaninfo lists: {', '.join(n.strip() for n in names) or 'no device'}",
+        fix=None if ok else f"install Mesa's RADV driver (mesa-vulkan-drivers) and check /dev/dri access for {device}",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,13 +268,40 @@ def requirement_checks(inp: RequirementsInput, *, run_time: bool = True, use_exp
     return checks
 
 
+def download_checks(recipe: Recipe, ws: Workspace, mirror_dirs: tuple[Path, ...], offline: bool) -> list[Check]:
+    """Each configure-time download: cached or in a mirror dir, else fetched on the first run
+    (offline: missing)."""
+    checks = []
+    for spec in recipe_downloads(recipe):
+        label = f"download {spec.name}"
+        mirrored = [d / spec.file_name for d in mirror_dirs if (d / spec.file_name).is_file()]
+        if unpacked_tree(ws, spec) is not None:
+            checks.append(Check(name=label, ok=True, detail=f"cached in {cache_dir(ws, spec)}"))
+        elif mirrored:
+            checks.append(Check(name=label, ok=True, detail=f"mirror {mirrored[0]} (sha256 checked when fetched)"))
+        elif offline:
+            checks.append(Check(name=label, ok=False,
+                                detail=f"{spec.file_name} is neither cached nor in a mirror dir (offline)",
+                                fix=f"run once with network access, or put {spec.file_name} (sha256 {spec.sha256}) "
+                                    "in a --mirror-dir"))
+        else:
+            checks.append(Check(name=label, ok=None,
+                                detail=f"fetched by the first run from {spec.url} (sha256 {spec.sha256[:16]})",
+                                fix=f"without network: put {spec.file_name} in a --mirror-dir"))
+    return checks
+
+
 def fetched_tree(src_dir: Path, source: str, commit: str) -> Path | None:
     """The newest prepared tree of ``source`` at ``commit`` (full or abbreviated) in the workspace."""
-    found = sorted(src_dir.glob(f"{source}-{commit[:12]}*-*"), key=lambda p: p.stat().st_mtime) if src_dir.is_dir() else []
+    found = (
+        sorted(src_dir.glob(f"{source}-{commit[:12]}*-*"), key=lambda p: p.stat().st_mtime) if src_dir.is_dir() else []
+    )
     return found[-1] if found else None
 
 
-def gather(recipe: Recipe, pins: Pins, ws: Workspace, *, toolchain_root: str | None, environ: Mapping[str, str]) -> RequirementsInput | None:
+def gather(
+    recipe: Recipe, pins: Pins, ws: Workspace, *, toolchain_root: str | None, environ: Mapping[str, str]
+) -> RequirementsInput | None:
     """The inputs of the recipe's requirement checks on this machine; None without ``requires``."""
     req = recipe.requires
     if req is None:
@@ -231,12 +325,14 @@ def gather(recipe: Recipe, pins: Pins, ws: Workspace, *, toolchain_root: str | N
         cmake_version: str | None = find_tools().cmake_version
     except OnebitError:
         cmake_version = None
-    return RequirementsInput(requires=req, cmake_version=cmake_version, c_compilers=c_compilers, cxx_compiler=cxx,
-                             tree=tree, environ=environ)
+    return RequirementsInput(
+        requires=req, cmake_version=cmake_version, c_compilers=c_compilers, cxx_compiler=cxx, tree=tree, environ=environ
+    )
 
 
-def check_before_build(recipe: Recipe, pins: Pins, ws: Workspace, *, toolchain_root: str | None,
-                       tree: Path | None = None) -> None:
+def check_before_build(
+    recipe: Recipe, pins: Pins, ws: Workspace, *, toolchain_root: str | None, tree: Path | None = None
+) -> None:
     """Every build-time requirement, all missing ones printed at once, then one error (exit
     code 7) when any is missing. A run calls it first (the C++ standard then waits for the
     fetched tree) and again with the prepared ``tree`` before configuring."""
@@ -249,5 +345,7 @@ def check_before_build(recipe: Recipe, pins: Pins, ws: Workspace, *, toolchain_r
     for c in missing:
         ui.warn(f"missing: {c.name}: {c.detail}" + (f"; fix: {c.fix}" if c.fix else ""))
     if missing:
-        raise ToolMissingError(f"{len(missing)} requirement(s) of recipe {recipe.name} are missing (each is listed above)",
-                               hint=f"fix them all, then run again; 'onebit-build --recipe {recipe.name} doctor' checks everything")
+        raise ToolMissingError(
+            f"{len(missing)} requirement(s) of recipe {recipe.name} are missing (each is listed above)",
+            hint=f"fix them all, then run again; 'onebit-build --recipe {recipe.name} doctor' checks everything",
+        )

@@ -14,8 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from onebit_build.building.downloads import (DISCONNECTED, check_against_lock, cmake_defines, locked_dependency, provide,
-                                             provide_all)
+from onebit_build.building.downloads import (
+    DISCONNECTED,
+    check_against_lock,
+    cmake_defines,
+    locked_dependency,
+    provide,
+    provide_all,
+)
 from onebit_build.core.config import Component, Recipe
 from onebit_build.core.downloads_spec import DownloadSpec, load_downloads
 from onebit_build.core.errors import ConfigError, FetchError, IntegrityError
@@ -41,8 +47,10 @@ def spec(sha: str, **kw) -> DownloadSpec:
 
 
 def recipe_with(*specs: DownloadSpec) -> Recipe:
-    comps = (Component(name="rt", source="hrx", targets=("t",), downloads=specs),
-             Component(name="ll", source="hrx", targets=("t",), downloads=specs))
+    comps = (
+        Component(name="rt", source="hrx", targets=("t",), downloads=specs),
+        Component(name="ll", source="hrx", targets=("t",), downloads=specs),
+    )
     return Recipe(path=Path("/r/strix-halo.yaml"), name="strix-halo", description="", backends=(), components=comps)
 
 
@@ -56,7 +64,10 @@ def test_from_a_mirror_dir_checked_unpacked_and_cached(tmp_path):
     shutil.rmtree(mirror)
     assert provide(spec(sha), ws, (), offline=True) == tree  # from the cache, no mirror needed
     comp = Component(name="rt", source="hrx", targets=("t",), downloads=(spec(sha),))
-    assert cmake_defines(comp, {"hsa_runtime_headers": tree}) == (("FETCHCONTENT_SOURCE_DIR_HSA_RUNTIME_HEADERS", str(tree)), DISCONNECTED)
+    assert cmake_defines(comp, {"hsa_runtime_headers": tree}) == (
+        ("FETCHCONTENT_SOURCE_DIR_HSA_RUNTIME_HEADERS", str(tree)),
+        DISCONNECTED,
+    )
 
 
 def test_a_mirror_file_with_other_bytes_is_refused(tmp_path):
@@ -76,36 +87,53 @@ def test_offline_names_every_missing_download_at_once(tmp_path):
         provide_all(recipe_with(spec(sha), other), Workspace(root=tmp_path / "ws"), (), offline=True)
     text = str(exc.value)
     assert exc.value.exit_code == 4 and "\n" not in text
-    assert f"hsa_runtime_headers ({URL}, sha256 {sha})" in text and "zstd (https://example.invalid/zstd-1.5.7.tar.gz" in text
+    assert (
+        f"hsa_runtime_headers ({URL}, sha256 {sha})" in text
+        and "zstd (https://example.invalid/zstd-1.5.7.tar.gz" in text
+    )
     assert "4285513114a70f7cf4830c89279c8cfa57b901bb.tar.gz, zstd-1.5.7.tar.gz in a --mirror-dir" in exc.value.hint
 
 
-LOCK = (f'set(IREE_DEP_HSA_RUNTIME_HEADERS_URLS\n  "{URL}"\n)\n'
-        'set(IREE_DEP_HSA_RUNTIME_HEADERS_SHA256 "a906b35e77b9cee074995d144cf7718a0069eba08ba7bc741ee7576950fde923")\n')
+LOCK = (
+    f'set(IREE_DEP_HSA_RUNTIME_HEADERS_URLS\n  "{URL}"\n)\n'
+    'set(IREE_DEP_HSA_RUNTIME_HEADERS_SHA256 "a906b35e77b9cee074995d144cf7718a0069eba08ba7bc741ee7576950fde923")\n'
+)
 
 
 def test_the_pinned_trees_lock_is_compared(tmp_path):
-    assert locked_dependency(LOCK, "hsa_runtime_headers") == ((URL,), "a906b35e77b9cee074995d144cf7718a0069eba08ba7bc741ee7576950fde923")
+    assert locked_dependency(LOCK, "hsa_runtime_headers") == (
+        (URL,),
+        "a906b35e77b9cee074995d144cf7718a0069eba08ba7bc741ee7576950fde923",
+    )
     assert locked_dependency(LOCK, "zstd") is None
     (tmp_path / "MODULE.cmake.lock").write_text(LOCK)
-    good = Component(name="rt", source="hrx", targets=("t",), downloads=(spec("a906b35e77b9cee074995d144cf7718a0069eba08ba7bc741ee7576950fde923",
-                                                                              lock="MODULE.cmake.lock"),))
+    good = Component(
+        name="rt",
+        source="hrx",
+        targets=("t",),
+        downloads=(spec("a906b35e77b9cee074995d144cf7718a0069eba08ba7bc741ee7576950fde923", lock="MODULE.cmake.lock"),),
+    )
     check_against_lock(good, tmp_path)
     bad = Component(name="rt", source="hrx", targets=("t",), downloads=(spec("b" * 64, lock="MODULE.cmake.lock"),))
     with pytest.raises(ConfigError) as exc:
         check_against_lock(bad, tmp_path)
-    assert "the pinned tree's MODULE.cmake.lock asks for hsa_runtime_headers" in str(exc.value) and "b" * 64 in str(exc.value)
+    assert "the pinned tree's MODULE.cmake.lock asks for hsa_runtime_headers" in str(exc.value) and "b" * 64 in str(
+        exc.value
+    )
 
 
-@pytest.mark.parametrize("entry, problem", [
-    ({"name": "hsa headers", "url": URL, "sha256": "a" * 64}, "is not a FetchContent name"),
-    ({"name": "h", "url": "http://example.invalid/h.tar.gz", "sha256": "a" * 64}, "is not a plain https URL"),
-    ({"name": "h", "url": URL + "?x=$(id)", "sha256": "a" * 64}, "is not a plain https URL"),
-    ({"name": "h", "url": "https://example.invalid/", "sha256": "a" * 64}, "does not end in a file name"),
-    ({"name": "h", "url": URL}, "sha256"),
-    ({"name": "h", "url": URL, "sha256": "A" * 64}, "is not 64 lower-case hex digits"),
-    ({"name": "h", "url": URL, "sha256": "a" * 64, "lock": "../x"}, "must be a relative path"),
-])
+@pytest.mark.parametrize(
+    "entry, problem",
+    [
+        ({"name": "hsa headers", "url": URL, "sha256": "a" * 64}, "is not a FetchContent name"),
+        ({"name": "h", "url": "http://example.invalid/h.tar.gz", "sha256": "a" * 64}, "is not a plain https URL"),
+        ({"name": "h", "url": URL + "?x=$(id)", "sha256": "a" * 64}, "is not a plain https URL"),
+        ({"name": "h", "url": "https://example.invalid/", "sha256": "a" * 64}, "does not end in a file name"),
+        ({"name": "h", "url": URL}, "sha256"),
+        ({"name": "h", "url": URL, "sha256": "A" * 64}, "is not 64 lower-case hex digits"),
+        ({"name": "h", "url": URL, "sha256": "a" * 64, "lock": "../x"}, "must be a relative path"),
+    ],
+)
 def test_a_hostile_or_incomplete_entry_is_refused_at_load(tmp_path, entry, problem):
     with pytest.raises(ConfigError) as exc:
         load_downloads(Node(tmp_path / "r.yaml", "components[0]", {"downloads": [entry]}))
@@ -141,8 +169,12 @@ def test_cmake_downloads_nothing_once_given_the_tree(tmp_path):
     cmake = str(find_tools().cmake)
     # Disconnected without the tree, configure stops and names the download (reaching the
     # unreachable URL instead takes CMake's retries, ~85 s: tests/test_hrx_standins.py does that).
-    plain = subprocess.run([cmake, "-S", src, "-B", tmp_path / "b1", "-D" + "=".join(DISCONNECTED)], capture_output=True, text=True)
-    assert plain.returncode != 0 and "dependency hsa_runtime_headers to already be populated" in " ".join(plain.stderr.split())
+    plain = subprocess.run(
+        [cmake, "-S", src, "-B", tmp_path / "b1", "-D" + "=".join(DISCONNECTED)], capture_output=True, text=True
+    )
+    assert plain.returncode != 0 and "dependency hsa_runtime_headers to already be populated" in " ".join(
+        plain.stderr.split()
+    )
     tree = provide(spec(sha), Workspace(root=tmp_path / "ws"), (mirror,), offline=True)
     comp = Component(name="rt", source="hrx", targets=("t",), downloads=(spec(sha),))
     given = [f"-D{k}={v}" for k, v in cmake_defines(comp, {"hsa_runtime_headers": tree})]

@@ -25,13 +25,39 @@ def compile_tree(build: Path, *, origin: bool) -> Path:
     extra = ["-Wl,-rpath,$ORIGIN"] if origin else []
     (build / "b.c").write_text("int b(void) { return 2; }\n")
     (build / "a.c").write_text("int b(void);\nint a(void) { return b() + 1; }\n")
-    (build / "p.c").write_text("#include <stdio.h>\nint a(void);\nint main(void) { printf(\"%d\\n\", a()); return 0; }\n")
+    (build / "p.c").write_text('#include <stdio.h>\nint a(void);\nint main(void) { printf("%d\\n", a()); return 0; }\n')
     run = [CC, "-fPIC", "-Wl,--enable-new-dtags"]
-    subprocess.run([*run, "-shared", "-Wl,-soname,libb.so.1", "-o", build / "b" / "libb.so.1", build / "b.c", *extra], check=True)
-    subprocess.run([*run, "-shared", "-Wl,-soname,liba.so.1", "-o", build / "a" / "liba.so.1", build / "a.c",
-                    f"-L{build / 'b'}", "-l:libb.so.1", f"-Wl,-rpath,{build / 'b'}", *extra], check=True)
-    subprocess.run([*run, "-o", build / "bin" / "prog", build / "p.c", f"-L{build / 'a'}", "-l:liba.so.1",
-                    f"-Wl,-rpath,{build / 'a'}", *extra], check=True)
+    subprocess.run(
+        [*run, "-shared", "-Wl,-soname,libb.so.1", "-o", build / "b" / "libb.so.1", build / "b.c", *extra], check=True
+    )
+    subprocess.run(
+        [
+            *run,
+            "-shared",
+            "-Wl,-soname,liba.so.1",
+            "-o",
+            build / "a" / "liba.so.1",
+            build / "a.c",
+            f"-L{build / 'b'}",
+            "-l:libb.so.1",
+            f"-Wl,-rpath,{build / 'b'}",
+            *extra,
+        ],
+        check=True,
+    )
+    subprocess.run(
+        [
+            *run,
+            "-o",
+            build / "bin" / "prog",
+            build / "p.c",
+            f"-L{build / 'a'}",
+            "-l:liba.so.1",
+            f"-Wl,-rpath,{build / 'a'}",
+            *extra,
+        ],
+        check=True,
+    )
     return build / "bin" / "prog"
 
 
@@ -42,7 +68,10 @@ def test_needed_libraries_are_found_through_the_run_paths(tmp_path):
     assert read_elf(tmp_path / "build" / "a.c") is None  # not an ELF file
     found = build_tree_libraries([prog], tmp_path / "build")
     # libc comes from the system, not from the build folder: it is not carried.
-    assert found == {"liba.so.1": tmp_path / "build" / "a" / "liba.so.1", "libb.so.1": tmp_path / "build" / "b" / "libb.so.1"}
+    assert found == {
+        "liba.so.1": tmp_path / "build" / "a" / "liba.so.1",
+        "libb.so.1": tmp_path / "build" / "b" / "libb.so.1",
+    }
 
 
 def test_a_tree_with_origin_runs_after_the_build_folder_is_gone(tmp_path):
@@ -65,8 +94,10 @@ def test_a_tree_without_origin_is_refused_naming_the_library(tmp_path):
     tree.mkdir()
     shutil.copy2(prog, tree / "prog")
     copy_libraries(build_tree_libraries([prog], build), tree)
-    assert outside_loads(tree, build) == [f"liba.so.1: libb.so.1 -> {build / 'b' / 'libb.so.1'}",
-                                          f"prog: liba.so.1 -> {build / 'a' / 'liba.so.1'}"]
+    assert outside_loads(tree, build) == [
+        f"liba.so.1: libb.so.1 -> {build / 'b' / 'libb.so.1'}",
+        f"prog: liba.so.1 -> {build / 'a' / 'liba.so.1'}",
+    ]
     with pytest.raises(BuildError) as exc:
         self_contained(tree, [build])
     assert "still loads from a build folder" in str(exc.value) and "CMAKE_BUILD_RPATH=$ORIGIN" in exc.value.hint

@@ -54,8 +54,10 @@ def _verified_copy(src: Path, dest: Path, want: str) -> bool:
     """Copy ``src`` to ``dest`` when its sha256 is ``want``; refuse (IntegrityError) otherwise."""
     got = sha256_file(src)
     if got != want:
-        raise IntegrityError(f"{src}: sha256 {got}, not the pinned {want}",
-                             hint="that file is not the archive the pinned CMake code asks for: replace it or remove it")
+        raise IntegrityError(
+            f"{src}: sha256 {got}, not the pinned {want}",
+            hint="that file is not the archive the pinned CMake code asks for: replace it or remove it",
+        )
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.copyfile(src, tmp)
     tmp.replace(dest)
@@ -77,12 +79,16 @@ def _download(spec: DownloadSpec, dest: Path) -> None:
                     f.write(chunk)
     except (requests.RequestException, OSError) as exc:
         tmp.unlink(missing_ok=True)
-        raise FetchError(f"download {spec.name}: {spec.url} failed ({type(exc).__name__})",
-                         hint=f"check the network, or put {spec.file_name} in a --mirror-dir") from None
+        raise FetchError(
+            f"download {spec.name}: {spec.url} failed ({type(exc).__name__})",
+            hint=f"check the network, or put {spec.file_name} in a --mirror-dir",
+        ) from None
     if h.hexdigest() != spec.sha256:
         tmp.unlink(missing_ok=True)
-        raise IntegrityError(f"download {spec.name}: {spec.url} gave sha256 {h.hexdigest()}, not the pinned {spec.sha256}",
-                             hint="the server sent other bytes than pinned: do not trust them; check the recipe's sha256")
+        raise IntegrityError(
+            f"download {spec.name}: {spec.url} gave sha256 {h.hexdigest()}, not the pinned {spec.sha256}",
+            hint="the server sent other bytes than pinned: do not trust them; check the recipe's sha256",
+        )
     tmp.replace(dest)
 
 
@@ -142,8 +148,10 @@ def recipe_downloads(recipe: Recipe) -> list[DownloadSpec]:
     for comp in recipe.components:
         for d in comp.downloads:
             if d.name in out and out[d.name] != d:
-                raise ConfigError(f"{recipe.path.name}: download {d.name} is declared twice with other values",
-                                  hint="give every component the same url and sha256 for it (a YAML anchor)")
+                raise ConfigError(
+                    f"{recipe.path.name}: download {d.name} is declared twice with other values",
+                    hint="give every component the same url and sha256 for it (a YAML anchor)",
+                )
             out[d.name] = d
     return list(out.values())
 
@@ -161,8 +169,10 @@ def provide_all(recipe: Recipe, ws: Workspace, mirror_dirs: tuple[Path, ...], of
     if missing:
         names = "; ".join(f"{s.name} ({s.url}, sha256 {s.sha256})" for s in missing)
         files = ", ".join(s.file_name for s in missing)
-        raise FetchError(f"offline: configure-time download(s) not cached and in no mirror dir: {names}",
-                         hint=f"run once without --offline, or put {files} in a --mirror-dir")
+        raise FetchError(
+            f"offline: configure-time download(s) not cached and in no mirror dir: {names}",
+            hint=f"run once without --offline, or put {files} in a --mirror-dir",
+        )
     return found
 
 
@@ -197,11 +207,14 @@ def check_against_lock(comp: Component, source_dir: Path) -> None:
         lock = source_dir / d.lock
         rec = locked_dependency(lock.read_text(errors="replace"), d.name) if lock.is_file() else None
         if rec is None:
-            ui.warn(f"{comp.name}: {d.lock} in the pinned tree does not record {d.name}; using the recipe's url and sha256")
+            ui.warn(
+                f"{comp.name}: {d.lock} in the pinned tree does not record {d.name}; using the recipe's url and sha256"
+            )
             continue
         urls, sha = rec
         if d.url not in urls or sha != d.sha256:
             raise ConfigError(
                 f"{comp.name}: the pinned tree's {d.lock} asks for {d.name} at {', '.join(urls) or '(no URL)'} "
                 f"sha256 {sha}, the recipe gives {d.url} sha256 {d.sha256}",
-                hint=f"copy the lock's url and sha256 into the recipe's downloads entry for {d.name}")
+                hint=f"copy the lock's url and sha256 into the recipe's downloads entry for {d.name}",
+            )

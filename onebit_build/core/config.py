@@ -263,8 +263,8 @@ def _load_components(root: Node, pins: Pins, toolchain: ToolchainSpec | None) ->
     components: list[Component] = []
     for i, raw in enumerate(comps_raw):
         node = Node(root.file, f"components[{i}]", raw)
-        node.only({"name", "source", "build_type", "defines", "targets", "outputs", "env", "artifacts", "list_separator", "assemble",
-                   "downloads"})
+        node.only({"name", "source", "build_type", "defines", "targets", "outputs", "env", "artifacts",
+                   "list_separator", "assemble", "downloads"})
         cname = node.get("name", str)
         if cname in RESERVED_REF_HEADS or any(c.name == cname for c in components):
             node.fail(f"duplicate or reserved component name {cname!r}", "give each component its own name", key="name")

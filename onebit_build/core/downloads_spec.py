@@ -45,21 +45,36 @@ def load_downloads(node: Node) -> tuple[DownloadSpec, ...]:
         dnode.only({"name", "url", "sha256", "lock"})
         name = dnode.get("name", str)
         if not NAME_RE.match(name):
-            dnode.fail(f"name {name!r} is not a FetchContent name", "use letters, digits and '_' (e.g. hsa_runtime_headers)",
-                       key="name")
+            dnode.fail(
+                f"name {name!r} is not a FetchContent name",
+                "use letters, digits and '_' (e.g. hsa_runtime_headers)",
+                key="name",
+            )
         if any(d.name.upper() == name.upper() for d in out):
             dnode.fail(f"download {name!r} is declared twice", "declare each FetchContent name once", key="name")
         url = dnode.get("url", str)
         parts = urlsplit(url)
-        if parts.scheme != "https" or not parts.netloc or any(c.isspace() for c in url) or parts.query or parts.fragment:
-            dnode.fail(f"url {url!r} is not a plain https URL", "give the https URL the pinned CMake code downloads", key="url")
+        if (
+            parts.scheme != "https"
+            or not parts.netloc
+            or any(c.isspace() for c in url)
+            or parts.query
+            or parts.fragment
+        ):
+            dnode.fail(
+                f"url {url!r} is not a plain https URL", "give the https URL the pinned CMake code downloads", key="url"
+            )
         if not FILE_RE.match(PurePosixPath(parts.path).name or ""):
             dnode.fail(f"url {url!r} does not end in a file name", "give the URL of the archive itself", key="url")
         sha = dnode.get("sha256", str, fix="copy the sha256 the pinned CMake code checks (URL_HASH)")
         if not SHA256_RE.match(sha):
-            dnode.fail(f"sha256 {sha!r} is not 64 lower-case hex digits", "copy the pinned URL_HASH SHA256 value", key="sha256")
+            dnode.fail(
+                f"sha256 {sha!r} is not 64 lower-case hex digits", "copy the pinned URL_HASH SHA256 value", key="sha256"
+            )
         lock = dnode.get("lock", str, required=False, default=None)
         if lock is not None and (not lock or lock.startswith("/") or ".." in PurePosixPath(lock).parts):
-            dnode.fail(f"lock {lock!r} must be a relative path inside the source tree", "e.g. MODULE.cmake.lock", key="lock")
+            dnode.fail(
+                f"lock {lock!r} must be a relative path inside the source tree", "e.g. MODULE.cmake.lock", key="lock"
+            )
         out.append(DownloadSpec(name=name, url=url, sha256=sha, lock=lock))
     return tuple(out)

@@ -46,7 +46,7 @@ def version_tuple(text: str) -> tuple[int, ...]:
 def _version(node: Node, key: str) -> str | None:
     value = node.get(key, str, required=False, default=None)
     if value is not None and not VERSION_RE.match(value):
-        node.fail(f"{key} {value!r} is not a version", "write it as a string, e.g. \"3.26\"", key=key)
+        node.fail(f"{key} {value!r} is not a version", 'write it as a string, e.g. "3.26"', key=key)
     return value
 
 
@@ -58,7 +58,9 @@ def load_requires(root: Node, components: set[str]) -> RequiresSpec | None:
     clang = node.str_list("amdgpu_clang", required=False)
     for name in clang:
         if name not in components:
-            node.fail(f"unknown component {name!r}", f"use some of: {', '.join(sorted(components))}", key="amdgpu_clang")
+            node.fail(
+                f"unknown component {name!r}", f"use some of: {', '.join(sorted(components))}", key="amdgpu_clang"
+            )
     cxx = None
     cnode = node.child("cxx_standard", required=False)
     if cnode is not None:
@@ -74,5 +76,10 @@ def load_requires(root: Node, components: set[str]) -> RequiresSpec | None:
             cnode.fail(f"expect {expect} is not a C++ standard", "use 17, 20, 23 or 26", key="expect")
         cxx = CxxStandard(component=comp, file=file, expect=expect)
     device = node.get("vulkan_device", str, required=False, default=None)
-    return RequiresSpec(cmake=_version(node, "cmake"), python=_version(node, "python"), amdgpu_clang=clang,
-                        cxx_standard=cxx, vulkan_device=device or None)
+    return RequiresSpec(
+        cmake=_version(node, "cmake"),
+        python=_version(node, "python"),
+        amdgpu_clang=clang,
+        cxx_standard=cxx,
+        vulkan_device=device or None,
+    )
