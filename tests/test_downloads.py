@@ -181,3 +181,21 @@ def test_cmake_downloads_nothing_once_given_the_tree(tmp_path):
     done = subprocess.run([cmake, "-S", src, "-B", tmp_path / "b2", *given], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "hsa.h: int hsa_init(void);" in done.stdout
+
+
+def test_plan_json_lists_each_download_of_the_strix_halo_recipe(tmp_path):
+    import json
+
+    from _support import REPO, run_cli
+
+    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--hrx", "on", "plan", "--json", timeout=120)
+    assert out.returncode == 0, out.stderr
+    comps = {c["name"]: c for c in json.loads(out.stdout)["components"]}
+    for name in ("hrx-runtime", "loom-link"):
+        (d,) = comps[name]["downloads"]
+        assert d["name"] == "hsa_runtime_headers" and d["lock"] == "MODULE.cmake.lock"
+        assert d["url"].endswith("/hsa-runtime-headers/archive/4285513114a70f7cf4830c89279c8cfa57b901bb.tar.gz")
+        assert d["sha256"] == "a906b35e77b9cee074995d144cf7718a0069eba08ba7bc741ee7576950fde923"
+        assert d["places"][0].startswith(f"cache {tmp_path / 'ws'}/downloads/configure/")
+        assert "-DFETCHCONTENT_FULLY_DISCONNECTED=ON" in comps[name]["configure"]
+    assert comps["llama"]["downloads"] == []
