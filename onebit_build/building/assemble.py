@@ -26,7 +26,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from onebit_build.building.elfdeps import build_tree_libraries, copy_libraries, read_elf
 from onebit_build.core.assemble_spec import AssembleSpec
 from onebit_build.core.errors import BuildError, CommandError
 from onebit_build.core.proc import run
@@ -118,6 +117,10 @@ def bundle_libraries(lib: Path, build_dir: Path) -> list[Path]:
     """Every shared library the prefix's libraries load from the build folder (through their
     RUNPATH, e.g. each IREE and Loom library of a BUILD_SHARED_LIBS=ON build), copied into
     ``lib`` beside them: the prefix then holds, and its digest covers, all it loads."""
+    # Imported here: reading ELF files is needed only once a prefix is assembled, and the
+    # command line starts faster without pyelftools.
+    from onebit_build.building.elfdeps import build_tree_libraries, copy_libraries, read_elf
+
     if not lib.is_dir():
         return []
     elves = [p for p in sorted(lib.iterdir()) if p.is_file() and not p.is_symlink() and read_elf(p) is not None]
