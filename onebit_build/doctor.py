@@ -42,19 +42,12 @@ from onebit_build.core.gitops import Git
 from onebit_build.building.plan import ToolchainSettings, join_lists, resolve_toolchain, runtime_env, toolchain_refs
 from onebit_build.core.workspace import Workspace
 from onebit_build.running.server import parse_list_devices
+from onebit_build.requirements import Check, download_checks, gather, requirement_checks
 
 VULKAN_MIN_HEADER = (1, 3, 261)  # unpatched ggml-vulkan uses VK_EXT_layer_settings
 # A patch that makes older headers work says so in its message, as a trailer line.
 VULKAN_MIN_TRAILER = re.compile(r"^Vulkan-Headers-Minimum:\s*(\d+)\.(\d+)\.(\d+)\s*$", re.M)
 LIST_DEVICES_TIMEOUT_S = 120.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class Check:
-    name: str
-    ok: bool | None  # None: could not be checked yet (said why in detail)
-    detail: str
-    fix: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -452,12 +445,16 @@ def run_doctor(req: DoctorRequest) -> DoctorReport:
         checks += toolchain_checks(recipe, tc, environ)
     checks += system_checks(req.workspace.root, environ)
     checks += build_tool_checks()
+    inp = gather(recipe, req.pins, req.workspace, toolchain_root=req.toolchain_root, environ=environ)
+    if inp is not None:
+        checks += requirement_checks(inp)
     if "vulkan" in recipe.backends:
         series = list_patches(req.patch_root, recipe.server_component.source) if req.patch_root else ()
         checks += vulkan_checks(environ, [p.path for p in series])
     if "cuda" in recipe.backends:
         checks += cuda_checks(recipe, environ)
     checks += source_checks(req, environ)
+    checks += download_checks(recipe, req.workspace, req.mirror_dirs, req.offline)
     checks += built_checks(req)
     checks += gpu_checks(req, tc, environ)
     return DoctorReport(recipe=recipe.name, checks=tuple(checks))

@@ -1,8 +1,9 @@
 """The Strix Halo build end to end on small real stand-ins for its three sources.
 
-The stand-ins are tiny CMake projects in real git repositories, with real patch series.
-They model the upstream sources where the build depends on them, as
-docs/strix-halo-upstream.md records them (written here from those facts; no upstream code):
+The stand-ins are tiny CMake projects in real git repositories, with real patch series; their
+sources are the files under tests/standins/hrx/. They model the upstream sources where the
+build depends on them, as docs/strix-halo-upstream.md records them (written here from those
+facts; no upstream code):
 
 - ``hrx`` (ROCm/hrx): options with upstream's defaults. ``IREE_HAL_DRIVER_AMDGPU`` is OFF
   unless passed, and only with it does libhrx link the AMDGPU driver (whose PM4 probe
@@ -33,12 +34,14 @@ the recipe meets is shown to be needed: without it a test fails and says which o
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import shutil
 import stat
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -70,6 +73,12 @@ MISSED = {
     "loom-link": (
         "loom-link was not run the way the fork runs it, '<absolute .loom> --mode=selective --root=@<symbol> "
         "--to=bytecode --output=<file>' (tools/link_hrx2_artifacts.py), or it no longer supports that"),
+    "downloads": (
+        "the hsa_runtime_headers download is not handed to CMake: ROCm/hrx's configure fetches it with FetchContent "
+        "(MODULE.cmake.lock, build_tools/third_party/rocm/headers.cmake), which --offline and mirrors cannot serve"),
+    "LLAMA_BUILD_UI": (
+        "LLAMA_BUILD_UI=OFF is missing: the fork builds its embedded web UI by default (CMakeLists.txt), from its "
+        "sources when the prebuilt one is off; the smoke test and bench need the API only"),
     "LLAMA_USE_PREBUILT_UI": (
         "LLAMA_USE_PREBUILT_UI=OFF is missing: the fork downloads its prebuilt web UI at build time by default "
         "(CMakeLists.txt), which breaks --offline and mirrors"),
@@ -83,6 +92,10 @@ def missed_requirements(text: str) -> list[str]:
         found.append(MISSED["IREE_ENABLE_WERROR_FLAG"])
     if re.search(r"loom-link: (unknown option|unknown --mode|unsupported --to|--root must|missing)", text):
         found.append(MISSED["loom-link"])
+    if "hsa_runtime_headers" in text and "example.invalid" in text and re.search(r"(?i)download", text):
+        found.append(MISSED["downloads"])
+    if "would build its web UI from its sources" in text:
+        found.append(MISSED["LLAMA_BUILD_UI"])
     if "would download the prebuilt web UI" in text:
         found.append(MISSED["LLAMA_USE_PREBUILT_UI"])
     return found
@@ -96,319 +109,60 @@ def failure_report(out: subprocess.CompletedProcess, ws: Path) -> str:
     return f"{head}\n--- onebit-build said:\n{out.stderr[-4000:]}"
 
 
-# --------------------------------------------------------------------------- hrx stand-in
+# --------------------------------------------------------------------------- the stand-in sources
 
-HRX_TOP = """\
-cmake_minimum_required(VERSION 3.20)
-project(hrx_standin C)
-# The options this build depends on, with the defaults ROCm/hrx gives them.
-option(BUILD_SHARED_LIBS "Build libraries as shared where possible." OFF)
-option(IREE_ENABLE_WERROR_FLAG "Treat warnings as errors." ON)
-option(LIBHRX_BUILD "Build libhrx." ON)
-set(IREE_DEPENDENCY_MODE "pinned" CACHE STRING "pinned, package or auto")
-set(IREE_ROCM_PATH "" CACHE PATH "ROCm SDK root: selects package mode for the ROCm headers")
-if(IREE_ROCM_PATH)
-  message(FATAL_ERROR "hrx stand-in: IREE_ROCM_PATH selects package mode, which needs the SDK's aqlprofile headers")
-endif()
-include(build_tools/cmake/iree_copts.cmake)
-include(runtime/project.cmake)
-include(loom/project.cmake)
-add_subdirectory(runtime/src)
-add_subdirectory(loom/binding/c)
-add_subdirectory(loom/src/loom/tools/loom-link)
-if(LIBHRX_BUILD)
-  add_subdirectory(libhrx)
-endif()
-"""
+# The stand-ins' sources are real files (tests/standins/hrx/): 'hrx' is the tree of ROCm/hrx
+# (and of ROCm/hrx-system), 'llama' the fork's, 'therock' the fake HSA runtime. What depends
+# on a test's values is filled in here: the lock's URL and sha256, the fork's CMake output list
+# and the link script's loom-link command line.
+STANDINS = Path(__file__).resolve().parent / "standins" / "hrx"
 
-IREE_COPTS = """\
-# Every target: -Wall, and -Werror unless IREE_ENABLE_WERROR_FLAG is OFF.
-if(CMAKE_C_COMPILER_ID MATCHES "Clang|GNU")
-  add_compile_options(-Wall)
-  if(IREE_ENABLE_WERROR_FLAG)
-    add_compile_options(-Werror)
-  endif()
-endif()
-"""
 
-RUNTIME_PROJECT = """\
-option(IREE_HAL_DRIVER_DEFAULTS "Default value for opt-in runtime HAL drivers." OFF)
-option(IREE_HAL_DRIVER_AMDGPU "Enables the amdgpu runtime HAL driver." ${IREE_HAL_DRIVER_DEFAULTS})
-set(IREE_HAL_AMDGPU_TARGETS
-  "gfx9-generic;gfx90a;gfx9-4-generic;gfx10-1-generic;gfx10-3-generic;gfx11-generic;gfx12-generic"
-  CACHE STRING "AMDGPU target selectors of this runtime build.")
-foreach(_selector IN LISTS IREE_HAL_AMDGPU_TARGETS)
-  if(NOT _selector MATCHES "^gfx[0-9a-z]+(-[0-9a-z]+)*$")
-    message(FATAL_ERROR "hrx stand-in: unknown AMDGPU target selector '${_selector}'")
-  endif()
-endforeach()
-"""
+def tree_files(name: str) -> dict[str, str]:
+    """Every file of one stand-in tree, by path relative to it."""
+    root = STANDINS / name
+    return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
 
-LOOM_PROJECT = """\
-option(LOOM_TARGET_DEFAULTS "Default value for the Loom targets." ON)
-option(LOOM_TARGET_AMDGPU "Enables Loom AMDGPU target support." ${LOOM_TARGET_DEFAULTS})
-set(LOOM_TARGET_AMDGPU_TARGETS "loom_defaults" CACHE STRING "Loom AMDGPU target selectors.")
-"""
 
-RUNTIME_SRC_CMAKE = """\
-add_subdirectory(iree/base)
-add_subdirectory(iree/hal/drivers)
-"""
+def section(text: str, start: str, end: str) -> str:
+    """The part of ``text`` from the line holding ``start`` to the end of the line holding ``end``."""
+    i = text.rindex("\n", 0, text.index(start)) + 1
+    j = text.index("\n", text.index(end, i)) + 1
+    return text[i:j]
 
-IREE_BASE_CMAKE = """\
-add_library(iree_base STATIC status.c)
-set_target_properties(iree_base PROPERTIES POSITION_INDEPENDENT_CODE ON)
-"""
 
-# Stands for upstream code that a newer compiler than upstream's CI warns about.
-IREE_STATUS_C = """\
-int iree_status_code_count(void) {
-  int left_over_from_a_refactoring;
-  return 17;
-}
-"""
+# The stand-in headers archive that the lock of the stand-in tree names. Its URL cannot be
+# reached from a test, so configure fails unless the tool hands CMake the unpacked tree.
+HSA_ARCHIVE = "4285513114a70f7cf4830c89279c8cfa57b901bb.tar.gz"
+HSA_URL = f"https://example.invalid/iree-org/hsa-runtime-headers/archive/{HSA_ARCHIVE}"
 
-DRIVERS_CMAKE = """\
-if(IREE_HAL_DRIVER_AMDGPU)
-  add_subdirectory(amdgpu)
-endif()
-"""
 
-AMDGPU_DRIVER_CMAKE = """\
-add_library(iree_hal_drivers_amdgpu STATIC util/aql_ring.c)
-set_target_properties(iree_hal_drivers_amdgpu PROPERTIES POSITION_INDEPENDENT_CODE ON)
-target_link_libraries(iree_hal_drivers_amdgpu PRIVATE iree_base)
-"""
+def hsa_archive(dest_dir: Path) -> tuple[Path, str]:
+    """A real tar.gz with one top folder holding include/hsa/hsa.h; its path and sha256."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    out = dest_dir / HSA_ARCHIVE
+    data = b"int hsa_init(void);\n"
+    with tarfile.open(out, "w:gz") as tar:
+        info = tarfile.TarInfo(f"hsa-runtime-headers-{HSA_ARCHIVE[:40]}/include/hsa/hsa.h")
+        info.size, info.mtime = len(data), 0
+        tar.addfile(info, io.BytesIO(data))
+    return out, sha256_file(out)
 
-AQL_RING_C = """\
-/* Stand-in for HSA_AMD_AGENT_INFO_PM4_EMULATION: gfx1151's runtime rejects it. */
-static int query_pm4_emulation(int *out) {
-  (void)out;
-  return -1;
-}
 
-/* 0: native AQL, 1: PM4-emulated, negative: the device cannot be used. */
-int iree_hal_amdgpu_aql_queue_mode(void) {
-  int pm4_emulation = 0;
-  if (query_pm4_emulation(&pm4_emulation) != 0) {
-    return -1;
-  }
-  return pm4_emulation;
-}
-"""
+def hrx_tree(hsa_sha256: str) -> dict[str, str]:
+    files = tree_files("hrx")
+    lock = files.pop("MODULE.cmake.lock.in")
+    files["MODULE.cmake.lock"] = lock.replace("@URL@", HSA_URL).replace("@SHA256@", hsa_sha256)
+    return files
 
-LIBHRX_CMAKE = """\
-add_subdirectory(src/libhrx)
-install(TARGETS libhrx_src_libhrx_hrx EXPORT hrx-targets
-  LIBRARY DESTINATION lib)
-install(FILES include/hrx_runtime.h DESTINATION include/hrx)
-install(EXPORT hrx-targets
-  NAMESPACE hrx::
-  DESTINATION lib/cmake/hrx)
-export(EXPORT hrx-targets
-  NAMESPACE hrx::
-  FILE "${CMAKE_CURRENT_BINARY_DIR}/cmake/hrx/hrx-targets.cmake")
-"""
 
-LIBHRX_SRC_CMAKE = """\
-add_library(libhrx_src_libhrx_hrx SHARED hrx.c)
-target_link_libraries(libhrx_src_libhrx_hrx PRIVATE iree_base)
-# The AMDGPU driver is linked (and registered) only when it is built.
-if(IREE_HAL_DRIVER_AMDGPU)
-  target_link_libraries(libhrx_src_libhrx_hrx PRIVATE iree_hal_drivers_amdgpu)
-  target_compile_definitions(libhrx_src_libhrx_hrx PRIVATE HRX_HAS_IREE_AMDGPU_DRIVER)
-endif()
-set_target_properties(libhrx_src_libhrx_hrx PROPERTIES OUTPUT_NAME hrx VERSION 0.1.0 SOVERSION 0)
-target_include_directories(libhrx_src_libhrx_hrx PUBLIC ${PROJECT_SOURCE_DIR}/libhrx/include)
-"""
-
-HRX_H = """\
-#ifndef HRX_RUNTIME_H
-#define HRX_RUNTIME_H
-/* GPUs the runtime can use: none without the AMDGPU driver or the HSA runtime. */
-int hrx_gpu_device_count(void);
-const char *hrx_version(void);
-#endif
-"""
-
-HRX_C = """\
-#include <stdlib.h>
-#include <unistd.h>
-#include "hrx_runtime.h"
-
-int iree_status_code_count(void);
-#if defined(HRX_HAS_IREE_AMDGPU_DRIVER)
-int iree_hal_amdgpu_aql_queue_mode(void);
-#endif
-
-const char *hrx_version(void) { return iree_status_code_count() > 0 ? "hrx stand-in 0.1.0" : "?"; }
-
-int hrx_gpu_device_count(void) {
-#if defined(HRX_HAS_IREE_AMDGPU_DRIVER)
-  const char *hsa = getenv("IREE_HAL_AMDGPU_LIBHSA_PATH");
-  if (!hsa || !*hsa || access(hsa, R_OK) != 0) return 0;
-  return iree_hal_amdgpu_aql_queue_mode() >= 0 ? 1 : 0;
-#else
-  return 0;
-#endif
-}
-"""
-
+HRX = tree_files("hrx")
+LIBHRX_CMAKE = HRX["libhrx/CMakeLists.txt"]
 # libloomc: the export version script and the export rules form one block (patch 0002).
-LOOMC_EXPORTS = """\
-target_link_options(loomc_shared PRIVATE
-  "-Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/cmake/loomc_exports.lds")
-install(TARGETS loomc_shared EXPORT loomc-targets LIBRARY DESTINATION lib)
-install(EXPORT loomc-targets
-  NAMESPACE loomc::
-  DESTINATION lib/cmake/loomc)
-export(EXPORT loomc-targets
-  NAMESPACE loomc::
-  FILE "${CMAKE_CURRENT_BINARY_DIR}/cmake/loomc/loomc-targets.cmake")
-"""
-
-LOOMC_CMAKE = """\
-add_library(loomc_shared SHARED src/loomc.c)
-set_target_properties(loomc_shared PROPERTIES OUTPUT_NAME loomc VERSION 0.1.0 SOVERSION 0)
-target_include_directories(loomc_shared PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include)
-target_link_libraries(loomc_shared PRIVATE iree_base)
-""" + LOOMC_EXPORTS + """\
-if(LOOM_TARGET_AMDGPU)
-  add_subdirectory(target/amdgpu)
-endif()
-"""
-
-LOOMC_H = """\
-#ifndef LOOMC_H
-#define LOOMC_H
-int loomc_version(void);
-int loomc_link_module(const char *name);
-#endif
-"""
-
-LOOMC_C = """\
-#include <string.h>
-#include "loomc/loomc.h"
-int loomc_version(void) { return 1; }
-int loomc_link_module(const char *name) { return (int)strlen(name); }
-"""
-
-LOOMC_LDS = "{ global: loomc_version; local: *; };\n"
-
-AMDGPU_BINDING_CMAKE = """\
-add_library(loom_binding_c_target_amdgpu_amdgpu.objects OBJECT amdgpu.c)
-set_target_properties(loom_binding_c_target_amdgpu_amdgpu.objects PROPERTIES POSITION_INDEPENDENT_CODE ON)
-target_include_directories(loom_binding_c_target_amdgpu_amdgpu.objects PRIVATE ${PROJECT_SOURCE_DIR}/loom/binding/c/include)
-"""
-
-AMDGPU_BINDING_C = """\
-#include "loomc/loomc.h"
-int loomc_amdgpu_target_count(void) { return loomc_link_module("gfx1151") > 0 ? 1 : 0; }
-"""
-
-LOOM_LINK_CMAKE = """\
-add_executable(loom_tools_loom-link_loom-link loom_link.c)
-set_target_properties(loom_tools_loom-link_loom-link PROPERTIES OUTPUT_NAME loom-link)
-target_link_libraries(loom_tools_loom-link_loom-link PRIVATE iree_base)
-"""
-
-LOOM_LINK_C = """\
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-/* loom-link INPUT --mode=selective --root=@SYMBOL --to=bytecode --output=FILE
-   Links the kernel SYMBOL of the module INPUT into deterministic bytecode that records
-   INPUT as it was given, like the real tool. */
-static int usage(const char *problem, const char *arg) {
-  fprintf(stderr, "loom-link: %s '%s'\\n", problem, arg);
-  return 2;
-}
-
-static char *read_all(const char *path, long *size) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *buf = NULL;
-  if (fseek(f, 0, SEEK_END) == 0 && (*size = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-    buf = malloc((size_t)*size + 1);
-    if (buf && fread(buf, 1, (size_t)*size, f) != (size_t)*size) { free(buf); buf = NULL; }
-    if (buf) buf[*size] = 0;
-  }
-  fclose(f);
-  return buf;
-}
-
-int main(int argc, char **argv) {
-  const char *in = NULL, *mode = NULL, *root = NULL, *to = NULL, *out = NULL;
-  for (int i = 1; i < argc; ++i) {
-    const char *a = argv[i];
-    if (strncmp(a, "--mode=", 7) == 0) mode = a + 7;
-    else if (strncmp(a, "--root=", 7) == 0) root = a + 7;
-    else if (strncmp(a, "--to=", 5) == 0) to = a + 5;
-    else if (strncmp(a, "--output=", 9) == 0) out = a + 9;
-    else if (strcmp(a, "--strip-check") == 0) continue;
-    else if (a[0] == '-') return usage("unknown option", a);
-    else if (in) return usage("more than one input", a);
-    else in = a;
-  }
-  if (!in) return usage("missing input", "");
-  if (!mode || strcmp(mode, "selective") != 0) return usage("unknown --mode", mode ? mode : "");
-  if (!root || root[0] != '@') return usage("--root must name a symbol", root ? root : "");
-  if (!to || strcmp(to, "bytecode") != 0) return usage("unsupported --to", to ? to : "");
-  if (!out || !*out) return usage("missing --output", "");
-  long size = 0;
-  char *text = read_all(in, &size);
-  if (!text) { perror(in); return 1; }
-  char *wanted = malloc(strlen(root) + 2);
-  if (!wanted) return 1;
-  strcpy(wanted, root);
-  strcat(wanted, "(");
-  if (!strstr(text, wanted)) { fprintf(stderr, "loom-link: no symbol %s in %s\\n", root, in); return 1; }
-  FILE *fo = fopen(out, "wb");
-  if (!fo) { perror(out); return 1; }
-  unsigned long h = 2166136261UL;
-  int ok = fprintf(fo, "LOOMBC1\\nsource %s\\nroot %s\\n", in, root) > 0;
-  for (long i = 0; i < size; ++i) {
-    h = ((h ^ (unsigned char)text[i]) * 16777619UL) & 0xffffffffUL;
-    ok = ok && fputc(text[i] ^ 0x5a, fo) != EOF;
-  }
-  ok = ok && fprintf(fo, "\\nhash %08lx\\n", h) > 0;
-  free(wanted);
-  free(text);
-  return (fclose(fo) == 0 && ok) ? 0 : 1;
-}
-"""
-
+LOOMC_EXPORTS = section(HRX["loom/binding/c/CMakeLists.txt"], "target_link_options(loomc_shared", "loomc-targets.cmake")
+LOOM_LINK_C = HRX["loom/src/loom/tools/loom-link/loom_link.c"]
 # The commit the hrx-system pin must stay before: --mode=selective is gone.
 SELECTIVE_CHECK = 'strcmp(mode, "selective") != 0'
-
-
-def hrx_tree() -> dict[str, str]:
-    return {
-        "CMakeLists.txt": HRX_TOP,
-        "build_tools/cmake/iree_copts.cmake": IREE_COPTS,
-        "runtime/project.cmake": RUNTIME_PROJECT,
-        "loom/project.cmake": LOOM_PROJECT,
-        "runtime/src/CMakeLists.txt": RUNTIME_SRC_CMAKE,
-        "runtime/src/iree/base/CMakeLists.txt": IREE_BASE_CMAKE,
-        "runtime/src/iree/base/status.c": IREE_STATUS_C,
-        "runtime/src/iree/hal/drivers/CMakeLists.txt": DRIVERS_CMAKE,
-        "runtime/src/iree/hal/drivers/amdgpu/CMakeLists.txt": AMDGPU_DRIVER_CMAKE,
-        "runtime/src/iree/hal/drivers/amdgpu/util/aql_ring.c": AQL_RING_C,
-        "libhrx/CMakeLists.txt": LIBHRX_CMAKE,
-        "libhrx/src/libhrx/CMakeLists.txt": LIBHRX_SRC_CMAKE,
-        "libhrx/src/libhrx/hrx.c": HRX_C,
-        "libhrx/include/hrx_runtime.h": HRX_H,
-        "loom/binding/c/CMakeLists.txt": LOOMC_CMAKE,
-        "loom/binding/c/cmake/loomc_exports.lds": LOOMC_LDS,
-        "loom/binding/c/include/loomc/loomc.h": LOOMC_H,
-        "loom/binding/c/src/loomc.c": LOOMC_C,
-        "loom/binding/c/target/amdgpu/CMakeLists.txt": AMDGPU_BINDING_CMAKE,
-        "loom/binding/c/target/amdgpu/amdgpu.c": AMDGPU_BINDING_C,
-        "loom/src/loom/tools/loom-link/CMakeLists.txt": LOOM_LINK_CMAKE,
-        "loom/src/loom/tools/loom-link/loom_link.c": LOOM_LINK_C,
-    }
-
 
 # The stand-in series, as (message, {path: (old, new)}) edits of the pinned tree.
 NO_INSTALL_EXPORT = ("libhrx: leave out the install and export rules of hrx-targets", {
@@ -422,269 +176,11 @@ PM4_NATIVE = ("amdgpu: treat a failed PM4-emulation probe as native AQL", {
         "    return -1;\n  }\n  return pm4_emulation;", "    pm4_emulation = 0;\n  }\n  return pm4_emulation;"),
 })
 
-
-# --------------------------------------------------------------------------- fork stand-in
-
-LLAMA_TOP = """\
-cmake_minimum_required(VERSION 3.20)
-project(llama_standin C)
-# The options this build depends on, with the defaults the fork gives them.
-option(LLAMA_BUILD_SERVER "llama: build the server" ON)
-option(LLAMA_BUILD_UI "llama: build the embedded web UI" ON)
-option(LLAMA_USE_PREBUILT_UI "llama: use the prebuilt web UI (downloaded at build time)" ON)
-if(LLAMA_BUILD_UI AND LLAMA_USE_PREBUILT_UI)
-  message(FATAL_ERROR "llama stand-in: the fork would download the prebuilt web UI here; stand-ins have no network")
-endif()
-set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
-set(CMAKE_LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
-add_subdirectory(ggml)
-add_executable(llama-server tools/server/server.c)
-target_compile_definitions(llama-server PRIVATE BUILD_COMMIT="${LLAMA_BUILD_COMMIT}")
-target_link_libraries(llama-server PRIVATE ggml)
-add_executable(llama-bench tools/bench/bench.c)
-"""
-
-GGML_CMAKE = """\
-if(CMAKE_CROSSCOMPILING OR DEFINED ENV{SOURCE_DATE_EPOCH})
-  set(GGML_NATIVE_DEFAULT OFF)
-else()
-  set(GGML_NATIVE_DEFAULT ON)
-endif()
-option(GGML_NATIVE "ggml: optimize for the build machine" ${GGML_NATIVE_DEFAULT})
-option(GGML_HRX2 "ggml: use HRX2" OFF)
-option(GGML_VULKAN "ggml: use Vulkan" OFF)
-add_library(ggml SHARED src/ggml.c)
-target_compile_definitions(ggml PRIVATE GGML_NATIVE_BUILD=$<BOOL:${GGML_NATIVE}>)
-if(GGML_VULKAN)
-  target_compile_definitions(ggml PRIVATE GGML_USE_VULKAN)
-endif()
-if(GGML_HRX2)
-  add_subdirectory(src/ggml-hrx2)
-  target_compile_definitions(ggml PRIVATE GGML_USE_HRX2)
-  target_link_libraries(ggml PRIVATE ggml-hrx2)
-endif()
-"""
-
-GGML_C = """\
-#include <stdio.h>
-#if defined(GGML_USE_HRX2)
-int ggml_hrx2_device_count(void);
-int ggml_hrx2_artifact_count(void);
-#endif
-
-int ggml_native_build(void) { return GGML_NATIVE_BUILD; }
-
-void ggml_print_devices(void) {
-  printf("Available devices:\\n");
-#if defined(GGML_USE_HRX2)
-  if (ggml_hrx2_device_count() > 0) printf("  HRX20: Stand-in Radeon 8060S Graphics (gfx1151)\\n");
-#endif
-#if defined(GGML_USE_VULKAN)
-  printf("  Vulkan0: Stand-in Radeon 8060S Graphics (RADV STRIX_HALO)\\n");
-#endif
-}
-
-int ggml_kernel_count(void) {
-#if defined(GGML_USE_HRX2)
-  return ggml_hrx2_artifact_count();
-#else
-  return 0;
-#endif
-}
-"""
-
-
-def hrx2_cmake(outputs: list[str]) -> str:
-    listed = "\n".join(f'    "${{GGML_HRX2_ARTIFACT_ROOT}}/{p}"' for p in outputs)
-    return """\
-find_package(Python3 COMPONENTS Interpreter REQUIRED)
-find_package(hrx CONFIG REQUIRED)
-
-set(GGML_HRX2_GENERATED_DIR "${CMAKE_CURRENT_BINARY_DIR}/generated")
-set(GGML_HRX2_ARTIFACT_ROOT "${GGML_HRX2_GENERATED_DIR}/catalog")
-set(GGML_HRX2_CATALOG_SOURCE_DIR "${CMAKE_CURRENT_SOURCE_DIR}/catalog")
-set(GGML_HRX2_ASSEMBLED_CATALOG "${GGML_HRX2_GENERATED_DIR}/catalog.json")
-set(GGML_HRX2_EMBEDDED_C "${GGML_HRX2_GENERATED_DIR}/hrx2_embedded_catalog.c")
-# Like the fork's, this output list names fewer artifacts than the catalog.
-set(GGML_HRX2_ARTIFACTS
-""" + listed + """
-)
-file(GLOB GGML_HRX2_LOOM_SOURCES CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/kernels/*.loom")
-file(GLOB_RECURSE GGML_HRX2_CATALOG_PARTS CONFIGURE_DEPENDS "${GGML_HRX2_CATALOG_SOURCE_DIR}/*.json")
-
-# loom-link: the given cache entry, else next to the hrx package's library folder.
-get_target_property(_hrx_location hrx::hrx IMPORTED_LOCATION)
-get_filename_component(_hrx_prefix "${_hrx_location}/../.." ABSOLUTE)
-find_program(GGML_HRX2_LOOM_LINK_EXECUTABLE NAMES loom-link HINTS "${_hrx_prefix}/bin" REQUIRED)
-if(NOT TARGET loom::binding::c::loomc OR NOT TARGET loom::binding::c::target::amdgpu)
-  message(FATAL_ERROR "HRX2 needs the hrx package to provide loom::binding::c::loomc and loom::binding::c::target::amdgpu")
-endif()
-
-set(_tools "${CMAKE_CURRENT_SOURCE_DIR}/tools")
-add_custom_command(
-  OUTPUT "${GGML_HRX2_ASSEMBLED_CATALOG}"
-  COMMAND "${Python3_EXECUTABLE}" "${_tools}/assemble_catalog.py"
-          --catalog-dir "${GGML_HRX2_CATALOG_SOURCE_DIR}" --out "${GGML_HRX2_ASSEMBLED_CATALOG}"
-  DEPENDS ${GGML_HRX2_CATALOG_PARTS} "${_tools}/assemble_catalog.py"
-  VERBATIM)
-set(_where --catalog "${GGML_HRX2_ASSEMBLED_CATALOG}" --source-root "${CMAKE_CURRENT_SOURCE_DIR}"
-           --artifact-root "${GGML_HRX2_ARTIFACT_ROOT}")
-add_custom_command(
-  OUTPUT ${GGML_HRX2_ARTIFACTS}
-  COMMAND "${Python3_EXECUTABLE}" "${_tools}/validate_catalog.py" ${_where}
-  COMMAND "${Python3_EXECUTABLE}" "${_tools}/link_artifacts.py" ${_where}
-          --loom-link "${GGML_HRX2_LOOM_LINK_EXECUTABLE}"
-  COMMAND "${Python3_EXECUTABLE}" "${_tools}/validate_catalog.py" ${_where} --require-artifacts
-  DEPENDS "${GGML_HRX2_ASSEMBLED_CATALOG}" ${GGML_HRX2_LOOM_SOURCES}
-          "${_tools}/link_artifacts.py" "${_tools}/validate_catalog.py"
-  VERBATIM)
-add_custom_command(
-  OUTPUT "${GGML_HRX2_EMBEDDED_C}"
-  COMMAND "${Python3_EXECUTABLE}" "${_tools}/embed_catalog.py" ${_where} --out "${GGML_HRX2_EMBEDDED_C}"
-  DEPENDS "${GGML_HRX2_ASSEMBLED_CATALOG}" ${GGML_HRX2_ARTIFACTS} "${_tools}/embed_catalog.py"
-  VERBATIM)
-
-add_library(ggml-hrx2 SHARED ggml-hrx2.c "${GGML_HRX2_EMBEDDED_C}")
-target_link_libraries(ggml-hrx2 PRIVATE hrx::hrx loom::binding::c::loomc loom::binding::c::target::amdgpu)
-"""
-
-
-HRX2_C = """\
-#include "hrx_runtime.h"
-
-int loomc_amdgpu_target_count(void);
-extern const int ggml_hrx2_embedded_count;
-
-int ggml_hrx2_device_count(void) { return loomc_amdgpu_target_count() > 0 ? hrx_gpu_device_count() : 0; }
-int ggml_hrx2_artifact_count(void) { return ggml_hrx2_embedded_count; }
-"""
-
-SERVER_C = """\
-#include <stdio.h>
-#include <string.h>
-
-void ggml_print_devices(void);
-int ggml_kernel_count(void);
-
-int main(int argc, char **argv) {
-  if (argc > 1 && strcmp(argv[1], "--list-devices") == 0) {
-    ggml_print_devices();
-    return 0;
-  }
-  printf("llama-server stand-in %s: %d HRX2 kernels\\n", BUILD_COMMIT, ggml_kernel_count());
-  return 0;
-}
-"""
-
-BENCH_C = "int main(void) { return 0; }\n"
-
-# The fork's catalog tools, written for the stand-in from what the real ones do.
-ASSEMBLE_PY = """\
-import argparse, json
-from pathlib import Path
-
-ap = argparse.ArgumentParser(description="assemble the split catalog into one file")
-ap.add_argument("--catalog-dir", type=Path, required=True)
-ap.add_argument("--out", type=Path, required=True)
-a = ap.parse_args()
-d = a.catalog_dir
-routes = []
-for f in sorted((d / "routes").glob("*.json")):
-    if f.name != "index.json":
-        routes += json.loads(f.read_text())
-by_id = {r["id"]: r for r in routes}
-order = json.loads((d / "routes" / "index.json").read_text())
-if sorted(order) != sorted(by_id):
-    raise SystemExit("catalog: the routes index must list exactly the route ids")
-catalog = {
-    "schema": json.loads((d / "metadata.json").read_text())["schema"],
-    "sources": json.loads((d / "sources.json").read_text()),
-    "artifacts": json.loads((d / "artifacts.json").read_text()),
-    "routes": [by_id[i] for i in order],
-}
-a.out.parent.mkdir(parents=True, exist_ok=True)
-a.out.write_text(json.dumps(catalog, indent=1) + "\\n")
-"""
-
-VALIDATE_PY = """\
-import argparse, json
-from pathlib import Path
-
-ap = argparse.ArgumentParser(description="check the assembled catalog")
-ap.add_argument("--catalog", type=Path, required=True)
-ap.add_argument("--source-root", type=Path, required=True)
-ap.add_argument("--artifact-root", type=Path, required=True)
-ap.add_argument("--require-artifacts", action="store_true")
-a = ap.parse_args()
-
-
-def need(ok, problem):
-    if not ok:
-        raise SystemExit("catalog: " + problem)
-
-
-c = json.loads(a.catalog.read_text())
-need(c.get("schema") == "ggml-hrx2-catalog-v1", "schema must be ggml-hrx2-catalog-v1")
-sources, artifacts, routes = c.get("sources"), c.get("artifacts"), c.get("routes")
-need(isinstance(sources, dict) and isinstance(artifacts, dict) and isinstance(routes, list),
-     "sources and artifacts must be objects, routes an array")
-src_root, art_root = a.source_root.resolve(), a.artifact_root.resolve()
-for sid, s in sources.items():
-    need((src_root / s["path"]).is_file(), f"source {sid} path does not exist: {s['path']}")
-for aid, art in artifacts.items():
-    need(art.get("format") in ("loom-bytecode", "amdgpu-hsaco"), f"artifact {aid} has an unsupported format")
-    full = (art_root / art["path"]).resolve()
-    need(art_root in full.parents, f"artifact {aid} escapes the artifact root")
-    if a.require_artifacts:
-        need(full.is_file(), f"artifact {aid} path does not exist: {art['path']}")
-for r in routes:
-    need(r.get("source_id") in sources and r.get("artifact_id") in artifacts, f"route {r.get('id')} references unknown ids")
-    need(str(r.get("root_symbol", "")).startswith("@"), f"route {r.get('id')} root_symbol must be a symbol")
-"""
-
-LINK_PY = """\
-import argparse, json, subprocess
-from pathlib import Path
-
-ap = argparse.ArgumentParser(description="link every route's kernel with loom-link")
-ap.add_argument("--catalog", type=Path, required=True)
-ap.add_argument("--source-root", type=Path, required=True)
-ap.add_argument("--artifact-root", type=Path, required=True)
-ap.add_argument("--loom-link", type=Path, required=True)
-a = ap.parse_args()
-c = json.loads(a.catalog.read_text())
-for route in c["routes"]:
-    artifact = c["artifacts"][route["artifact_id"]]
-    if artifact.get("format") != "loom-bytecode":
-        continue
-    source = a.source_root / c["sources"][route["source_id"]]["path"]
-    output = a.artifact_root / artifact["path"]
-    output.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(LOOM_LINK_ARGS, check=True)
-"""
-
 # The command line the fork's link script gives loom-link (tools/link_hrx2_artifacts.py).
 FORK_LOOM_LINK_ARGS = ('[str(a.loom_link), str(source), "--mode=selective", f"--root={route[\'root_symbol\']}", '
                        '"--to=bytecode", f"--output={output}"]')
 # The invented one the stand-ins used before they modelled the fork.
 OLD_LOOM_LINK_ARGS = '[str(a.loom_link), "--mode=selective", "-o", str(output), str(source)]'
-
-EMBED_PY = """\
-import argparse, json
-from pathlib import Path
-
-ap = argparse.ArgumentParser(description="embed every loom-bytecode artifact")
-ap.add_argument("--catalog", type=Path, required=True)
-ap.add_argument("--source-root", type=Path, required=True)
-ap.add_argument("--artifact-root", type=Path, required=True)
-ap.add_argument("--out", type=Path, required=True)
-a = ap.parse_args()
-c = json.loads(a.catalog.read_text())
-blobs = [(a.artifact_root / x["path"]).read_bytes() for x in c["artifacts"].values() if x["format"] == "loom-bytecode"]
-a.out.write_text(
-    f"const int ggml_hrx2_embedded_count = {len(blobs)};\\n"
-    f"const unsigned long ggml_hrx2_embedded_bytes = {sum(len(b) for b in blobs)}UL;\\n")
-"""
 
 
 def catalog_files() -> dict[str, str]:
@@ -717,20 +213,15 @@ def catalog_files() -> dict[str, str]:
 
 
 def llama_tree(loom_link_args: str = FORK_LOOM_LINK_ARGS) -> dict[str, str]:
-    files = {
-        "CMakeLists.txt": LLAMA_TOP,
-        "ggml/CMakeLists.txt": GGML_CMAKE,
-        "ggml/src/ggml.c": GGML_C,
-        "ggml/src/ggml-hrx2/CMakeLists.txt": hrx2_cmake([f"artifacts/{n}.loombc" for n in ARTIFACTS if not n.endswith("_wide")]),
-        "ggml/src/ggml-hrx2/ggml-hrx2.c": HRX2_C,
-        "ggml/src/ggml-hrx2/tools/assemble_catalog.py": ASSEMBLE_PY,
-        "ggml/src/ggml-hrx2/tools/validate_catalog.py": VALIDATE_PY,
-        "ggml/src/ggml-hrx2/tools/link_artifacts.py": LINK_PY.replace("LOOM_LINK_ARGS", loom_link_args),
-        "ggml/src/ggml-hrx2/tools/embed_catalog.py": EMBED_PY,
-        "tools/server/server.c": SERVER_C,
-        "tools/bench/bench.c": BENCH_C,
-        **catalog_files(),
-    }
+    files = tree_files("llama")
+    # Like the fork's, the CMake output list names fewer artifacts than the catalog.
+    named = [n for n in ARTIFACTS if not n.endswith("_wide")]
+    listed = "\n".join(f'    "${{GGML_HRX2_ARTIFACT_ROOT}}/artifacts/{n}.loombc"' for n in named)
+    cm = "ggml/src/ggml-hrx2/CMakeLists.txt"
+    files[cm] = files[cm].replace("@ARTIFACT_OUTPUTS@", listed)
+    link = "ggml/src/ggml-hrx2/tools/link_artifacts.py"
+    files[link] = files[link].replace("LOOM_LINK_ARGS", loom_link_args)
+    files.update(catalog_files())
     for op in OPS:
         files[f"ggml/src/ggml-hrx2/kernels/{op}.loom"] = "".join(
             f"kernel @hrx2_{op}_{v}(%x: tensor) {{ // {v}\n  return %x\n}}\n" for v in VARIANTS)
@@ -783,11 +274,11 @@ def make_series(repo: Path, base: str, edits: list[tuple[str, dict[str, tuple[st
 def fake_toolchain(root: Path) -> Path:
     """A TheRock-shaped folder: bin/amdclang(++) that run the system compilers,
     lib/llvm/bin/llvm-ar (the system ar) and lib/libhsa-runtime64.so.1."""
-    for name, real in (("amdclang", "cc"), ("amdclang++", "c++")):
+    for name, real in (("amdclang", "clang"), ("amdclang++", "clang++")):
         p = root / "bin" / name
         p.parent.mkdir(parents=True, exist_ok=True)
-        target = shutil.which(real) or shutil.which("gcc" if real == "cc" else "g++")
-        assert target, f"no {real} on this machine"
+        target = shutil.which(real)
+        assert target, f"no {real} on this machine: install clang and lld (see .ci/run)"
         p.write_text(f"#!/bin/sh\nexec {target} \"$@\"\n")
         p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     ar = root / "lib" / "llvm" / "bin" / "llvm-ar"
@@ -795,7 +286,10 @@ def fake_toolchain(root: Path) -> Path:
     system_ar = shutil.which("ar")
     assert system_ar, "no ar on this machine"
     os.symlink(system_ar, ar)
-    (root / "lib" / "libhsa-runtime64.so.1").write_bytes(b"\x7fELF stand-in HSA runtime\n")
+    # A real shared library (tests/standins/hrx/therock/hsa_standin.c), loaded with dlopen.
+    subprocess.run([shutil.which("cc") or "gcc", "-shared", "-fPIC", "-Wl,-soname,libhsa-runtime64.so.1",
+                    "-o", str(root / "lib" / "libhsa-runtime64.so.1"), str(STANDINS / "therock" / "hsa_standin.c")],
+                   check=True)
     return root
 
 
@@ -811,9 +305,10 @@ def bare(repo: Path, mirrors: Path, name: str) -> Path:
 def make_standins(base: Path) -> dict[str, object]:
     """Repositories, mirrors and patch series of the three stand-ins."""
     repos, mirrors, series = base / "repos", base / "mirrors", base / "series"
-    hrx_commit = commit(repos / "hrx", hrx_tree(), "hrx stand-in")
+    _, hsa_sha = hsa_archive(mirrors)
+    hrx_commit = commit(repos / "hrx", hrx_tree(hsa_sha), "hrx stand-in")
     hrx_patches = make_series(repos / "hrx", hrx_commit, [NO_INSTALL_EXPORT, NO_VERSION_SCRIPT, PM4_NATIVE], series / "hrx")
-    sys_commit = commit(repos / "hrx-system", hrx_tree(), "hrx-system stand-in")
+    sys_commit = commit(repos / "hrx-system", hrx_tree(hsa_sha), "hrx-system stand-in")
     sys_patches = make_series(repos / "hrx-system", sys_commit, [NO_VERSION_SCRIPT], series / "hrx-system")
     assert LOOM_LINK_C.count(SELECTIVE_CHECK) == 1
     removal = commit(repos / "hrx-system", {"loom/src/loom/tools/loom-link/loom_link.c": LOOM_LINK_C.replace(
@@ -826,6 +321,7 @@ def make_standins(base: Path) -> dict[str, object]:
     return {
         "hrx": hrx_commit, "hrx-system": sys_commit, "removal": removal, "llama.cpp-hrx": llama_commit,
         "llama-old-cli": old_cli, "patches": {"hrx": hrx_patches, "hrx-system": sys_patches}, "mirrors": mirrors,
+        "hsa_sha256": hsa_sha,
     }
 
 
@@ -836,10 +332,17 @@ def project(root: Path, s: dict[str, object], *, system_commit: str | None = Non
     ``recipe_without`` drops those defines from the recipe (each must be there)."""
     (root / "recipes" / "strix-halo").mkdir(parents=True, exist_ok=True)
     recipe = (REPO / "recipes" / "strix-halo.yaml").read_text()
-    for define in recipe_without:
+    for define in (d for d in recipe_without if d != "downloads"):
         line = re.compile(rf"^ +{re.escape(define)}: .*\n", re.M)
         assert len(line.findall(recipe)) == 1, f"the recipe has no single {define} define"
         recipe = line.sub("", recipe)
+    # The stand-in headers archive instead of the real one (like the pins below).
+    real = re.search(r"url: (https://github.com/iree-org/hsa-runtime-headers/\S+)\n +sha256: ([0-9a-f]{64})", recipe)
+    assert real, "the recipe declares no hsa_runtime_headers download"
+    recipe = recipe.replace(real.group(1), HSA_URL).replace(real.group(2), str(s["hsa_sha256"]))
+    for name in recipe_without:
+        if name == "downloads":
+            recipe = re.sub(r"^    downloads: .*\n(      .*\n)*", "", recipe, flags=re.M)
     (root / "recipes" / "strix-halo.yaml").write_text(recipe)
     shutil.copy(REPO / "recipes" / "strix-halo" / "hrx-config.cmake.in", root / "recipes" / "strix-halo" / "hrx-config.cmake.in")
     sys_commit = system_commit or str(s["hrx-system"])
@@ -898,8 +401,10 @@ def output(man, component: str, name: str) -> str:
     return next(o["path"] for o in comp(man, component)["outputs"] if o["name"] == name)
 
 
-def list_devices(man, tc: Path, *, with_hsa: bool = True) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "IREE_HAL_AMDGPU_LIBHSA_PATH"}
+def list_devices(man, tc: Path, *, with_hsa: bool = True, ld_path: Path | None = None) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("IREE_HAL_AMDGPU_LIBHSA_PATH", "LD_LIBRARY_PATH")}
+    if ld_path is not None:
+        env["LD_LIBRARY_PATH"] = str(ld_path)
     if with_hsa:
         env["IREE_HAL_AMDGPU_LIBHSA_PATH"] = str(tc / "lib" / "libhsa-runtime64.so.1")
     return subprocess.run([output(man, "llama", "llama-server"), "--list-devices"], capture_output=True, text=True,
@@ -965,6 +470,36 @@ def test_dry_run_shows_the_upstream_requirements(standins):
                    "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF", "-DGGML_NATIVE=ON"):
         assert define in out.stdout, define
     assert out.stdout.count("-DIREE_HAL_DRIVER_AMDGPU=ON") == 2  # the runtime and loom-link
+    # The configure-time download with its URL and sha256, for both components that ask for it.
+    assert out.stdout.count(f"hsa_runtime_headers: {HSA_URL}") == 2
+    checked = f"sha256 {standins['s']['hsa_sha256']} (checked against the pinned tree's MODULE.cmake.lock)"
+    assert out.stdout.count(checked) == 2
+    assert out.stdout.count("-DFETCHCONTENT_FULLY_DISCONNECTED=ON") == 2
+
+
+def test_offline_names_a_missing_download_before_configure(standins, tmp_path):
+    mirrors = tmp_path / "mirrors"
+    for name in ("hrx", "hrx-system", "llama.cpp-hrx"):
+        shutil.copytree(standins["s"]["mirrors"] / f"{name}.git", mirrors / f"{name}.git")
+    out = run_cli(standins["root"], "--workspace", str(tmp_path / "ws"), "--mirror-dir", str(mirrors), "--offline",
+                  "--hrx", "on", "--toolchain-root", str(standins["tc"]), "build")
+    assert out.returncode == 4, out.stderr
+    assert f"hsa_runtime_headers ({HSA_URL}, sha256 {standins['s']['hsa_sha256']})" in out.stderr
+    assert f"put {HSA_ARCHIVE} in a --mirror-dir" in out.stderr and "configuring" not in out.stderr
+
+
+def test_standin_runtime_refuses_a_compiler_that_is_not_clang(standins, tmp_path):
+    """What ROCm/hrx's configure does with the AMDGPU driver on and GCC as the C compiler."""
+    from onebit_build.building.cmake import find_tools
+
+    gcc = shutil.which("gcc")
+    assert gcc, "no gcc on this machine"
+    src = standins["base"] / "repos" / "hrx"
+    out = subprocess.run([str(find_tools().cmake), "-S", str(src), "-B", str(tmp_path / "b"),
+                          f"-DCMAKE_C_COMPILER={gcc}", "-DIREE_HAL_DRIVER_AMDGPU=ON"], capture_output=True, text=True)
+    assert out.returncode != 0
+    said = " ".join(out.stderr.split())
+    assert "IREE_HAL_DRIVER_AMDGPU=ON requires the configured C compiler to be Clang-family" in said
 
 
 def test_patch_series_applied_and_prefix_assembled(built):
@@ -989,6 +524,9 @@ def test_patch_series_applied_and_prefix_assembled(built):
     listing = list_devices(man, built["tc"])
     assert "gfx1151" in listing and "Vulkan0" in listing
     assert "HRX20" not in list_devices(man, built["tc"], with_hsa=False)
+    # Unset, the runtime falls back to the canonical name on the system search path, as
+    # upstream's libhsa.c does: found there, HRX20 is listed without the variable.
+    assert "HRX20" in list_devices(man, built["tc"], with_hsa=False, ld_path=built["tc"] / "lib")
 
 
 def test_artifacts_counted_hashed_and_from_canonical_paths(built):
@@ -1047,11 +585,43 @@ def test_verify_reference_and_rebuild(built, tmp_path):
     out = cli(built, "--toolchain-root", str(built["tc"]), "verify", "--rebuild")
     assert "HRX2 Loom bytecode: 48/48 byte-identical" in out.stderr, out.stderr
     differing = {line.split()[1] for line in out.stderr.splitlines() if line.strip().startswith("differs ")}
-    assert differing and differing <= {"llama-server", "libggml.so", "libggml-hrx2.so"}, out.stderr
-    bin_dir = Path(output(built["man"], "llama", "llama-server")).parent
+    assert differing and "llama-server" in differing, out.stderr
+    # Only binaries whose run path names a build folder differ (the prefix's libraries name
+    # the runtime's build folder, the fork's name the prefix inside it).
+    paths = {o["name"]: Path(o["path"]) for c in built["man"]["components"] for o in c["outputs"]}
     for name in differing:
-        assert b"/onebit-prefix/lib" in (bin_dir / name).read_bytes(), name
+        if paths[name].is_dir():  # the prefix: its libraries are outputs of their own
+            continue
+        assert f"{built['ws']}/build/strix-halo-".encode() in paths[name].read_bytes(), name
     assert out.returncode == 11
+
+
+def test_install_runs_after_the_build_folders_are_gone(standins, tmp_path):
+    """The prefix carries every library its libraries load (libiree_base.so.* from the build
+    folder, found through DT_NEEDED); install carries the closure of llama-server; with every
+    build folder deleted, the installed server still lists both devices."""
+    ws, prefix = tmp_path / "ws", tmp_path / "installed"
+    out = run_cli(standins["root"], "--workspace", str(ws), "--mirror-dir", str(standins["s"]["mirrors"]),
+                  "--hrx", "on", "--toolchain-root", str(standins["tc"]), "install", "--prefix", str(prefix),
+                  timeout=600)
+    assert out.returncode == 0, failure_report(out, ws)
+    man = read_manifest(ws / "manifests" / "strix-halo.json")
+    rt_prefix = Path(output(man, "hrx-runtime", "prefix"))
+    bundled = sorted(p.name for p in (rt_prefix / "lib").glob("libiree_base.so*"))
+    assert bundled, "the runtime's prefix lacks libiree_base, which libhrx and libloomc load"
+    names = {o["name"] for o in comp(man, "hrx-runtime")["outputs"]}
+    assert {f"prefix/lib/{n}" for n in bundled} <= names and "prefix/lib/libhrx.so.0.1.0" in names
+    for lib in ("libhrx.so.0", "libloomc.so.0", "libggml.so", "libggml-hrx2.so", *bundled):
+        assert (prefix / "bin" / lib).is_file(), lib
+    shutil.rmtree(ws / "build")
+    env = {**{k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"},
+           "IREE_HAL_AMDGPU_LIBHSA_PATH": str(standins["tc"] / "lib" / "libhsa-runtime64.so.1")}
+    server = str(prefix / "bin" / "llama-server")
+    run = subprocess.run([server, "--list-devices"], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "HRX20" in run.stdout and "Vulkan0" in run.stdout, run.stdout
+    kernels = subprocess.run([str(prefix / "bin" / "llama-server")], capture_output=True, text=True, env=env)
+    assert kernels.returncode == 0 and ": 48 HRX2 kernels" in kernels.stdout, kernels.stderr
 
 
 def test_rerun_is_a_noop_and_a_damaged_prefix_is_reassembled(built):
@@ -1071,6 +641,9 @@ def test_doctor_lists_the_gpu_once_built(built):
     out = cli(built, "doctor", env={"ONEBIT_TOOLCHAIN_ROOT": str(built["tc"])})
     assert "ok    GPU devices" in out.stdout and "HRX20, Vulkan0" in out.stdout, out.stdout
     assert "gfx1151 is listed" in out.stdout
+    # The architecture is what the server prints (from the HSA runtime), not the recipe's word.
+    other = cli(built, "doctor", env={"ONEBIT_TOOLCHAIN_ROOT": str(built["tc"]), "HSA_STANDIN_AGENT": "gfx1100"})
+    assert re.search(r"FAIL +GPU +no gfx1151 in the device list", other.stdout), other.stdout
     assert "amdclang++" in out.stdout and "source hrx-system" in out.stdout
     assert re.search(r"ok +ASM compiler +\S+/bin/amdclang", out.stdout), out.stdout
     assert re.search(r"ok +built hrx-runtime +", out.stdout), out.stdout
@@ -1109,9 +682,13 @@ def test_standin_loom_link_takes_the_forks_command_line_only(built, tmp_path):
 DROPPED = {
     "IREE_ENABLE_WERROR_FLAG": ("IREE_ENABLE_WERROR_FLAG",),
     "IREE_HAL_DRIVER_AMDGPU": ("IREE_HAL_DRIVER_AMDGPU",),
-    # The prebuilt UI is used only where the UI is built at all.
+    # One at a time: without LLAMA_BUILD_UI=OFF the UI is built from its sources; the prebuilt
+    # one is fetched only where the UI is built at all, so it is shown with both taken out
+    # (and, alone, in test_the_prebuilt_ui_matters_only_with_the_ui_built).
+    "LLAMA_BUILD_UI": ("LLAMA_BUILD_UI",),
     "LLAMA_USE_PREBUILT_UI": ("LLAMA_USE_PREBUILT_UI", "LLAMA_BUILD_UI"),
     "loom-link": (),
+    "downloads": ("downloads",),
 }
 
 
@@ -1136,6 +713,13 @@ def test_each_upstream_requirement_is_needed(standins, tmp_path, missing):
     assert f"upstream requirement missed: {MISSED[missing]}" in report, report
 
 
+def test_the_prebuilt_ui_matters_only_with_the_ui_built(standins, tmp_path):
+    """LLAMA_USE_PREBUILT_UI=OFF alone taken out: the UI is not built, nothing is downloaded."""
+    root = project(tmp_path / "proj", standins["s"], recipe_without=("LLAMA_USE_PREBUILT_UI",))
+    out = build(standins, root, tmp_path / "ws")
+    assert out.returncode == 0, failure_report(out, tmp_path / "ws")
+
+
 def test_hrx_system_pin_must_stay_before_the_removal(standins, tmp_path):
     s = standins["s"]
     root = project(tmp_path / "late", s, system_commit=str(s["removal"]))
@@ -1147,8 +731,15 @@ def test_hrx_system_pin_must_stay_before_the_removal(standins, tmp_path):
 def test_missing_toolchain_fails_before_building(standins, tmp_path):
     out = run_cli(standins["root"], "--workspace", str(tmp_path / "ws"), "--mirror-dir", str(standins["s"]["mirrors"]),
                   "--hrx", "on", "--toolchain-root", str(tmp_path / "no-therock"), "build")
-    assert out.returncode == 9, out.stderr
-    assert f"{tmp_path}/no-therock/bin/amdclang not found" in out.stderr
+    # Refused before anything is fetched or configured, every missing piece named at once.
+    assert out.returncode == 7, out.stderr
+    missing = [ln for ln in out.stderr.splitlines() if "missing: hrx-runtime: " in ln]
+    assert len(missing) == 3, out.stderr
+    for piece in ("Clang C compiler", "amdgcn-amd-amdhsa probe", "Clang resource headers"):
+        named = f"hrx-runtime: {piece}: {tmp_path}/no-therock/bin/amdclang"
+        assert any(named in ln for ln in missing), (piece, out.stderr)
+    assert "3 requirement(s) of recipe strix-halo are missing" in out.stderr and "configuring" not in out.stderr
+    assert not (tmp_path / "ws" / "git").exists()
 
 
 # --------------------------------------------------------------------------- the catalog format

@@ -9,7 +9,9 @@ package to ``find_package``. The recipe's ``assemble:`` rules say what goes wher
   into a folder of the prefix, keeping symbolic links as links;
 - ``archive`` rules pack object files into a static archive with the recipe's archiver;
 - ``configure`` rules write a template kept next to the recipes, filling ``@PREFIX@``,
-  ``@COMPONENT@``, ``@SOURCE_DIR@`` and ``@BUILD_DIR@``.
+  ``@COMPONENT@``, ``@SOURCE_DIR@`` and ``@BUILD_DIR@``;
+- then every shared library that the libraries in ``lib/`` load from the build folder
+  (DT_NEEDED through their RUNPATH) is copied into ``lib/`` too.
 
 The prefix lives inside the build dir (``onebit-prefix``), so a new configuration gets a
 new prefix; its digest is one of the build's outputs, so the build stamp covers it.
@@ -111,6 +113,20 @@ def _copy_one(src: Path, dest_dir: Path, taken: dict[Path, str], rule: str) -> N
         shutil.copymode(src, dest)
 
 
+def bundle_libraries(lib: Path, build_dir: Path) -> list[Path]:
+    """Every shared library the prefix's libraries load from the build folder (through their
+    RUNPATH, e.g. each IREE and Loom library of a BUILD_SHARED_LIBS=ON build), copied into
+    ``lib`` beside them: the prefix then holds, and its digest covers, all it loads."""
+    # Imported here: reading ELF files is needed only once a prefix is assembled, and the
+    # command line starts faster without pyelftools.
+    from onebit_build.building.elfdeps import build_tree_libraries, copy_libraries, read_elf
+
+    if not lib.is_dir():
+        return []
+    elves = [p for p in sorted(lib.iterdir()) if p.is_file() and not p.is_symlink() and read_elf(p) is not None]
+    return copy_libraries(build_tree_libraries(elves, build_dir), lib)
+
+
 def assemble(plan: AssemblePlan, *, build_dir: Path, source_dir: Path, log: Path | None, cmake: Path | None = None) -> Path:
     """(Re)make the prefix of ``build_dir`` from scratch and return its path."""
     prefix = prefix_path(build_dir)
@@ -145,6 +161,7 @@ def assemble(plan: AssemblePlan, *, build_dir: Path, source_dir: Path, log: Path
             out.parent.mkdir(parents=True, exist_ok=True)
             # D: zero timestamps and ids, so the same objects give the same archive bytes.
             run([plan.ar, "rcsD", out, *objects], log=log, what=f"{Path(plan.ar).name} for {rule.to}")
+        bundle_libraries(prefix / "lib", build_dir)
         values = {"PREFIX": str(prefix), "COMPONENT": plan.component, "SOURCE_DIR": str(source_dir), "BUILD_DIR": str(build_dir)}
         texts = dict(plan.templates)
         for rule in plan.spec.configure:

@@ -323,7 +323,12 @@ def _prefix_output(req: BuildRequest, bdir: Path) -> tuple[Output, ...]:
     prefix = prefix_path(bdir)
     if not prefix.is_dir():
         raise BuildError(f"{req.component.name}: the assembled prefix {prefix} is missing", hint="run the build again")
-    return (Output(name="prefix", path=prefix, sha256=_tree_digest(prefix), size=0),)
+    # Each shared library in it is an output of its own too: the manifest lists (and install
+    # carries) every library the prefix provides, those bundled from the build folder included.
+    lib = prefix / "lib"
+    libs = sorted(p for p in lib.glob("*.so*") if p.is_file() and not p.is_symlink()) if lib.is_dir() else []
+    return (Output(name="prefix", path=prefix, sha256=_tree_digest(prefix), size=0),
+            *(Output(name=f"prefix/lib/{p.name}", path=p, sha256=sha256_file(p), size=p.stat().st_size) for p in libs))
 
 
 def _assemble_prefix(req: BuildRequest, bdir: Path, tools: Tools) -> tuple[Output, ...]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Mapping
 
 from onebit_build.building.builder import resolve_refs
+from onebit_build.building.downloads import cache_dir, cmake_defines, places, unpacked_tree
 from onebit_build.building.compiler_cache import NO_LAUNCHER, Launcher, describe, launcher_defines, prefix_maps, with_prefix_maps
 from onebit_build.core.config import REF_RE, Component, Recipe, ToolchainSpec
 from onebit_build.core.pins import Pin, Pins
@@ -158,6 +159,18 @@ class SourcePlan:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DownloadPlan:
+    """One configure-time download as the run will make it (``plan --json`` shows these fields)."""
+
+    name: str
+    url: str
+    sha256: str
+    lock: str | None
+    places: tuple[str, ...]  # where it is looked for, in order
+    cmake_variable: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class ComponentPlan:
     name: str
     source: str
@@ -170,6 +183,7 @@ class ComponentPlan:
     assemble: tuple[str, ...]
     artifacts: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    downloads: tuple[DownloadPlan, ...] = ()  # configure-time downloads
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -242,6 +256,7 @@ def make_plan(
         cenv = tuple((k, resolve_refs(v, pins=pins.sources, components=fields)) for k, v in comp.env)
         # What the build sets besides the recipe: the path maps (in the key) and the launchers (not).
         defines = with_prefix_maps(defines, prefix_maps(Path(trees[comp.source]), Path(bdir)), environ=env)
+        defines += planned_download_defines(comp, workspace)
         configure = ["cmake", "-S", trees[comp.source], "-B", bdir, "-G", "Ninja", f"-DCMAKE_BUILD_TYPE={comp.build_type}"]
         configure += [f"-D{k}={v}" for k, v in (*defines, *launcher_defines(launcher)) if v or launcher.active]
         prefix = f"{bdir}/onebit-prefix"
@@ -254,15 +269,45 @@ def make_plan(
             build=("cmake", "--build", bdir, "--target", *comp.targets), defines=defines, targets=comp.targets,
             outputs=outputs + ((("prefix", prefix),) if comp.assemble is not None else ()),
             assemble=_assemble_lines(comp, prefix), artifacts=comp.artifacts, env=cenv,
+            downloads=_download_plans(comp, workspace, mirror_dirs, offline),
         ))
-    run_env = []
-    for key, value in recipe.smoke.env:
-        if env.get(key):
-            run_env.append((key, f"{env[key]}  (given in the environment)"))
-        else:
-            run_env.append((key, resolve_refs(value, pins={}, components=fields) if toolchain else value))
+    run_env = _run_env(recipe, env, fields, toolchain is not None)
     return Plan(recipe=recipe, workspace=workspace.root, toolchain=toolchain, sources=sources, components=tuple(comps),
                 runtime_env=tuple(run_env), problems=tuple(problems), launcher=launcher)
+
+
+def _run_env(recipe: Recipe, env: Mapping[str, str], fields: dict[str, dict[str, str]],
+             filled: bool) -> list[tuple[str, str]]:
+    """The smoke stage's environment as the plan shows it (a variable the user set wins)."""
+    out = []
+    for key, value in recipe.smoke.env:
+        if env.get(key):
+            out.append((key, f"{env[key]}  (given in the environment)"))
+        else:
+            out.append((key, resolve_refs(value, pins={}, components=fields) if filled else value))
+    return out
+
+
+def _download_plans(comp: Component, ws: Workspace, mirror_dirs: tuple[Path, ...],
+                    offline: bool) -> tuple[DownloadPlan, ...]:
+    return tuple(DownloadPlan(name=d.name, url=d.url, sha256=d.sha256, lock=d.lock, cmake_variable=d.cmake_variable,
+                              places=tuple(places(d, ws, mirror_dirs, offline))) for d in comp.downloads)
+
+
+def planned_download_defines(comp: Component, ws: Workspace) -> tuple[tuple[str, str], ...]:
+    """The defines that hand CMake the unpacked downloads (the tree's path once unpacked)."""
+    trees = {d.name: unpacked_tree(ws, d) or cache_dir(ws, d) / "tree" / "<top folder>" for d in comp.downloads}
+    return cmake_defines(comp, trees)
+
+
+def _download_lines(downloads: tuple[DownloadPlan, ...]) -> list[str]:
+    lines = []
+    for d in downloads:
+        lines.append(f"{d.name}: {d.url}")
+        lines.append(f"  sha256 {d.sha256}" + (f" (checked against the pinned tree's {d.lock})" if d.lock else ""))
+        lines.append(f"  fetched by onebit-build from, in order: {'; '.join(d.places)}")
+        lines.append(f"  given to CMake as {d.cmake_variable} (with FETCHCONTENT_FULLY_DISCONNECTED=ON)")
+    return lines
 
 
 def _cmd(argv: tuple[str, ...], indent: str) -> list[str]:
@@ -354,6 +399,9 @@ def _component_lines(plan: Plan) -> list[str]:
         out += _cmd(c.build, "      ")
         if c.env:
             out.append("    environment  " + " ".join(f"{k}={shlex.quote(v)}" for k, v in c.env))
+        if c.downloads:
+            out.append("    configure-time downloads (configure itself downloads nothing)")
+            out += [f"      {line}" for line in _download_lines(c.downloads)]
         if c.assemble:
             out.append("    assemble")
             out += [f"      {line}" for line in c.assemble]

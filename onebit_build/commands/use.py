@@ -7,7 +7,8 @@ from pathlib import Path
 
 from onebit_build.commands import Command
 from onebit_build.core import ui
-from onebit_build.core.errors import ConfigError, OnebitError
+from onebit_build.building.elfdeps import build_tree_libraries, copy_libraries, outside_loads
+from onebit_build.core.errors import BuildError, ConfigError, OnebitError
 from onebit_build.core.project import ProjectRoot
 from onebit_build.job.build import server_of
 from onebit_build.job.model import Needs, open_job
@@ -40,7 +41,8 @@ def install_tree(builds: list, manifest: Path, prefix: Path) -> list[Path]:
     for d in (bin_dir, share):
         d.mkdir(parents=True, exist_ok=True)
     done: list[Path] = []
-    sources = sorted({p for b in builds for o in b.outputs for p in _output_files(o.path)})
+    # A folder output (an assembled prefix) is carried by its files, listed as outputs of their own.
+    sources = sorted({p for b in builds for o in b.outputs if not o.path.is_dir() for p in _output_files(o.path)})
     for src in sources:
         target = bin_dir / src.name
         if src.is_symlink():
@@ -51,9 +53,25 @@ def install_tree(builds: list, manifest: Path, prefix: Path) -> list[Path]:
         else:
             _copy(src, target)
         done.append(target)
+    done += self_contained(bin_dir, [b.build_dir for b in builds])
     _copy(manifest, share / "build-manifest.json")
     done.append(share / "build-manifest.json")
     return done
+
+
+def self_contained(bin_dir: Path, build_dirs: list[Path]) -> list[Path]:
+    """Copy into ``bin_dir`` every library its binaries load from a build folder, then refuse a
+    tree that would still load one from there (it would break once the build folders go)."""
+    elves = [p for p in sorted(bin_dir.iterdir()) if p.is_file() and not p.is_symlink()]
+    copied: list[Path] = []
+    for root in build_dirs:
+        copied += copy_libraries(build_tree_libraries(elves + copied, root), bin_dir)
+    problems = [p for root in build_dirs for p in outside_loads(bin_dir, root)]
+    if problems:
+        raise BuildError(f"the installed tree {bin_dir} still loads from a build folder: {'; '.join(problems[:4])}",
+                         hint="give the component CMAKE_BUILD_RPATH=$ORIGIN so that its binaries find their "
+                              "libraries beside them")
+    return copied
 
 
 def _copy(src: Path, target: Path) -> None:

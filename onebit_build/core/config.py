@@ -17,6 +17,8 @@ from onebit_build.core.pins import Pins
 from onebit_build.core.assemble_spec import AssembleSpec, load_assemble
 # The model section was part of this module: its names stay importable from here.
 from onebit_build.core.model_spec import ModelSpec, load_model
+from onebit_build.core.downloads_spec import DownloadSpec, load_downloads
+from onebit_build.core.requires_spec import RequiresSpec, load_requires
 from onebit_build.core.yamlnode import Node, check_schema, load_yaml
 
 RECIPE_SCHEMA = 1
@@ -48,6 +50,7 @@ class Component:
     artifacts: tuple[str, ...] = ()  # kernel-artifact collectors: spirv, loombc, cubin
     list_separator: str | None = None  # written in list-valued defines instead of ';'
     assemble: "AssembleSpec | None" = None  # how an install prefix is made from the build
+    downloads: tuple[DownloadSpec, ...] = ()  # configure-time archives the tool fetches itself
 
     def references(self) -> set[str]:
         """Names of other components this one refers to through ``${name.field}``."""
@@ -131,6 +134,7 @@ class Recipe:
     smoke: SmokeSpec = SmokeSpec()
     toolchain: ToolchainSpec | None = None
     verification: VerificationSpec = VerificationSpec()
+    requires: RequiresSpec | None = None  # what a machine needs before configure (doctor checks it)
 
     def component(self, name: str) -> Component:
         for c in self.components:
@@ -205,7 +209,8 @@ def order_components(components: list[Component], file: Path) -> list[Component]
 def load_recipe(path: Path, pins: Pins) -> Recipe:
     path = Path(path).resolve()
     root = Node(path, "", load_yaml(path, "recipe"))
-    root.only({"schema", "name", "description", "backends", "components", "model", "smoke", "toolchain", "verification"})
+    root.only({"schema", "name", "description", "backends", "components", "model", "smoke", "toolchain", "verification",
+               "requires"})
     check_schema(root, RECIPE_SCHEMA)
     toolchain = _load_toolchain(root)
     name = root.get("name", str)
@@ -227,6 +232,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
         smoke=smoke,
         toolchain=toolchain,
         verification=_load_verification(root),
+        requires=load_requires(root, {c.name for c in components}),
     )
 
 
@@ -260,7 +266,8 @@ def _load_components(root: Node, pins: Pins, toolchain: ToolchainSpec | None) ->
     components: list[Component] = []
     for i, raw in enumerate(comps_raw):
         node = Node(root.file, f"components[{i}]", raw)
-        node.only({"name", "source", "build_type", "defines", "targets", "outputs", "env", "artifacts", "list_separator", "assemble"})
+        node.only({"name", "source", "build_type", "defines", "targets", "outputs", "env", "artifacts",
+                   "list_separator", "assemble", "downloads"})
         cname = node.get("name", str)
         if not COMPONENT_NAME_RE.fullmatch(cname):
             node.fail(f"component name {cname!r} is not a name", "use letters, digits, '-' and '_', starting with a letter", key="name")
@@ -303,6 +310,7 @@ def _load_component(node: Node, name: str, pins: Pins, toolchain: ToolchainSpec 
         artifacts=artifacts,
         list_separator=_list_separator(node),
         assemble=load_assemble(node, node.file.parent),
+        downloads=load_downloads(node),
     )
 
 

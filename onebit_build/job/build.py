@@ -17,6 +17,7 @@ from onebit_build.building.assemble import AssemblePlan
 from onebit_build.building.assemble import make_plan as make_assemble_plan
 from onebit_build.building.builder import BuildRequest, BuildResult, build, resolve_refs
 from onebit_build.building.cmake import find_tools
+from onebit_build.building.downloads import check_against_lock, cmake_defines, provide_all
 from onebit_build.building.compiler_cache import Launcher, resolve as resolve_launcher
 from onebit_build.building.fetch import FetchRequest, FetchResult, fetch
 from onebit_build.building.manifest import MANIFEST_NAME, latest_path, make_manifest, write_manifest
@@ -29,6 +30,7 @@ from onebit_build.core.fsutil import atomic_write_text
 from onebit_build.core.gitops import Git
 from onebit_build.core.pins import Pin, Pins, read_lock, render_lock
 from onebit_build.job.model import Job
+from onebit_build.requirements import check_before_build
 from onebit_build.job.stage import Stage
 
 
@@ -116,9 +118,12 @@ def run_build(job: Job, fetched: dict[str, FetchResult], trees: dict[str, Prepar
     for n, f in fetched.items():  # abbreviated pins: use the resolved SHA in references
         resolved_pins[n] = replace(resolved_pins[n], commit=f.commit)
     fields.update(toolchain_fields(job))
+    downloaded = provide_all(recipe, job.workspace, job.opts.mirror_dirs, job.opts.offline)
     for comp in recipe.components:
         tree = trees[comp.source]
+        check_against_lock(comp, tree.path)
         defines = tuple((k, join_lists(resolve_refs(v, pins=resolved_pins, components=fields), comp.list_separator)) for k, v in comp.defines)
+        defines += cmake_defines(comp, downloaded)
         env = tuple((k, resolve_refs(v, pins=resolved_pins, components=fields)) for k, v in comp.env)
         res = build(BuildRequest(
             recipe=recipe.name, component=comp, source_dir=tree.path, source_commit=tree.commit,
@@ -199,10 +204,16 @@ class Built:
 
 def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
     """Fetch, patch and build, up to ``until``; None when it stops before the build."""
-    recipe = job.recipe
+    recipe, toolchain_root = job.recipe, job.opts.toolchain_root
+    if until >= Stage.BUILD:  # every requirement the build will meet, named at once before anything starts
+        check_before_build(recipe, job.pins, job.workspace, toolchain_root=toolchain_root)
     with ui.stage("fetch") as st:
         fetched = run_fetch(job, recipe_sources(recipe))
         st["note"] = ", ".join(f"{n}@{f.commit[:12]} ({f.mirror_used.split(':')[0]})" for n, f in fetched.items())
+        # The configure-time downloads too, so that --offline names a missing one before configure.
+        downloaded = provide_all(recipe, job.workspace, job.opts.mirror_dirs, job.opts.offline)
+        if downloaded:
+            st["note"] += f"; {len(downloaded)} configure-time download(s): {', '.join(downloaded)}"
     if until == Stage.FETCH:
         return None
     with ui.stage("patch") as st:
@@ -212,6 +223,10 @@ def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
         for t in trees.values():
             ui.info(f"  {t.source}: {t.path}")
         return None
+    req = recipe.requires
+    if req is not None and req.cxx_standard is not None:  # read in the prepared tree
+        source = recipe.component(req.cxx_standard.component).source
+        check_before_build(recipe, job.pins, job.workspace, toolchain_root=toolchain_root, tree=trees[source].path)
     with ui.stage("build") as st:
         builds = run_build(job, fetched, trees)
         t_manifest = time.monotonic()

@@ -1,0 +1,80 @@
+"""A component's ``downloads``: the archives its CMake code would fetch at configure time
+(FetchContent with ``URL`` and ``URL_HASH``), declared in the recipe so that the tool fetches
+them itself, checks their sha256 and hands CMake the unpacked tree. Validated at load."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from urllib.parse import urlsplit
+
+from onebit_build.core.pins import SHA256_RE
+from onebit_build.core.yamlnode import Node
+
+# FetchContent names become CMake variable names (FETCHCONTENT_SOURCE_DIR_<NAME>).
+NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DownloadSpec:
+    """One configure-time download: FetchContent's name for it, the URL and the pinned sha256
+    of the archive, and (optionally) the file in the pinned tree that records both."""
+
+    name: str
+    url: str
+    sha256: str
+    lock: str | None = None  # e.g. MODULE.cmake.lock, relative to the component's source tree
+
+    @property
+    def file_name(self) -> str:
+        """The archive's file name: the URL's last path segment (also its name in a mirror dir)."""
+        return PurePosixPath(urlsplit(self.url).path).name
+
+    @property
+    def cmake_variable(self) -> str:
+        """The cache variable FetchContent reads instead of downloading."""
+        return f"FETCHCONTENT_SOURCE_DIR_{self.name.upper()}"
+
+
+def load_downloads(node: Node) -> tuple[DownloadSpec, ...]:
+    out: list[DownloadSpec] = []
+    for i, raw in enumerate(node.get("downloads", list, required=False, default=[])):
+        dnode = Node(node.file, node.where(f"downloads[{i}]"), raw)
+        dnode.only({"name", "url", "sha256", "lock"})
+        name = dnode.get("name", str)
+        if not NAME_RE.match(name):
+            dnode.fail(
+                f"name {name!r} is not a FetchContent name",
+                "use letters, digits and '_' (e.g. hsa_runtime_headers)",
+                key="name",
+            )
+        if any(d.name.upper() == name.upper() for d in out):
+            dnode.fail(f"download {name!r} is declared twice", "declare each FetchContent name once", key="name")
+        url = dnode.get("url", str)
+        parts = urlsplit(url)
+        if (
+            parts.scheme != "https"
+            or not parts.netloc
+            or any(c.isspace() for c in url)
+            or parts.query
+            or parts.fragment
+        ):
+            dnode.fail(
+                f"url {url!r} is not a plain https URL", "give the https URL the pinned CMake code downloads", key="url"
+            )
+        if not FILE_RE.match(PurePosixPath(parts.path).name or ""):
+            dnode.fail(f"url {url!r} does not end in a file name", "give the URL of the archive itself", key="url")
+        sha = dnode.get("sha256", str, fix="copy the sha256 the pinned CMake code checks (URL_HASH)")
+        if not SHA256_RE.match(sha):
+            dnode.fail(
+                f"sha256 {sha!r} is not 64 lower-case hex digits", "copy the pinned URL_HASH SHA256 value", key="sha256"
+            )
+        lock = dnode.get("lock", str, required=False, default=None)
+        if lock is not None and (not lock or lock.startswith("/") or ".." in PurePosixPath(lock).parts):
+            dnode.fail(
+                f"lock {lock!r} must be a relative path inside the source tree", "e.g. MODULE.cmake.lock", key="lock"
+            )
+        out.append(DownloadSpec(name=name, url=url, sha256=sha, lock=lock))
+    return tuple(out)

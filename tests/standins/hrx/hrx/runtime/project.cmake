@@ -1,0 +1,10 @@
+option(IREE_HAL_DRIVER_DEFAULTS "Default value for opt-in runtime HAL drivers." OFF)
+option(IREE_HAL_DRIVER_AMDGPU "Enables the amdgpu runtime HAL driver." ${IREE_HAL_DRIVER_DEFAULTS})
+set(IREE_HAL_AMDGPU_TARGETS
+  "gfx9-generic;gfx90a;gfx9-4-generic;gfx10-1-generic;gfx10-3-generic;gfx11-generic;gfx12-generic"
+  CACHE STRING "AMDGPU target selectors of this runtime build.")
+foreach(_selector IN LISTS IREE_HAL_AMDGPU_TARGETS)
+  if(NOT _selector MATCHES "^gfx[0-9a-z]+(-[0-9a-z]+)*$")
+    message(FATAL_ERROR "hrx stand-in: unknown AMDGPU target selector '${_selector}'")
+  endif()
+endforeach()
