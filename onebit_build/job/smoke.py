@@ -17,6 +17,7 @@ from onebit_build.running import model as model_mod
 from onebit_build.running import report as report_mod
 from onebit_build.running import smoke as smoke_mod
 from onebit_build.running.model import has_chat_template
+from onebit_build.running.devices import pick_devices
 from onebit_build.running.server import list_devices
 from onebit_build.verification.junit import smoke_cases, write_junit
 
@@ -78,15 +79,7 @@ def smoke_devices(recipe: Recipe, server: Path, log_dir: Path) -> tuple[tuple[st
     spec = recipe.smoke
     if not spec.optional_devices:
         return spec.devices, {}
-    listed = list_devices(server, env=spec.env, log=log_dir / "list-devices-optional.log")
-    run = list(spec.devices)
-    skipped = {}
-    for dev in spec.optional_devices:
-        if dev in listed:
-            run.append(dev)
-        else:
-            skipped[dev] = f"not listed by --list-devices (lists: {', '.join(listed) or 'none'}). {spec.skip_reason}".strip()
-    return tuple(run), skipped
+    return pick_devices(spec, {"new": list_devices(server, env=spec.env, log=log_dir / "list-devices-optional.log")})
 
 
 def smoke_stage(job: Job, *, server: Path, manifest_file: Path | None, verified: dict | None = None) -> int:

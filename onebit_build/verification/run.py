@@ -40,6 +40,7 @@ from onebit_build.running.model import ModelFile
 from onebit_build.verification import report as report_mod
 from onebit_build.verification import speed as speed_mod
 from onebit_build.verification.answers import Answer, AnswerComparison, compare
+from onebit_build.running.devices import pick_devices
 from onebit_build.verification.junit import Case, write_junit
 from onebit_build.verification.provenance import Provenance, inspect_process
 from onebit_build.verification.verdict import Part, Verdict, answers_part, artifacts_part, provenance_part, speed_part, verdict
@@ -241,15 +242,9 @@ def devices_to_compare(req: RunRequest) -> tuple[tuple[str, ...], dict[str, str]
         return spec.devices, {}
     listed = {s.role: srvmod.list_devices(s.build.server, env=req.env, log=req.run_dir / "logs" / f"list-devices-{s.role}.log")
               for s in req.sides}
-    devices = list(spec.devices)
-    not_compared: dict[str, str] = {}
-    for dev in spec.optional_devices:
-        has = [role for role, names in listed.items() if dev in names]
-        if len(has) == 2:
-            devices.append(dev)
-        elif len(has) == 1:
-            not_compared[dev] = f"listed by the {has[0]} build only"
-    return tuple(devices), not_compared
+    devices, left_out = pick_devices(spec, listed)
+    # An optional device neither build lists is simply not there; one that one build lists is said.
+    return devices, {dev: why for dev, why in left_out.items() if any(dev in names for names in listed.values())}
 
 
 def _spec(req: RunRequest, side: Side, device: str, log: Path) -> srvmod.ServerSpec:
