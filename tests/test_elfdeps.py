@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from onebit_build.building.elfdeps import build_tree_libraries, copy_libraries, outside_loads, read_elf
-from onebit_build.commands import self_contained
+from onebit_build.commands.use import self_contained
 from onebit_build.core.errors import BuildError
 
 CC = shutil.which("cc") or shutil.which("gcc")

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from onebit_build.core.config import ModelSpec, load_recipe
+from onebit_build.core.config import load_recipe
+from onebit_build.core.model_spec import ModelSpec
 
 from onebit_build.core.pins import load_pins
 from onebit_build.core.errors import ConfigError, FetchError, IntegrityError

@@ -12,10 +12,8 @@ from pathlib import Path, PurePosixPath
 from typing import Iterable
 
 from onebit_build.core.errors import ConfigError
-# The pins were part of this module: their names stay importable from here.
 from onebit_build.core.pins import Pins
 from onebit_build.core.assemble_spec import AssembleSpec, load_assemble
-# The model section was part of this module: its names stay importable from here.
 from onebit_build.core.model_spec import ModelSpec, load_model
 from onebit_build.core.downloads_spec import DownloadSpec, load_downloads
 from onebit_build.core.requires_spec import RequiresSpec, load_requires

@@ -20,7 +20,7 @@ from typing import Literal
 
 from onebit_build.core import ui
 from onebit_build.building import pkgindex
-from onebit_build.core.config import ModelSpec
+from onebit_build.core.model_spec import ModelSpec
 from onebit_build.core.model_spec import pinned
 from onebit_build.core.errors import ConfigError, FetchError, IntegrityError, SpaceError, is_disk_full
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
