@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 
 from onebit_build import commands, options
-from onebit_build.building.compiler_cache import MODES
+from onebit_build.building.cache.compiler import MODES
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, OnebitError, SpaceError, WorkspaceError
 from onebit_build.core.project import find_root

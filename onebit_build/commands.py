@@ -34,7 +34,7 @@ def version(project: ProjectRoot | None, error: ConfigError | None = None) -> in
 
 def plan(opts: Options, project: ProjectRoot) -> int:
     """Print the whole plan without fetching, building or taking the workspace lock."""
-    from onebit_build.building.compiler_cache import resolve
+    from onebit_build.building.cache.compiler import resolve
     from onebit_build.building.plan import make_plan, render_plan
 
     pins, recipe = stages.load_pins_and_recipe(project, opts)
@@ -56,7 +56,7 @@ def plan_doc(the_plan) -> dict:
     """The plan as plain JSON values (paths and tuples as strings and lists). Pure."""
     from dataclasses import asdict
 
-    from onebit_build.building.compiler_cache import describe
+    from onebit_build.building.cache.compiler import describe
 
     def plain(value):
         return json.loads(json.dumps(value, default=str))

@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from onebit_build.building.compiler_cache import CacheRequest, request_from
+from onebit_build.building.cache.compiler import CacheRequest, request_from
 from onebit_build.building.fetch import mirror_dirs_from
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.workspace import default_workspace

@@ -16,7 +16,7 @@ from onebit_build.building.assemble import AssemblePlan
 from onebit_build.building.assemble import make_plan as make_assemble_plan
 from onebit_build.building.builder import BuildRequest, BuildResult, build, resolve_refs
 from onebit_build.building.cmake import find_tools
-from onebit_build.building.compiler_cache import CacheRequest, Launcher, resolve as resolve_launcher
+from onebit_build.building.cache.compiler import CacheRequest, Launcher, resolve as resolve_launcher
 from onebit_build.core.config import Component, Recipe
 from onebit_build.core.pins import Pin, Pins, read_lock, render_lock
 from onebit_build.building.fetch import FetchRequest, FetchResult, fetch

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from onebit_build import pipeline
-from onebit_build.building.compiler_cache import NO_LAUNCHER
+from onebit_build.building.cache.compiler import NO_LAUNCHER
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe, find_recipe, load_recipe
 from onebit_build.core.pins import Pins, apply_lock, load_pins, read_lock

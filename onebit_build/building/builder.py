@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from onebit_build.core import ui
 from onebit_build.building.cmake import Tools, build_argv, configure_argv, find_tools, write_init_cache
-from onebit_build.building.cache_run import CacheSession
-from onebit_build.building.compiler_cache import NO_LAUNCHER, Launcher, PrefixMap, describe, launcher_defines, prefix_maps, with_prefix_maps
+from onebit_build.building.cache.session import CacheSession
+from onebit_build.building.cache.compiler import NO_LAUNCHER, Launcher, PrefixMap, describe, launcher_defines, prefix_maps, with_prefix_maps
 from onebit_build.core.config import REF_RE, Component
 from onebit_build.core.pins import Pin
 from onebit_build.core.errors import BuildError, CommandError, ConfigError
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 STAMP_KIND = "onebit-build/build-dir"
 STAMP_SCHEMA = 1
 # How the tool maps the source and build folders out of the objects (part of the build key):
-# each to ".", as preprocessor arguments (compiler_cache.map_arguments).
+# each to ".", as preprocessor arguments (cache.compiler.map_arguments).
 PATH_MAPS = "preprocessor-arguments/1"
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 
@@ -89,9 +89,9 @@ class BuildResult:
     configure_argv: tuple[str, ...]
     build_argv: tuple[str, ...]
     seconds: float
-    defines: tuple[tuple[str, str], ...] = ()  # what the initial cache set, but the launchers (see compiler_cache)
+    defines: tuple[tuple[str, str], ...] = ()  # what the initial cache set, but the launchers (see cache.compiler)
     prefix_maps: tuple[PrefixMap, ...] = ()  # the folders mapped out of the objects
-    compiler_cache: dict = field(default_factory=dict)  # compiler_cache.CacheReport.to_dict(), or describe() when reused
+    compiler_cache: dict = field(default_factory=dict)  # cache.session.CacheReport.to_dict(), or describe() when reused
 
 
 # --------------------------------------------------------------------------- pure decisions

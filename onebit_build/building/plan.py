@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Mapping
 
 from onebit_build.building.builder import resolve_refs
-from onebit_build.building.compiler_cache import NO_LAUNCHER, Launcher, describe, launcher_defines, prefix_maps, with_prefix_maps
+from onebit_build.building.cache.compiler import NO_LAUNCHER, Launcher, describe, launcher_defines, prefix_maps, with_prefix_maps
 from onebit_build.core.config import REF_RE, Component, Recipe, ToolchainSpec
 from onebit_build.core.pins import Pin, Pins
 from onebit_build.core.errors import ToolMissingError
