@@ -66,7 +66,8 @@ def plan_doc(the_plan) -> dict:
             "sources": [plain(asdict(s)) for s in the_plan.sources],
             "components": [plain(asdict(c)) for c in the_plan.components],
             "runtime_env": dict(the_plan.runtime_env), "problems": list(the_plan.problems),
-            "compiler_cache": describe(the_plan.launcher)}
+            "compiler_cache": describe(the_plan.launcher),
+            "shader_cache": the_plan.shader_cache.describe() if the_plan.shader_cache else None}
 
 
 def recipe_rows(project: ProjectRoot, opts: Options) -> list[dict]:

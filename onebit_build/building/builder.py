@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from onebit_build.core import ui
 from onebit_build.building.cmake import Tools, build_argv, configure_argv, find_tools, write_init_cache
+from onebit_build.building.cache import shaders
 from onebit_build.building.cache.session import CacheSession
 from onebit_build.building.cache.compiler import NO_LAUNCHER, Launcher, PrefixMap, describe, launcher_defines, prefix_maps, with_prefix_maps
 from onebit_build.core.config import REF_RE, Component
@@ -262,10 +263,13 @@ def _configure_and_build(req: BuildRequest, tools: Tools, bdir: Path, defines: t
     """Configure and build through the compiler cache; what the cache did (its one warning
     line, if any, printed)."""
     session = CacheSession(req.launcher, source_dir=req.source_dir, build_dir=bdir)
+    shader_run = None
     try:
         with session:
+            shader_run = shaders.prepare(session.launcher, bdir, defines, redis_endpoint=session.redis_endpoint)
             # The launchers are always written (empty without one): the folder may have had one.
-            write_init_cache(tools, req.source_dir, bdir, req.component.build_type, [*defines, *launcher_defines(session.launcher)])
+            write_init_cache(tools, req.source_dir, bdir, req.component.build_type,
+                             [*defines, *launcher_defines(session.launcher), *(shader_run.defines if shader_run else ())])
             run_env = {**env, **session.env}
             ui.info(f"  configuring {req.component.name} ({bdir.name})")
             run(conf, log=req.log, env=run_env, what=f"configure of {req.component.name}",
@@ -287,7 +291,14 @@ def _configure_and_build(req: BuildRequest, tools: Tools, bdir: Path, defines: t
     stats = session.report.stats
     if stats is not None and stats.hit_rate is not None:
         ui.detail(f"  compiler cache: {stats.hits}/{stats.hits + stats.misses} hits ({session.launcher.label})")
-    return session.report.to_dict()
+    doc = session.report.to_dict()
+    if shader_run is not None:
+        doc["shader_cache"] = shader_run.report()
+        for line in shader_run.warnings or ():
+            ui.warn(line)
+        if (s := doc["shader_cache"].get("stats")) and s["requests"]:
+            ui.detail(f"  shader cache: {s['hits']}/{s['hits'] + s['misses']} hits")
+    return doc
 
 
 def _assemble_digest(req: BuildRequest) -> str | None:

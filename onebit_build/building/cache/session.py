@@ -245,6 +245,11 @@ class CacheSession:
     def warnings(self) -> list[str]:
         return self.report.warnings
 
+    @property
+    def redis_endpoint(self) -> tuple[str, int] | None:
+        """Where the build reaches the shared Redis (the guard in front of it), if anywhere."""
+        return ("127.0.0.1", self._guard.port) if self._guard is not None else None
+
     def __enter__(self) -> "CacheSession":
         try:
             self._start()

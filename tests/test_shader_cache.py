@@ -1,0 +1,253 @@
+"""The shader cache: the glslc launcher's decisions (pure), and the launcher itself on the real
+glslc, called as ggml-vulkan's vulkan-shaders-gen calls it, in folders at different paths,
+with a local folder and with a real Redis."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from _redis import RedisServer, free_port
+from onebit_build.building.cache import glslc as gl
+from onebit_build.building.cache import shaders
+from onebit_build.building.cache.compiler import Launcher, parse_url
+
+needs_glslc = pytest.mark.skipif(shutil.which("glslc") is None, reason="glslc is not installed (see system-packages.txt)")
+needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed (see system-packages.txt)")
+
+CCACHE = Launcher(kind="ccache", program="/usr/bin/ccache")
+
+# A shader with an include and a define, in the form of ggml's shaders.
+SHADER = """\
+#version 450
+#extension GL_GOOGLE_include_directive : enable
+#include "types.glsl"
+layout(local_size_x = 64) in;
+layout(binding = 0) buffer B { FLOAT_TYPE data[]; };
+void main() { data[gl_GlobalInvocationID.x] = data[gl_GlobalInvocationID.x] * SCALE + OFFSET; }
+"""
+TYPES = "#define OFFSET 1.0\n"
+
+
+def gen_argv(src: Path, out: Path, *defines: str) -> list[str]:
+    """What vulkan-shaders-gen passes to glslc for one variant (after the program)."""
+    return ["-fshader-stage=compute", "--target-env=vulkan1.2", str(src), "-o", str(out), "-O",
+            "-MD", "-MF", str(out) + ".d", *defines]
+
+
+# --------------------------------------------------------------------------- pure
+
+
+def test_parse_maps_the_three_paths():
+    job = gl.parse(gen_argv(Path("/a/x.comp"), Path("/b/x.spv"), "-DFLOAT_TYPE=float"))
+    assert (job["input"], job["output"], job["depfile"]) == ("/a/x.comp", "/b/x.spv", "/b/x.spv.d")
+    assert job["args"] == ["-fshader-stage=compute", "--target-env=vulkan1.2", "<in>", "-o", "<out>", "-O",
+                           "-MD", "-MF", "<dep>", "-DFLOAT_TYPE=float"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["-o", "-", "-fshader-stage=compute", "x.comp"],  # CMake's probes write to stdout
+    ["x.comp"], ["-o", "x.spv"], ["a.comp", "b.comp", "-o", "x.spv"],
+    ["-I", "/inc", "x.comp", "-o", "x.spv"], ["--unknown", "x.comp", "-o", "x.spv"],
+    ["x.comp", "-o", "x.spv", "-MD"], ["x.comp", "-o", "x.spv", "-MF", "x.d"],
+    ["x.comp", "-o", "x.spv", "-o", "y.spv"], ["x.comp", "-o", "x.spv", "-DA=1\nB"],
+])
+def test_anything_but_a_plain_compile_is_uncacheable(argv):
+    with pytest.raises(gl.Uncacheable):
+        gl.parse(argv)
+
+
+def test_preprocess_drops_output_and_dependency_options():
+    argv = gen_argv(Path("/a/x.comp"), Path("/b/x.spv"), "-DA=1")
+    assert gl.preprocess_argv("glslc", argv, gl.parse(argv)) == [
+        "glslc", "-E", "-fshader-stage=compute", "--target-env=vulkan1.2", "/a/x.comp", "-O", "-DA=1"]
+
+
+def test_key_is_path_free_but_follows_source_defines_and_glslc():
+    def key(folder: str, text: bytes, *defines: str, identity: str = "glslc 1") -> str:
+        job = gl.parse(gen_argv(Path(folder) / "x.comp", Path("/out") / folder.strip("/") / "x.spv", *defines))
+        return gl.cache_key(identity, job, text.replace(b"@", folder.encode()))
+
+    pre = b'#line 1 "@/x.comp"\nvoid main(){}\n'
+    assert key("/ws1/src", pre, "-DA=1") == key("/elsewhere/2/src", pre, "-DA=1")
+    assert key("/ws1/src", pre, "-DA=1") != key("/ws1/src", pre, "-DA=2")
+    assert key("/ws1/src", pre, "-DA=1") != key("/ws1/src", pre + b"//\n", "-DA=1")
+    assert key("/ws1/src", pre, "-DA=1") != key("/ws1/src", pre, "-DA=1", identity="glslc 2")
+    # With -g the SPIR-V names its source file: the path stays in the key.
+    assert key("/ws1/src", pre, "-g") != key("/ws2/src", pre, "-g")
+
+
+def test_entry_round_trip_maps_the_dependency_file():
+    job1 = gl.parse(gen_argv(Path("/ws1/src/x.comp"), Path("/ws1/b/x.spv")))
+    job2 = gl.parse(gen_argv(Path("/ws2/deep/src/x.comp"), Path("/ws2/b/x.spv")))
+    dep = b"/ws1/b/x.spv: /ws1/src/x.comp /ws1/src/types.glsl\n"
+    spv, dep2 = gl.unpack(gl.pack(b"\x03\x02\x23\x07spv", dep, job1), job2)
+    assert spv == b"\x03\x02\x23\x07spv"
+    assert dep2 == b"/ws2/b/x.spv: /ws2/deep/src/x.comp /ws2/deep/src/types.glsl\n"
+
+
+def test_a_damaged_entry_is_refused():
+    job = gl.parse(gen_argv(Path("/s/x.comp"), Path("/b/x.spv")))
+    blob = bytearray(gl.pack(b"0123456789", b"/b/x.spv: /s/x.comp\n", job))
+    blob[-25] ^= 1
+    with pytest.raises(ValueError):
+        gl.unpack(bytes(blob), job)
+    with pytest.raises(ValueError):
+        gl.unpack(b"junk", job)
+
+
+def test_on_only_with_a_compiler_cache_and_for_vulkan_builds(tmp_path):
+    env = {"ONEBIT_SHADER_CACHE_DIR": str(tmp_path)}
+    assert not shaders.plan_shader_cache(Launcher(kind="none"), glslc="/usr/bin/glslc", env=env).active
+    assert not shaders.plan_shader_cache(CCACHE, glslc=None, env=env).active
+    on = shaders.plan_shader_cache(CCACHE, glslc="/usr/bin/glslc", env=env, version="v")
+    assert on.active and on.local == str(tmp_path) and on.describe()["backend"] == "local"
+    assert shaders.wants_shaders((("GGML_VULKAN", "ON"),)) and not shaders.wants_shaders((("GGML_VULKAN", "OFF"),))
+    assert shaders.prepare(CCACHE, tmp_path, (("GGML_CUDA", "ON"),)) is None
+
+
+def test_the_redis_password_is_not_shown(tmp_path):
+    ln = Launcher(kind="sccache", program="/x/sccache", url=parse_url("redis://u:hunter2@cache.example:6379/3"))
+    cache = shaders.plan_shader_cache(ln, glslc="/usr/bin/glslc", env={"ONEBIT_SHADER_CACHE_DIR": str(tmp_path)}, version="v")
+    assert "hunter2" not in str(cache.describe()) and cache.describe()["url"] == "redis://u@cache.example:6379/3"
+
+
+# --------------------------------------------------------------------------- the real glslc
+
+
+def tree(root: Path, shader: str = SHADER, types: str = TYPES) -> Path:
+    src = root / "vulkan-shaders"
+    src.mkdir(parents=True)
+    (src / "x.comp").write_text(shader)
+    (src / "types.glsl").write_text(types)
+    return src
+
+
+def launcher(build: Path, cache_dir: Path, redis: str | None = None) -> Path:
+    ln = Launcher(kind="ccache", program="/usr/bin/ccache", url=parse_url(redis) if redis else None)
+    env = {**os.environ, "ONEBIT_SHADER_CACHE_DIR": str(cache_dir)}
+    return shaders.install(shaders.resolve(ln, env), build)
+
+
+def compile_with(program: Path | str, src: Path, out: Path, *defines: str) -> subprocess.CompletedProcess[str]:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    argv = gen_argv(src / "x.comp", out, "-DFLOAT_TYPE=float", *defines)
+    return subprocess.run([str(program), *argv], capture_output=True, text=True, timeout=300)
+
+
+def stats(build: Path) -> tuple[int, int, int]:
+    s, _ = shaders.read_stats(build)
+    return s.hits, s.misses, s.errors
+
+
+@needs_glslc
+def test_two_paths_hit_and_give_the_bytes_glslc_gives(tmp_path):
+    cache = tmp_path / "cache"
+    src1, src2 = tree(tmp_path / "ws1"), tree(tmp_path / "other" / "place" / "ws2")
+    b1, b2 = tmp_path / "ws1" / "build", tmp_path / "other" / "place" / "ws2" / "build"
+    for src, b in ((src1, b1), (src2, b2)):
+        done = compile_with(launcher(b, cache), src, b / "x.spv", "-DSCALE=2.0")
+        assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert stats(b1) == (0, 1, 0) and stats(b2) == (1, 0, 0)
+    plain = compile_with("glslc", src2, tmp_path / "plain" / "x.spv", "-DSCALE=2.0")
+    assert plain.returncode == 0
+    assert (b1 / "x.spv").read_bytes() == (b2 / "x.spv").read_bytes() == (tmp_path / "plain" / "x.spv").read_bytes()
+    dep = (b2 / "x.spv.d").read_text()
+    assert dep.split() == [f"{b2 / 'x.spv'}:", str(src2 / "x.comp"), str(src2 / "types.glsl")]
+
+
+@needs_glslc
+def test_a_changed_define_include_or_shader_misses(tmp_path):
+    cache = tmp_path / "cache"
+    src, b = tree(tmp_path / "ws"), tmp_path / "ws" / "build"
+    prog = launcher(b, cache)
+    assert compile_with(prog, src, b / "a.spv", "-DSCALE=2.0").returncode == 0
+    assert compile_with(prog, src, b / "b.spv", "-DSCALE=2.0").returncode == 0
+    assert stats(b) == (1, 1, 0)
+    assert compile_with(prog, src, b / "c.spv", "-DSCALE=3.0").returncode == 0
+    (src / "types.glsl").write_text("#define OFFSET 2.0\n")
+    assert compile_with(prog, src, b / "d.spv", "-DSCALE=2.0").returncode == 0
+    (src / "x.comp").write_text(SHADER.replace("* SCALE", "* SCALE * SCALE"))
+    assert compile_with(prog, src, b / "e.spv", "-DSCALE=2.0").returncode == 0
+    assert stats(b) == (1, 4, 0)
+    assert len({(b / f"{n}.spv").read_bytes() for n in "acde"}) == 4
+    assert (b / "a.spv").read_bytes() == (b / "b.spv").read_bytes()
+
+
+@needs_glslc
+def test_a_failing_shader_reports_as_glslc_does_and_is_not_stored(tmp_path):
+    src, b = tree(tmp_path / "ws", shader=SHADER.replace("void main", "void broken main")), tmp_path / "ws" / "build"
+    prog = launcher(b, tmp_path / "cache")
+    ours, theirs = compile_with(prog, src, b / "x.spv"), compile_with("glslc", src, tmp_path / "plain" / "x.spv")
+    assert ours.returncode == theirs.returncode != 0
+    assert ours.stderr.replace(str(b), "B") == theirs.stderr.replace(str(tmp_path / "plain"), "B")
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+
+
+@needs_glslc
+def test_an_unusable_cache_falls_back_to_glslc(tmp_path):
+    src, b = tree(tmp_path / "ws"), tmp_path / "ws" / "build"
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache folder should be")
+    done = compile_with(launcher(b, blocked), src, b / "x.spv", "-DSCALE=2.0")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert compile_with("glslc", src, tmp_path / "plain" / "x.spv", "-DSCALE=2.0").returncode == 0
+    assert (b / "x.spv").read_bytes() == (tmp_path / "plain" / "x.spv").read_bytes()
+    assert stats(b)[2] >= 1
+
+
+@needs_glslc
+def test_a_damaged_entry_is_compiled_again(tmp_path):
+    cache = tmp_path / "cache"
+    src, b = tree(tmp_path / "ws"), tmp_path / "ws" / "build"
+    prog = launcher(b, cache)
+    assert compile_with(prog, src, b / "a.spv", "-DSCALE=2.0").returncode == 0
+    (entry,) = [p for p in cache.rglob("*") if p.is_file()]
+    entry.write_bytes(entry.read_bytes()[:-7])
+    done = compile_with(prog, src, b / "b.spv", "-DSCALE=2.0")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert (b / "a.spv").read_bytes() == (b / "b.spv").read_bytes()
+    assert stats(b) == (0, 2, 1)
+
+
+@needs_glslc
+def test_no_value_reaches_a_shell(tmp_path):
+    src, b = tree(tmp_path / "ws"), tmp_path / "ws" / "build"
+    marker = tmp_path / "ran"
+    hostile = (f"-DSCALE=2.0 /* $(touch {marker}) */", f"-DZ=`touch {marker}`;touch {marker}")
+    done = compile_with(launcher(b, tmp_path / "cache"), src, b / "x.spv", *hostile)
+    plain = compile_with("glslc", src, tmp_path / "plain" / "x.spv", *hostile)
+    assert not marker.exists()
+    assert (done.returncode, done.stderr.replace(str(b), "B")) == (plain.returncode, plain.stderr.replace(str(tmp_path / "plain"), "B"))
+
+
+@needs_glslc
+@needs_redis
+def test_redis_shares_entries_across_local_folders(tmp_path):
+    redis = RedisServer(tmp_path / "redis").start()
+    try:
+        src1, src2 = tree(tmp_path / "m1"), tree(tmp_path / "m2" / "x")
+        b1, b2 = tmp_path / "m1" / "build", tmp_path / "m2" / "x" / "build"
+        assert compile_with(launcher(b1, tmp_path / "local1", redis.url), src1, b1 / "x.spv", "-DSCALE=2.0").returncode == 0
+        assert redis.keys() == 1
+        assert compile_with(launcher(b2, tmp_path / "local2", redis.url), src2, b2 / "x.spv", "-DSCALE=2.0").returncode == 0
+        assert stats(b1) == (0, 1, 0) and stats(b2) == (1, 0, 0)
+        assert (b2 / "onebit-glslc" / "stats.log").read_text() == "hit redis\n"
+        assert (b1 / "x.spv").read_bytes() == (b2 / "x.spv").read_bytes()
+    finally:
+        redis.stop()
+
+
+@needs_glslc
+def test_redis_down_compiles_and_is_tried_once(tmp_path):
+    src, b = tree(tmp_path / "ws"), tmp_path / "ws" / "build"
+    prog = launcher(b, tmp_path / "local", f"redis://127.0.0.1:{free_port()}")
+    for n, scale in enumerate(("2.0", "3.0", "4.0")):
+        done = compile_with(prog, src, b / f"{n}.spv", f"-DSCALE={scale}")
+        assert (done.returncode, done.stderr) == (0, "")
+    lines = (b / "onebit-glslc" / "stats.log").read_text().splitlines()
+    assert lines.count("miss") == 3 and sum(ln.startswith("error redis") for ln in lines) == 1
