@@ -4,6 +4,7 @@ with a local folder and with a real Redis."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -12,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from _redis import RedisServer, free_port
+from _support import REPO, run_cli
 from onebit_build.building.cache import glslc as gl
 from onebit_build.building.cache import shaders
 from onebit_build.building.cache.compiler import Launcher, parse_url
+from onebit_build.running.report import _cache_section
 
 needs_glslc = pytest.mark.skipif(shutil.which("glslc") is None, reason="glslc is not installed (see system-packages.txt)")
 needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed (see system-packages.txt)")
@@ -251,3 +254,28 @@ def test_redis_down_compiles_and_is_tried_once(tmp_path):
         assert (done.returncode, done.stderr) == (0, "")
     lines = (b / "onebit-glslc" / "stats.log").read_text().splitlines()
     assert lines.count("miss") == 3 and sum(ln.startswith("error redis") for ln in lines) == 1
+
+
+# --------------------------------------------------------------------------- plan, manifest, report
+
+
+@needs_glslc
+def test_the_plan_names_the_shader_cache_for_vulkan_only(tmp_path):
+    env = {"ONEBIT_SHADER_CACHE_DIR": str(tmp_path / "sc"), "ONEBIT_COMPILER_CACHE": "ccache"}
+    vk = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--recipe", "vulkan", "plan", "--json", env=env)
+    assert vk.returncode == 0, vk.stderr
+    doc = json.loads(vk.stdout)["shader_cache"]
+    assert doc["launcher"] == "glslc-cache" and doc["backend"] == "local" and doc["cache_dir"] == str(tmp_path / "sc")
+    none = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--recipe", "vulkan", "--compiler-cache", "none", "plan", env=env)
+    assert "shader cache  none  (no compiler cache;" in none.stdout
+    cpu = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "plan", env=env)
+    assert "shader cache" not in cpu.stdout
+
+
+def test_the_report_has_a_row_for_the_shader_cache():
+    stats = {"requests": 1117, "hits": 1110, "misses": 7, "errors": 0, "not_cacheable": 7, "hit_rate": 0.9937}
+    manifest = {"components": [{"name": "llama", "compiler_cache": {
+        "launcher": "sccache", "version": "0.16.0", "backend": "local", "stats": None,
+        "shader_cache": {"launcher": "glslc-cache", "backend": "local", "cache_dir": "/c/onebit-glslc", "stats": stats}}}]}
+    lines = _cache_section(manifest)
+    assert "| llama | glslc-cache | local /c/onebit-glslc | 1117 | 1110 | 7 | 99% |  |" in lines
