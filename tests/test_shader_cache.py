@@ -73,7 +73,7 @@ def test_preprocess_drops_output_and_dependency_options():
 def test_key_is_path_free_but_follows_source_defines_and_glslc():
     def key(folder: str, text: bytes, *defines: str, identity: str = "glslc 1") -> str:
         job = gl.parse(gen_argv(Path(folder) / "x.comp", Path("/out") / folder.strip("/") / "x.spv", *defines))
-        return gl.cache_key(identity, job, text.replace(b"@", folder.encode()))
+        return gl.cache_key(identity, job, "preprocessed:" + gl.preprocessed_digest(job, text.replace(b"@", folder.encode())))
 
     pre = b'#line 1 "@/x.comp"\nvoid main(){}\n'
     assert key("/ws1/src", pre, "-DA=1") == key("/elsewhere/2/src", pre, "-DA=1")
@@ -82,6 +82,24 @@ def test_key_is_path_free_but_follows_source_defines_and_glslc():
     assert key("/ws1/src", pre, "-DA=1") != key("/ws1/src", pre, "-DA=1", identity="glslc 2")
     # With -g the SPIR-V names its source file: the path stays in the key.
     assert key("/ws1/src", pre, "-g") != key("/ws2/src", pre, "-g")
+
+
+def test_include_closure_is_path_free_and_covers_every_included_file(tmp_path):
+    def closure(root: Path, files: dict[str, str]) -> str | None:
+        for name, text in files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+        return gl.include_closure(root / "x.comp")
+
+    files = {"x.comp": '#include "a.glsl"\n#if 0\n  # include "sub/b.glsl" // unused here\n#endif\n',
+             "a.glsl": "#define A 1\n", "sub/b.glsl": '#include "../a.glsl"\n#include "c.glsl"\n', "sub/c.glsl": "//\n"}
+    first = closure(tmp_path / "one", files)
+    assert first is not None and first == closure(tmp_path / "two" / "deeper", files)
+    for name in files:  # a change in any file it can include, used or not, misses
+        assert closure(tmp_path / f"changed-{name.replace('/', '-')}", {**files, name: files[name] + " "}) != first
+    assert closure(tmp_path / "missing", {**files, "sub/b.glsl": '#include "nowhere.glsl"\n'}) != first
+    assert closure(tmp_path / "macro", {**files, "a.glsl": "#include NAME\n"}) is None
+    assert closure(tmp_path / "comment", {**files, "a.glsl": '#include "c.glsl" /* c */\n'}) is None
 
 
 def test_entry_round_trip_maps_the_dependency_file():
@@ -161,6 +179,23 @@ def test_two_paths_hit_and_give_the_bytes_glslc_gives(tmp_path):
     assert (b1 / "x.spv").read_bytes() == (b2 / "x.spv").read_bytes() == (tmp_path / "plain" / "x.spv").read_bytes()
     dep = (b2 / "x.spv.d").read_text()
     assert dep.split() == [f"{b2 / 'x.spv'}:", str(src2 / "x.comp"), str(src2 / "types.glsl")]
+
+
+@needs_glslc
+def test_an_include_it_cannot_follow_is_keyed_on_the_preprocessed_source(tmp_path):
+    """The second form of the key (glslc -E, the source folder mapped): still path-free."""
+    shader = SHADER.replace('#include "types.glsl"', '#include "types.glsl" /* the types */')
+    cache = tmp_path / "cache"
+    src1, src2 = tree(tmp_path / "ws1", shader), tree(tmp_path / "x" / "ws2", shader)
+    assert gl.include_closure(src1 / "x.comp") is None
+    b1, b2 = tmp_path / "ws1" / "build", tmp_path / "x" / "ws2" / "build"
+    for src, b in ((src1, b1), (src2, b2)):
+        assert compile_with(launcher(b, cache), src, b / "x.spv", "-DSCALE=2.0").returncode == 0
+    assert stats(b1) == (0, 1, 0) and stats(b2) == (1, 0, 0)
+    (src2 / "types.glsl").write_text("#define OFFSET 3.0\n")
+    assert compile_with(launcher(b2, cache), src2, b2 / "y.spv", "-DSCALE=2.0").returncode == 0
+    assert stats(b2) == (0, 1, 0)
+    assert (b1 / "x.spv").read_bytes() == (b2 / "x.spv").read_bytes() != (b2 / "y.spv").read_bytes()
 
 
 @needs_glslc
