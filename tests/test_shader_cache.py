@@ -314,3 +314,17 @@ def test_the_report_has_a_row_for_the_shader_cache():
         "shader_cache": {"launcher": "glslc-cache", "backend": "local", "cache_dir": "/c/onebit-glslc", "stats": stats}}}]}
     lines = _cache_section(manifest)
     assert "| llama | glslc-cache | local /c/onebit-glslc | 1117 | 1110 | 7 | 99% |  |" in lines
+
+
+@needs_glslc
+def test_prepare_points_cmake_at_the_launcher_or_back_at_glslc(tmp_path, monkeypatch):
+    monkeypatch.setenv("ONEBIT_SHADER_CACHE_DIR", str(tmp_path / "sc"))
+    vulkan = (("GGML_VULKAN", "ON"),)
+    on = shaders.prepare(CCACHE, tmp_path / "b", vulkan)
+    assert on is not None and on.cache.active
+    ((name, script),) = on.defines
+    assert name == "Vulkan_GLSLC_EXECUTABLE" and script == str(tmp_path / "b" / "onebit-glslc" / "glslc")
+    assert os.access(script, os.X_OK) and (Path(script).parent / "glslc.json").stat().st_mode & 0o077 == 0
+    off = shaders.prepare(Launcher(kind="none"), tmp_path / "b", vulkan)
+    assert off is not None and not off.cache.active and off.defines == (("Vulkan_GLSLC_EXECUTABLE", shutil.which("glslc")),)
+    assert off.report() == {"launcher": "none", "reason": "no compiler cache"}
