@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -87,12 +86,9 @@ def test_second_workspace_compiles_no_shader_and_verifies(vulkan_build, tmp_path
     ws2 = tmp_path / "a" / "second" / "workspace"
     say = progress(pytestconfig)
     say(f"building the vulkan recipe again in {ws2} (shaders from the shader cache)")
-    t0 = time.monotonic()
     rc, out = stream_cli(REPO, "--workspace", str(ws2), "--mirror-dir", str(ws / "git"), "--recipe", "vulkan", "build",
                          say=say, timeout=3600)
-    took = time.monotonic() - t0
     assert rc == 0, out[-3000:]
-    say(f"second vulkan build done in {took:.1f} s")
     second = json.loads((ws2 / "manifests" / "vulkan.json").read_text())
     stats = shader_stats(second)
     assert stats is not None and stats["misses"] == 0 and stats["errors"] == 0, stats
