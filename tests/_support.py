@@ -170,7 +170,8 @@ def stream_cli(root: Path, *args: str, say=None, timeout: float = 3600) -> tuple
                 say(line.rstrip())
         rc = proc.wait(timeout=timeout)
     if say is not None:
-        say(f"onebit-build {' '.join(args)}: {'done' if rc == 0 else f'exit {rc}'} in {time.monotonic() - started:.1f} s")
+        result = "done" if rc == 0 else f"exit {rc}"
+        say(f"onebit-build {' '.join(args)}: {result} in {time.monotonic() - started:.1f} s")
     return rc, "".join(lines)
 
 

@@ -19,8 +19,10 @@ from onebit_build.building.cache import shaders
 from onebit_build.building.cache.compiler import Launcher, parse_url
 from onebit_build.running.report import _cache_section
 
-needs_glslc = pytest.mark.skipif(shutil.which("glslc") is None, reason="glslc is not installed (see system-packages.txt)")
-needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed (see system-packages.txt)")
+needs_glslc = pytest.mark.skipif(shutil.which("glslc") is None,
+                                 reason="glslc is not installed (see system-packages.txt)")
+needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None,
+                                 reason="redis-server is not installed (see system-packages.txt)")
 
 CCACHE = Launcher(kind="ccache", program="/usr/bin/ccache")
 
@@ -73,7 +75,8 @@ def test_preprocess_drops_output_and_dependency_options():
 def test_key_is_path_free_but_follows_source_defines_and_glslc():
     def key(folder: str, text: bytes, *defines: str, identity: str = "glslc 1") -> str:
         job = gl.parse(gen_argv(Path(folder) / "x.comp", Path("/out") / folder.strip("/") / "x.spv", *defines))
-        return gl.cache_key(identity, job, "preprocessed:" + gl.preprocessed_digest(job, text.replace(b"@", folder.encode())))
+        text = text.replace(b"@", folder.encode())
+        return gl.cache_key(identity, job, "preprocessed:" + gl.preprocessed_digest(job, text))
 
     pre = b'#line 1 "@/x.comp"\nvoid main(){}\n'
     assert key("/ws1/src", pre, "-DA=1") == key("/elsewhere/2/src", pre, "-DA=1")
@@ -133,7 +136,8 @@ def test_on_only_with_a_compiler_cache_and_for_vulkan_builds(tmp_path):
 
 def test_the_redis_password_is_not_shown(tmp_path):
     ln = Launcher(kind="sccache", program="/x/sccache", url=parse_url("redis://u:hunter2@cache.example:6379/3"))
-    cache = shaders.plan_shader_cache(ln, glslc="/usr/bin/glslc", env={"ONEBIT_SHADER_CACHE_DIR": str(tmp_path)}, version="v")
+    env = {"ONEBIT_SHADER_CACHE_DIR": str(tmp_path)}
+    cache = shaders.plan_shader_cache(ln, glslc="/usr/bin/glslc", env=env, version="v")
     assert "hunter2" not in str(cache.describe()) and cache.describe()["url"] == "redis://u@cache.example:6379/3"
 
 
@@ -260,7 +264,8 @@ def test_no_value_reaches_a_shell(tmp_path):
     done = compile_with(launcher(b, tmp_path / "cache"), src, b / "x.spv", *hostile)
     plain = compile_with("glslc", src, tmp_path / "plain" / "x.spv", *hostile)
     assert not marker.exists()
-    assert (done.returncode, done.stderr.replace(str(b), "B")) == (plain.returncode, plain.stderr.replace(str(tmp_path / "plain"), "B"))
+    assert done.returncode == plain.returncode
+    assert done.stderr.replace(str(b), "B") == plain.stderr.replace(str(tmp_path / "plain"), "B")
 
 
 @needs_glslc
@@ -270,9 +275,11 @@ def test_redis_shares_entries_across_local_folders(tmp_path):
     try:
         src1, src2 = tree(tmp_path / "m1"), tree(tmp_path / "m2" / "x")
         b1, b2 = tmp_path / "m1" / "build", tmp_path / "m2" / "x" / "build"
-        assert compile_with(launcher(b1, tmp_path / "local1", redis.url), src1, b1 / "x.spv", "-DSCALE=2.0").returncode == 0
+        one = launcher(b1, tmp_path / "local1", redis.url)
+        assert compile_with(one, src1, b1 / "x.spv", "-DSCALE=2.0").returncode == 0
         assert redis.keys() == 1
-        assert compile_with(launcher(b2, tmp_path / "local2", redis.url), src2, b2 / "x.spv", "-DSCALE=2.0").returncode == 0
+        two = launcher(b2, tmp_path / "local2", redis.url)
+        assert compile_with(two, src2, b2 / "x.spv", "-DSCALE=2.0").returncode == 0
         assert stats(b1) == (0, 1, 0) and stats(b2) == (1, 0, 0)
         assert (b2 / "onebit-glslc" / "stats.log").read_text() == "hit redis\n"
         assert (b1 / "x.spv").read_bytes() == (b2 / "x.spv").read_bytes()
@@ -301,7 +308,8 @@ def test_the_plan_names_the_shader_cache_for_vulkan_only(tmp_path):
     assert vk.returncode == 0, vk.stderr
     doc = json.loads(vk.stdout)["shader_cache"]
     assert doc["launcher"] == "glslc-cache" and doc["backend"] == "local" and doc["cache_dir"] == str(tmp_path / "sc")
-    none = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--recipe", "vulkan", "--compiler-cache", "none", "plan", env=env)
+    none = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--recipe", "vulkan", "--compiler-cache", "none", "plan",
+                   env=env)
     assert "shader cache  none  (no compiler cache;" in none.stdout
     cpu = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "plan", env=env)
     assert "shader cache" not in cpu.stdout
@@ -311,7 +319,8 @@ def test_the_report_has_a_row_for_the_shader_cache():
     stats = {"requests": 1117, "hits": 1110, "misses": 7, "errors": 0, "not_cacheable": 7, "hit_rate": 0.9937}
     manifest = {"components": [{"name": "llama", "compiler_cache": {
         "launcher": "sccache", "version": "0.16.0", "backend": "local", "stats": None,
-        "shader_cache": {"launcher": "glslc-cache", "backend": "local", "cache_dir": "/c/onebit-glslc", "stats": stats}}}]}
+        "shader_cache": {"launcher": "glslc-cache", "backend": "local", "cache_dir": "/c/onebit-glslc",
+                         "stats": stats}}}]}
     lines = _cache_section(manifest)
     assert "| llama | glslc-cache | local /c/onebit-glslc | 1117 | 1110 | 7 | 99% |  |" in lines
 
@@ -326,5 +335,6 @@ def test_prepare_points_cmake_at_the_launcher_or_back_at_glslc(tmp_path, monkeyp
     assert name == "Vulkan_GLSLC_EXECUTABLE" and script == str(tmp_path / "b" / "onebit-glslc" / "glslc")
     assert os.access(script, os.X_OK) and (Path(script).parent / "glslc.json").stat().st_mode & 0o077 == 0
     off = shaders.prepare(Launcher(kind="none"), tmp_path / "b", vulkan)
-    assert off is not None and not off.cache.active and off.defines == (("Vulkan_GLSLC_EXECUTABLE", shutil.which("glslc")),)
+    assert off is not None and not off.cache.active
+    assert off.defines == (("Vulkan_GLSLC_EXECUTABLE", shutil.which("glslc")),)
     assert off.report() == {"launcher": "none", "reason": "no compiler cache"}

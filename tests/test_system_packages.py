@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parent.parent
 LIST = REPO / "system-packages.txt"
 INSTALL = "xargs -a system-packages.txt apt-get install -y --no-install-recommends"
 # Programs the tests need from the system, and the package that brings each.
-NEEDED = {"redis-server": "redis-server", "ccache": "ccache", "glslc": "glslc", "shellcheck": "shellcheck", "git": "git"}
+NEEDED = {"redis-server": "redis-server", "ccache": "ccache", "glslc": "glslc", "shellcheck": "shellcheck",
+          "git": "git"}
 
 
 def packages() -> list[str]:

@@ -268,8 +268,9 @@ def _configure_and_build(req: BuildRequest, tools: Tools, bdir: Path, defines: t
         with session:
             shader_run = shaders.prepare(session.launcher, bdir, defines, redis_endpoint=session.redis_endpoint)
             # The launchers are always written (empty without one): the folder may have had one.
+            glslc = shader_run.defines if shader_run else ()
             write_init_cache(tools, req.source_dir, bdir, req.component.build_type,
-                             [*defines, *launcher_defines(session.launcher), *(shader_run.defines if shader_run else ())])
+                             [*defines, *launcher_defines(session.launcher), *glslc])
             run_env = {**env, **session.env}
             ui.info(f"  configuring {req.component.name} ({bdir.name})")
             run(conf, log=req.log, env=run_env, what=f"configure of {req.component.name}",

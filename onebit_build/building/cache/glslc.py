@@ -149,7 +149,8 @@ def pack(spv: bytes, dep: bytes | None, job: dict) -> bytes:
     mapped = b""
     if dep is not None:
         mapped = dep.replace(os.fsencode(job["output"]), OUT_TOKEN).replace(source_dir(job), SRC_TOKEN + b"/")
-    head = {"spv": len(spv), "sha256": hashlib.sha256(spv + mapped).hexdigest(), "dep": len(mapped) if dep is not None else None}
+    head = {"spv": len(spv), "sha256": hashlib.sha256(spv + mapped).hexdigest(),
+            "dep": len(mapped) if dep is not None else None}
     return MAGIC + json.dumps(head, sort_keys=True).encode() + b"\n" + spv + mapped
 
 
