@@ -338,3 +338,76 @@ def test_prepare_points_cmake_at_the_launcher_or_back_at_glslc(tmp_path, monkeyp
     assert off is not None and not off.cache.active
     assert off.defines == (("Vulkan_GLSLC_EXECUTABLE", shutil.which("glslc")),)
     assert off.report() == {"launcher": "none", "reason": "no compiler cache"}
+
+
+# --------------------------------------------------------------------------- through the tool
+
+
+SHADER_PROJECT = {
+    "CMakeLists.txt": """\
+        cmake_minimum_required(VERSION 3.20)
+        project(shaders C)
+        find_package(Vulkan COMPONENTS glslc REQUIRED)
+        set(spv ${CMAKE_BINARY_DIR}/x.spv)
+        # the way vulkan-shaders-gen calls glslc
+        add_custom_command(OUTPUT ${spv}
+            COMMAND ${Vulkan_GLSLC_EXECUTABLE} -fshader-stage=compute --target-env=vulkan1.2
+                    ${CMAKE_SOURCE_DIR}/vulkan-shaders/x.comp -o ${spv} -O -MD -MF ${spv}.d
+                    -DFLOAT_TYPE=float -DSCALE=${SCALE}
+            DEPENDS ${CMAKE_SOURCE_DIR}/vulkan-shaders/x.comp)
+        add_custom_target(shaders ALL DEPENDS ${spv})
+        """,
+    "vulkan-shaders/x.comp": SHADER,
+    "vulkan-shaders/types.glsl": TYPES,
+}
+
+
+def shader_tool_project(tmp_path: Path) -> tuple[Path, Path]:
+    """A pinned source whose build compiles one shader through Vulkan_GLSLC_EXECUTABLE, and its
+    recipe (GGML_VULKAN=ON: the tool's sign of a build with Vulkan shaders)."""
+    from _support import bare_mirror, make_repo, project_tree
+
+    commit = make_repo(tmp_path / "shaders-src", SHADER_PROJECT)
+    mirrors = tmp_path / "mirrors"
+    bare_mirror(tmp_path / "shaders-src", mirrors, "shaders")
+    recipe = """\
+        schema: 1
+        name: shaders
+        description: one compute shader compiled with glslc
+        backends: [vulkan]
+        components:
+          - name: shaders
+            source: shaders
+            defines:
+              GGML_VULKAN: "ON"
+              SCALE: "2.0"
+            targets: [shaders]
+            outputs:
+              spv: x.spv
+        """
+    pins = f"schema: 1\nsources:\n  shaders:\n    url: https://example.invalid/s.git\n    commit: {commit}\n"
+    return project_tree(tmp_path / "proj", pins=pins, recipes={"shaders": recipe}), mirrors
+
+
+@needs_glslc
+def test_two_workspaces_share_shaders_through_the_tool(tmp_path):
+    root, mirrors = shader_tool_project(tmp_path)
+    env = {"ONEBIT_SHADER_CACHE_DIR": str(tmp_path / "sc"), "CCACHE_DIR": str(tmp_path / "ccache")}
+    comps = []
+    for ws in (tmp_path / "ws", tmp_path / "else" / "where" / "ws2"):
+        out = run_cli(root, "--workspace", str(ws), "--mirror-dir", str(mirrors), "--recipe", "shaders",
+                      "--compiler-cache", "ccache", "build", env=env)
+        assert out.returncode == 0, out.stderr
+        comps.append(json.loads((ws / "manifests" / "shaders.json").read_text())["components"][0])
+    one, two = (c["compiler_cache"]["shader_cache"] for c in comps)
+    assert one["launcher"] == two["launcher"] == "glslc-cache" and one["cache_dir"] == str(tmp_path / "sc")
+    assert (one["stats"]["hits"], one["stats"]["misses"]) == (0, 1) and (two["stats"]["hits"], two["stats"]["misses"]) == (1, 0)
+    assert comps[0]["outputs"][0]["sha256"] == comps[1]["outputs"][0]["sha256"]
+    cache = (Path(comps[1]["build_dir"]) / "CMakeCache.txt").read_text()
+    assert f"Vulkan_GLSLC_EXECUTABLE:STRING={comps[1]['build_dir']}/onebit-glslc/glslc" in cache
+    out = run_cli(root, "--workspace", str(tmp_path / "ws3"), "--mirror-dir", str(mirrors), "--recipe", "shaders",
+                  "--compiler-cache", "none", "build", env=env)
+    assert out.returncode == 0, out.stderr
+    third = json.loads((tmp_path / "ws3" / "manifests" / "shaders.json").read_text())["components"][0]
+    assert third["compiler_cache"]["shader_cache"] == {"launcher": "none", "reason": "no compiler cache"}
+    assert third["outputs"][0]["sha256"] == comps[0]["outputs"][0]["sha256"]
