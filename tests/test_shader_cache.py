@@ -181,6 +181,7 @@ def test_two_paths_hit_and_give_the_bytes_glslc_gives(tmp_path):
     plain = compile_with("glslc", src2, tmp_path / "plain" / "x.spv", "-DSCALE=2.0")
     assert plain.returncode == 0
     assert (b1 / "x.spv").read_bytes() == (b2 / "x.spv").read_bytes() == (tmp_path / "plain" / "x.spv").read_bytes()
+    assert (b2 / "x.spv").stat().st_mode & 0o777 == (tmp_path / "plain" / "x.spv").stat().st_mode & 0o777
     dep = (b2 / "x.spv.d").read_text()
     assert dep.split() == [f"{b2 / 'x.spv'}:", str(src2 / "x.comp"), str(src2 / "types.glsl")]
 

@@ -175,12 +175,18 @@ def unpack(blob: bytes, job: dict) -> tuple[bytes, bytes | None]:
 # --------------------------------------------------------------------------- the stores
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _write_atomic(path: Path, data: bytes, *, make_parent: bool = True) -> None:
+    """``data`` into ``path`` through a temporary file and a rename, with the mode a file
+    glslc writes gets (``0666`` less the umask; a temporary file starts at ``0600``)."""
+    if make_parent:
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -358,9 +364,10 @@ class Launch:
     def restore(self, job: dict, blob: bytes) -> bool:
         try:
             spv, dep = unpack(blob, job)
-            _write_atomic(Path(job["output"]), spv)
+            # Into existing folders only, as glslc writes (where it would fail, it fails).
+            _write_atomic(Path(job["output"]), spv, make_parent=False)
             if dep is not None:
-                _write_atomic(Path(job["depfile"]), dep)
+                _write_atomic(Path(job["depfile"]), dep, make_parent=False)
             return True
         except Exception as exc:  # a damaged entry of any shape is a miss
             self.record(f"error entry: {exc}")
