@@ -15,7 +15,7 @@ and the dependency file with the same paths mapped. Entries live in a local fold
 when one is configured, in Redis (read local first, write both).
 
 This file runs as its own program (the build writes it with a shebang of the tool's Python,
-in isolated mode, beside its settings ``glslc.json``): it imports the standard library
+in isolated mode without site, beside its settings ``glslc.json``): it imports the standard library
 only. It never runs a value as a shell command; anything it does not understand, and any
 cache error, goes to the real glslc with the arguments unchanged. Each call appends one
 line to the statistics file: ``hit local``, ``hit redis``, ``miss``, ``uncacheable`` or
@@ -27,12 +27,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
-import socket
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+# A build runs this program once per shader, and a hit should cost little more than starting
+# Python: what only a miss, a fallback or Redis needs (subprocess, socket) is imported where
+# it is used, and the include lines are read without the re module.
 
 SCHEMA = 1
 MAGIC = b"onebit-glslc/1\n"
@@ -42,8 +42,32 @@ SRC_TOKEN = b"@ONEBIT-SRC@"
 PLAIN_FLAGS = ("-O", "-O0", "-Os", "-g", "-MD", "-w", "-Werror")
 PREFIXED_FLAGS = ("-fshader-stage=", "--target-env=", "--target-spv=", "-std=", "-D", "-U")
 REDIS_TIMEOUT_S = 2.0
-INCLUDE_LINE = re.compile(rb"^[ \t]*#[ \t]*include\b(.*)$", re.M)
-QUOTED = re.compile(rb'[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>)[ \t]*(?://.*)?\r?')
+
+
+def include_names(data: bytes) -> list[tuple[str, str]] | None:
+    """``("quoted" | "angled", name)`` for each ``#include`` line of ``data``, in order; None
+    when one has another form (a macro, a block comment after it). Pure."""
+    names = []
+    for line in data.split(b"\n"):
+        text = line.strip()
+        if not text.startswith(b"#"):
+            continue
+        rest = text[1:].lstrip()
+        if not rest.startswith(b"include"):
+            continue
+        arg = rest[len(b"include"):]
+        if arg[:1] not in (b" ", b"\t", b'"', b"<"):
+            continue  # another directive that starts with the word (#include_next is not GLSL)
+        arg = arg.strip()
+        close = {b'"': b'"', b"<": b">"}.get(arg[:1])
+        end = arg.find(close, 1) if close else -1
+        if end <= 1:
+            return None
+        tail = arg[end + 1:].strip()
+        if tail and not tail.startswith(b"//"):
+            return None
+        names.append(("quoted" if close == b'"' else "angled", os.fsdecode(arg[1:end])))
+    return names
 
 
 class Uncacheable(Exception):
@@ -118,14 +142,14 @@ def include_closure(path: Path) -> str | None:
             seen[rel] = None
             continue
         seen[rel] = hashlib.sha256(data).hexdigest()
-        for m in INCLUDE_LINE.finditer(data):
-            q = QUOTED.fullmatch(m.group(1))
-            if q is None:
-                return None
-            if q.group(1) is not None:
-                todo.append(f.parent / os.fsdecode(q.group(1)))
+        names = include_names(data)
+        if names is None:
+            return None
+        for form, name in names:
+            if form == "quoted":
+                todo.append(f.parent / name)
             else:  # <name>: glslc searches only -I folders, and the launcher allows none
-                seen[f"<{os.fsdecode(q.group(2))}>"] = None
+                seen[f"<{name}>"] = None
     return hashlib.sha256(json.dumps(sorted(seen.items())).encode()).hexdigest()
 
 
@@ -180,7 +204,8 @@ def _write_atomic(path: Path, data: bytes, *, make_parent: bool = True) -> None:
     glslc writes gets (``0666`` less the umask; a temporary file starts at ``0600``)."""
     if make_parent:
         path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -221,6 +246,8 @@ class RedisStore:
         self.conf = conf
 
     def _talk(self, *commands: tuple[bytes, ...]) -> list[bytes | None]:
+        import socket  # only with Redis (see the imports above)
+
         c = self.conf
         with socket.create_connection((c["host"], int(c["port"])), timeout=REDIS_TIMEOUT_S) as s:
             first: list[tuple[bytes, ...]] = []
@@ -287,8 +314,9 @@ class Launch:
             pass
 
     def real(self) -> int:
-        """The real glslc with the arguments as given (its output passes through)."""
-        return subprocess.run([self.glslc, *self.argv]).returncode
+        """The real glslc in this process's place, with the arguments as given."""
+        os.execv(self.glslc, [self.glslc, *self.argv])
+        return 127  # not reached: execv returns only by raising
 
     def identity_ok(self) -> bool:
         st = os.stat(self.glslc)
@@ -356,6 +384,8 @@ class Launch:
         closure = include_closure(Path(job["input"]))
         if closure is not None:
             return f"includes:{closure}"
+        import subprocess  # only for a preprocessed key (see the imports above)
+
         pre = subprocess.run(preprocess_argv(self.glslc, self.argv, job), capture_output=True, timeout=600)
         if pre.returncode != 0 or pre.stderr:
             return None
@@ -374,6 +404,8 @@ class Launch:
             return False
 
     def compile_and_store(self, job: dict, key: str) -> int:
+        import subprocess  # only for a miss (see the imports above)
+
         done = subprocess.run([self.glslc, *self.argv], capture_output=True)
         sys.stdout.buffer.write(done.stdout)
         sys.stderr.buffer.write(done.stderr)

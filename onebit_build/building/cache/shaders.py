@@ -121,7 +121,7 @@ def install(cache: ShaderCache, build_dir: Path, *, redis_endpoint: tuple[str, i
         (folder / name).unlink(missing_ok=True)
     script = folder / "glslc"
     code = Path(launcher_module.__file__).read_text()
-    script.write_text(f"#!{sys.executable} -I\n{code}")
+    script.write_text(f"#!{sys.executable} -IS\n{code}")  # isolated, no site: the standard library only
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return script
 
