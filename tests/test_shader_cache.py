@@ -412,3 +412,15 @@ def test_two_workspaces_share_shaders_through_the_tool(tmp_path):
     third = json.loads((tmp_path / "ws3" / "manifests" / "shaders.json").read_text())["components"][0]
     assert third["compiler_cache"]["shader_cache"] == {"launcher": "none", "reason": "no compiler cache"}
     assert third["outputs"][0]["sha256"] == comps[0]["outputs"][0]["sha256"]
+
+
+@needs_glslc
+def test_a_glslc_that_is_gone_is_one_line(tmp_path):
+    src, b = tree(tmp_path / "ws"), tmp_path / "ws" / "build"
+    prog = launcher(b, tmp_path / "cache")
+    settings = b / "onebit-glslc" / "glslc.json"
+    conf = json.loads(settings.read_text())
+    settings.write_text(json.dumps({**conf, "glslc": str(tmp_path / "no-such-glslc")}))
+    done = compile_with(prog, src, b / "x.spv", "-DSCALE=2.0")
+    assert done.returncode == 127 and done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"error: cannot run glslc {tmp_path / 'no-such-glslc'}: ")

@@ -315,8 +315,12 @@ class Launch:
 
     def real(self) -> int:
         """The real glslc in this process's place, with the arguments as given."""
-        os.execv(self.glslc, [self.glslc, *self.argv])
-        return 127  # not reached: execv returns only by raising
+        try:
+            os.execv(self.glslc, [self.glslc, *self.argv])
+        except OSError as exc:
+            print(f"error: cannot run glslc {self.glslc}: {exc.strerror}; install it or configure the build again",
+                  file=sys.stderr)
+        return 127
 
     def identity_ok(self) -> bool:
         st = os.stat(self.glslc)
@@ -364,14 +368,13 @@ class Launch:
             if not self.identity_ok():
                 raise ValueError("glslc changed since the build was configured")
             source = self.source_digest(job)
-            if source is None:
-                self.record("uncacheable")  # the real compile reports the problem
-                return self.real()
-            key = cache_key(self.conf["identity"]["version"], job, source)
-            blob, where = self.lookup(key)
+            key = cache_key(self.conf["identity"]["version"], job, source) if source else ""
+            blob, where = self.lookup(key) if key else (None, "")
         except Exception as exc:  # any cache error: the real glslc compiles, as without a cache
-
             self.record(f"error lookup: {exc}")
+            return self.real()
+        if not key:
+            self.record("uncacheable")  # glslc cannot preprocess it: the real compile says why
             return self.real()
         if blob is not None and self.restore(job, blob):
             self.record(f"hit {where}")
@@ -412,11 +415,11 @@ class Launch:
         if done.returncode != 0 or done.stderr:
             self.record("miss")
             return done.returncode
+        self.record("miss")
         try:
             spv = Path(job["output"]).read_bytes()
             dep = Path(job["depfile"]).read_bytes() if job["depfile"] else None
             self.store(key, pack(spv, dep, job))
-            self.record("miss")
         except OSError as exc:
             self.record(f"error store: {exc}")
         return 0

@@ -138,7 +138,8 @@ def read_stats(build_dir: Path) -> tuple[CacheStats, list[str]]:
     uncacheable = lines.count("uncacheable")
     errors = sorted({ln.removeprefix("error ") for ln in lines if ln.startswith("error ")})
     count = sum(1 for ln in lines if ln.startswith("error "))
-    stats = CacheStats(requests=hits + misses + uncacheable, hits=hits, misses=misses, errors=count,
+    fallbacks = sum(1 for ln in lines if ln.startswith("error lookup"))  # compiled by glslc, nothing stored
+    stats = CacheStats(requests=hits + misses + uncacheable + fallbacks, hits=hits, misses=misses, errors=count,
                        not_cacheable=uncacheable)
     return stats, errors
 
