@@ -400,6 +400,7 @@ def test_two_workspaces_share_shaders_through_the_tool(tmp_path):
                       "--compiler-cache", "ccache", "build", env=env)
         assert out.returncode == 0, out.stderr
         comps.append(json.loads((ws / "manifests" / "shaders.json").read_text())["components"][0])
+    assert "1/1 shader cache hits" in out.stderr, out.stderr  # the second build's line
     one, two = (c["compiler_cache"]["shader_cache"] for c in comps)
     assert one["launcher"] == two["launcher"] == "glslc-cache" and one["cache_dir"] == str(tmp_path / "sc")
     assert (one["stats"]["hits"], one["stats"]["misses"]) == (0, 1) and (two["stats"]["hits"], two["stats"]["misses"]) == (1, 0)
