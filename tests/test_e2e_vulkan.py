@@ -64,3 +64,40 @@ def test_vulkan_flipped_shader_byte_is_caught(vulkan_build):
         assert f"{aset['count'] - 1}/{aset['count']} byte-identical" in out.stderr
     finally:
         victim.write_bytes(original)
+
+
+def shader_stats(manifest: dict) -> dict | None:
+    """What the shader cache did in the build a manifest records (None when it was off or the
+    build folder was reused)."""
+    doc = (manifest["components"][0].get("compiler_cache") or {}).get("shader_cache") or {}
+    return doc.get("stats")
+
+
+def test_second_workspace_compiles_no_shader_and_verifies(vulkan_build, tmp_path, pytestconfig):
+    """A Vulkan build in another workspace at another path, after the first filled the shader
+    cache: every shader a hit, every .spv byte-identical to the first build's, and N/N against
+    the committed reference. The first build must have compiled its shaders through the cache."""
+    ws, manifest = vulkan_build
+    aset = manifest["components"][0]["artifacts"][0]
+    stats_file = Path(manifest["components"][0]["build_dir"]) / "onebit-glslc" / "stats.log"
+    if not stats_file.is_file():
+        pytest.skip(f"the test workspace's vulkan build was made without the shader cache (no {stats_file}); "
+                    f"remove {manifest['components'][0]['build_dir']} once to rebuild it through the cache")
+    ws2 = tmp_path / "a" / "second" / "workspace"
+    say = progress(pytestconfig)
+    say(f"building the vulkan recipe again in {ws2} (shaders from the shader cache)")
+    rc, out = stream_cli(REPO, "--workspace", str(ws2), "--mirror-dir", str(ws / "git"), "--recipe", "vulkan", "build",
+                         say=say, timeout=3600)
+    assert rc == 0, out[-3000:]
+    second = json.loads((ws2 / "manifests" / "vulkan.json").read_text())
+    stats = shader_stats(second)
+    assert stats is not None and stats["misses"] == 0 and stats["errors"] == 0, stats
+    assert stats["hits"] >= aset["count"], stats
+    aset2 = second["components"][0]["artifacts"][0]
+    assert Path(aset2["root"]) != Path(aset["root"])
+    first_bytes = {i["name"]: i["sha256"] for i in aset["items"]}
+    assert {i["name"]: i["sha256"] for i in aset2["items"]} == first_bytes
+    out = _cli(ws2, "verify")
+    if "no committed reference" not in out.stderr:
+        n = aset2["count"]
+        assert out.returncode == 0 and f"Vulkan SPIR-V: {n}/{n} byte-identical" in out.stderr, out.stderr

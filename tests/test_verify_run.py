@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from _support import REPO, run_cli
-from conftest import workspace_for_tests
+from _support import REPO, run_cli, stream_cli
+from conftest import progress, workspace_for_tests
 from onebit_build.building import manifest as manifest_mod
 from onebit_build.core.fsutil import sha256_file
 from onebit_build.running.bench import BenchLock
@@ -110,25 +110,29 @@ def test_box_already_locked(tmp_path):
 pytestslow = pytest.mark.slow
 
 
+def streamed(pytestconfig, *args: str) -> None:
+    """Run the CLI on the test workspace, its progress and time on the terminal."""
+    rc, out = stream_cli(REPO, "--workspace", str(workspace_for_tests()), *args, say=progress(pytestconfig))
+    assert rc == 0, out[-3000:]
+
+
 @pytest.fixture(scope="module")
-def default_build() -> Path:
+def default_build(pytestconfig) -> Path:
     """The default recipe's build as verify-run (run the same way) sees it: built here with
     the same arguments, so that it is the same configuration."""
-    out = cli("build")
-    assert out.returncode == 0, out.stderr[-3000:]
+    streamed(pytestconfig, "build")
     man = manifest_mod.load_latest(manifest_mod.Workspace(root=workspace_for_tests()), "default")
     assert man is not None
     return Path(man.output("llama-server").path).parent.parent
 
 
 @pytest.fixture(scope="module")
-def rebuilt(default_build) -> Path:
+def rebuilt(default_build, pytestconfig) -> Path:
     """The same configuration built again in another folder of the workspace, from its
     sources moved to another path (so the build folder's name, keyed on it, differs). Built
     by this run every time: a rebuild left in the workspace by an earlier version of the tool
     says nothing about this one."""
-    out = cli("verify", "--rebuild")
-    assert out.returncode == 0, out.stderr[-3000:]
+    streamed(pytestconfig, "verify", "--rebuild")
     found = sorted((workspace_for_tests() / "build-rebuild").glob(f"{default_build.name.rsplit('-', 1)[0]}-*/build-manifest.json"))
     assert len(found) == 1, found
     # built without any cache: ggml finds ccache or sccache on PATH by itself unless told not to
@@ -234,11 +238,10 @@ def test_working_build_whose_server_does_not_start(default_build, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def vulkan_build() -> Path:
+def vulkan_build(pytestconfig) -> Path:
     if shutil.which("glslc") is None:
         pytest.skip("glslc is not installed (apt-get install glslc libvulkan-dev spirv-headers)")
-    out = cli("--recipe", "vulkan", "build")
-    assert out.returncode == 0, out.stderr[-3000:]
+    streamed(pytestconfig, "--recipe", "vulkan", "build")
     man = manifest_mod.load_latest(manifest_mod.Workspace(root=workspace_for_tests()), "vulkan")
     assert man is not None
     return Path(man.output("llama-server").path).parent.parent

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from onebit_build.core import ui
 from onebit_build.building.cmake import Tools, build_argv, configure_argv, find_tools, write_init_cache
-from onebit_build.building.cache_run import CacheSession
-from onebit_build.building.compiler_cache import NO_LAUNCHER, Launcher, PrefixMap, describe, launcher_defines, prefix_maps, with_prefix_maps
+from onebit_build.building.cache import shaders
+from onebit_build.building.cache.session import CacheSession
+from onebit_build.building.cache.compiler import NO_LAUNCHER, Launcher, PrefixMap, describe, launcher_defines, prefix_maps, with_prefix_maps
 from onebit_build.core.config import REF_RE, Component, relative_inside
 from onebit_build.core.pins import Pin
 from onebit_build.core.errors import BuildError, CommandError, ConfigError
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 STAMP_KIND = "onebit-build/build-dir"
 STAMP_SCHEMA = 1
 # How the tool maps the source and build folders out of the objects (part of the build key):
-# each to ".", as preprocessor arguments (compiler_cache.map_arguments).
+# each to ".", as preprocessor arguments (cache.compiler.map_arguments).
 PATH_MAPS = "preprocessor-arguments/1"
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 
@@ -89,9 +90,9 @@ class BuildResult:
     configure_argv: tuple[str, ...]
     build_argv: tuple[str, ...]
     seconds: float
-    defines: tuple[tuple[str, str], ...] = ()  # what the initial cache set, but the launchers (see compiler_cache)
+    defines: tuple[tuple[str, str], ...] = ()  # what the initial cache set, but the launchers (see cache.compiler)
     prefix_maps: tuple[PrefixMap, ...] = ()  # the folders mapped out of the objects
-    compiler_cache: dict = field(default_factory=dict)  # compiler_cache.CacheReport.to_dict(), or describe() when reused
+    compiler_cache: dict = field(default_factory=dict)  # cache.session.CacheReport.to_dict(), or describe() when reused
 
 
 # --------------------------------------------------------------------------- pure decisions
@@ -282,10 +283,14 @@ def _configure_and_build(req: BuildRequest, tools: Tools, bdir: Path, defines: t
     """Configure and build through the compiler cache; what the cache did (its one warning
     line, if any, printed)."""
     session = CacheSession(req.launcher, source_dir=req.source_dir, build_dir=bdir)
+    shader_run = None
     try:
         with session:
+            shader_run = shaders.prepare(session.launcher, bdir, defines, redis_endpoint=session.redis_endpoint)
             # The launchers are always written (empty without one): the folder may have had one.
-            write_init_cache(tools, req.source_dir, bdir, req.component.build_type, [*defines, *launcher_defines(session.launcher)])
+            glslc = shader_run.defines if shader_run else ()
+            write_init_cache(tools, req.source_dir, bdir, req.component.build_type,
+                             [*defines, *launcher_defines(session.launcher), *glslc])
             run_env = {**env, **session.env}
             ui.info(f"  configuring {req.component.name} ({bdir.name})")
             run(conf, log=req.log, env=run_env, what=f"configure of {req.component.name}",
@@ -307,7 +312,14 @@ def _configure_and_build(req: BuildRequest, tools: Tools, bdir: Path, defines: t
     stats = session.report.stats
     if stats is not None and stats.hit_rate is not None:
         ui.detail(f"  compiler cache: {stats.hits}/{stats.hits + stats.misses} hits ({session.launcher.label})")
-    return session.report.to_dict()
+    doc = session.report.to_dict()
+    if shader_run is not None:
+        doc["shader_cache"] = shader_run.report()
+        for line in shader_run.warnings or ():
+            ui.warn(line)
+        if (s := doc["shader_cache"].get("stats")) and s["requests"]:
+            ui.detail(f"  shader cache: {s['hits']}/{s['hits'] + s['misses']} hits")
+    return doc
 
 
 def _assemble_digest(req: BuildRequest) -> str | None:

@@ -69,7 +69,7 @@ class ComponentRecord:
     outputs: tuple[OutputRecord, ...] = ()
     artifacts: tuple[ArtifactSet, ...] = ()
     # The folders mapped out of the objects ({"old": path, "new": "."}) and what the compiler
-    # cache did for this build (compiler_cache.CacheReport.to_dict()); empty in older manifests.
+    # cache did for this build (cache.session.CacheReport.to_dict()); empty in older manifests.
     prefix_maps: tuple[Mapping[str, str], ...] = ()
     compiler_cache: Mapping[str, Any] = field(default_factory=dict)
 

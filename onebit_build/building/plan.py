@@ -20,7 +20,8 @@ from typing import Mapping
 
 from onebit_build.building.builder import resolve_refs
 from onebit_build.building.downloads import cache_dir, cmake_defines, places, unpacked_tree
-from onebit_build.building.compiler_cache import NO_LAUNCHER, Launcher, describe, launcher_defines, prefix_maps, with_prefix_maps
+from onebit_build.building.cache.shaders import ShaderCache, plan_shader_cache, wants_shaders
+from onebit_build.building.cache.compiler import NO_LAUNCHER, Launcher, describe, launcher_defines, prefix_maps, with_prefix_maps
 from onebit_build.core.config import REF_RE, Component, Recipe, ToolchainSpec
 from onebit_build.core.pins import Pin, Pins
 from onebit_build.core.errors import ToolMissingError
@@ -196,6 +197,7 @@ class Plan:
     runtime_env: tuple[tuple[str, str], ...]
     problems: tuple[str, ...] = field(default_factory=tuple)
     launcher: Launcher = NO_LAUNCHER  # the compiler cache (not part of any build key)
+    shader_cache: ShaderCache | None = None  # for builds with Vulkan shaders (not part of any build key)
 
 
 def _source_plan(pin: Pin, ws: Workspace, patches_dir: Path, mirror_dirs: tuple[Path, ...], offline: bool) -> SourcePlan:
@@ -272,8 +274,11 @@ def make_plan(
             downloads=_download_plans(comp, workspace, mirror_dirs, offline),
         ))
     run_env = _run_env(recipe, env, fields, toolchain is not None)
+    shader_cache = None
+    if any(wants_shaders(c.defines) for c in comps):
+        shader_cache = plan_shader_cache(launcher, glslc=shutil.which("glslc", path=env.get("PATH")), env=env)
     return Plan(recipe=recipe, workspace=workspace.root, toolchain=toolchain, sources=sources, components=tuple(comps),
-                runtime_env=tuple(run_env), problems=tuple(problems), launcher=launcher)
+                runtime_env=tuple(run_env), problems=tuple(problems), launcher=launcher, shader_cache=shader_cache)
 
 
 def _run_env(recipe: Recipe, env: Mapping[str, str], fields: dict[str, dict[str, str]],
@@ -346,6 +351,12 @@ def _cache_lines(plan: Plan) -> list[str]:
     out = [f"compiler cache  {ln.label}  ({ln.reason}; launcher for C, C++, CUDA and HIP; not part of the build key)"]
     for k, v in (doc.get("variables") or {}).items():
         out.append(f"  passed through  {k}={v}")
+    sc = plan.shader_cache
+    if sc is not None:
+        where = (sc.url.public if sc.url else sc.local) if sc.active else ""
+        label = f"glslc launcher, {sc.describe()['backend']} {where}" if sc.active else "none"
+        out.append(f"shader cache  {label}  ({sc.reason}; Vulkan_GLSLC_EXECUTABLE for the Vulkan shaders;"
+                   " not part of the build key)")
     out.append("path maps  source and build folders mapped to '.' in every object (-Xpreprocessor -f{macro,debug}-prefix-map;"
                " in the build key)")
     return out

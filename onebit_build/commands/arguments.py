@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from onebit_build.building.compiler_cache import MODES
+from onebit_build.building.cache.compiler import MODES
 from onebit_build.running.bench.settings import DEFAULTS as D
 
 

@@ -11,7 +11,7 @@ from dataclasses import asdict
 import shtab
 
 from onebit_build import __version__
-from onebit_build.building.compiler_cache import describe, resolve as resolve_cache
+from onebit_build.building.cache.compiler import describe, resolve as resolve_cache
 from onebit_build.building.inventory import find_builds
 from onebit_build.building.plan import make_plan, render_plan
 from onebit_build.commands import Command
@@ -83,7 +83,8 @@ def plan_doc(the_plan) -> dict:
             "sources": [plain(asdict(s)) for s in the_plan.sources],
             "components": [plain(asdict(c)) for c in the_plan.components],
             "runtime_env": dict(the_plan.runtime_env), "problems": list(the_plan.problems),
-            "compiler_cache": describe(the_plan.launcher)}
+            "compiler_cache": describe(the_plan.launcher),
+            "shader_cache": the_plan.shader_cache.describe() if the_plan.shader_cache else None}
 
 
 def recipe_rows(project: ProjectRoot, opts: Options) -> list[dict]:

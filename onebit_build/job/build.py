@@ -18,7 +18,7 @@ from onebit_build.building.assemble import make_plan as make_assemble_plan
 from onebit_build.building.builder import BuildRequest, BuildResult, build, resolve_refs
 from onebit_build.building.cmake import find_tools
 from onebit_build.building.downloads import check_against_lock, cmake_defines, provide_all
-from onebit_build.building.compiler_cache import Launcher, resolve as resolve_launcher
+from onebit_build.building.cache.compiler import Launcher, resolve as resolve_launcher
 from onebit_build.building.fetch import FetchRequest, FetchResult, fetch
 from onebit_build.building.manifest import MANIFEST_NAME, latest_path, make_manifest, write_manifest
 from onebit_build.building.patch import PrepareRequest, PreparedTree, list_patches, prepare
@@ -243,10 +243,15 @@ def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
 
 
 def cache_note(build) -> str:
-    """``, 190/192 compiler cache hits`` for a component that compiled through a cache."""
-    stats = (build.compiler_cache or {}).get("stats") or {}
-    looked = stats.get("hits", 0) + stats.get("misses", 0)
-    return f", {stats['hits']}/{looked} compiler cache hits" if looked else ""
+    """``, 190/192 compiler cache hits`` for a component that compiled through a cache (and
+    ``, 1117/1117 shader cache hits`` where it compiled shaders through the shader cache)."""
+    note = ""
+    doc = build.compiler_cache or {}
+    shader = (doc.get("shader_cache") or {}).get("stats") or {}
+    for stats, what in ((doc.get("stats") or {}, "compiler"), (shader, "shader")):
+        looked = stats.get("hits", 0) + stats.get("misses", 0)
+        note += f", {stats['hits']}/{looked} {what} cache hits" if looked else ""
+    return note
 
 
 def server_of(builds: list, recipe: Recipe) -> Path:

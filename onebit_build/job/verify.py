@@ -7,7 +7,7 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from onebit_build.building.compiler_cache import NO_LAUNCHER
+from onebit_build.building.cache.compiler import NO_LAUNCHER
 from onebit_build.building.manifest import load_manifest
 from onebit_build.building.verify import find_matching_reference, load_reference, verify_against, write_reference
 from onebit_build.core import ui

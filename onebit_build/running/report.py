@@ -140,6 +140,12 @@ def compiler_cache_rows(manifest: dict | None) -> list[dict[str, Any]]:
         rows.append({"component": comp.get("name"), "launcher": cache.get("launcher"), "version": cache.get("version"),
                      "backend": cache.get("backend"), "url": cache.get("url"), "stats": cache.get("stats"),
                      "note": cache.get("note") or "; ".join(cache.get("warnings") or []) or None})
+        shader = cache.get("shader_cache") or {}
+        if shader.get("launcher") == "glslc-cache":
+            note = "; ".join([*(shader.get("warnings") or []), *(shader.get("errors") or [])])
+            rows.append({"component": comp.get("name"), "launcher": "glslc-cache", "version": None,
+                         "backend": shader.get("backend"), "url": shader.get("url") or shader.get("cache_dir"),
+                         "stats": shader.get("stats"), "note": note or None})
     return rows
 
 

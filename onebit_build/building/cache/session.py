@@ -1,6 +1,6 @@
 """What the compiler cache does for one build: its server (started, watched and stopped),
 the statistics before and after (requests, hits, misses), and the report that goes into the
-manifest. The choice of launcher and its settings are in ``compiler_cache``."""
+manifest. The choice of launcher and its settings are in ``compiler``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from onebit_build.building.compiler_cache import START_TIMEOUT_S, Launcher, base_dir_for, build_env, describe
+from onebit_build.building.cache.compiler import START_TIMEOUT_S, Launcher, base_dir_for, build_env, describe
 from onebit_build.core.proc import capture
 
 
@@ -245,6 +245,11 @@ class CacheSession:
     def warnings(self) -> list[str]:
         return self.report.warnings
 
+    @property
+    def redis_endpoint(self) -> tuple[str, int] | None:
+        """Where the build reaches the shared Redis (the guard in front of it), if anywhere."""
+        return ("127.0.0.1", self._guard.port) if self._guard is not None else None
+
     def __enter__(self) -> "CacheSession":
         try:
             self._start()
@@ -269,7 +274,7 @@ class CacheSession:
         self._per_build = ln.backend != "local"
         endpoint = None
         if ln.url is not None and ln.url.scheme == "redis":
-            from onebit_build.building.redis_guard import RedisGuard
+            from onebit_build.building.cache.redis_guard import RedisGuard
 
             self._guard = RedisGuard(ln.url.host, ln.url.port)
             self._guard.start()

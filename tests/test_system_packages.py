@@ -1,0 +1,77 @@
+"""One list of system packages (system-packages.txt) for the README's set-up, .ci/run and the
+GitHub workflow: each installs it with the same command, so a new user who follows the README
+gets what CI has (and no test skips for a missing package)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LIST = REPO / "system-packages.txt"
+INSTALL = "xargs -a system-packages.txt apt-get install -y --no-install-recommends"
+# Programs the tests need from the system, and the package that brings each.
+NEEDED = {"redis-server": "redis-server", "ccache": "ccache", "glslc": "glslc", "shellcheck": "shellcheck",
+          "git": "git"}
+
+
+def packages() -> list[str]:
+    return LIST.read_text().split()
+
+
+def install_lines(text: str) -> list[str]:
+    """The lines of ``text`` that install packages with apt-get, as a user would type them:
+    ``sudo`` and the quiet flags and redirections of scripts left out."""
+    out = []
+    for line in text.splitlines():
+        if "apt-get install" not in line or line.lstrip().startswith("#"):
+            continue
+        line = line.split("run:", 1)[-1].split("&&")[-1]
+        words = [w for w in line.split() if w not in ("sudo", "-qq", ">/dev/null")]
+        out.append(" ".join(words))
+    return out
+
+
+def readme_setup() -> str:
+    text = (REPO / "README.md").read_text()
+    start = text.index("## Quick start")
+    return text[start:text.index("```", text.index("```sh", start) + 5)]
+
+
+def test_the_list_is_package_names_only():
+    names = packages()
+    assert names and len(names) == len(set(names))
+    bad = [n for n in names if not re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", n)]
+    assert not bad, f"not Debian package names: {bad}"
+    assert {"redis-server", "ccache"} <= set(names)
+    assert set(NEEDED.values()) <= set(names)
+
+
+@pytest.mark.parametrize("where", ["README.md", ".ci/run", ".github/workflows/ci.yml"])
+def test_every_setup_installs_the_list_with_the_same_command(where):
+    text = readme_setup() if where == "README.md" else (REPO / where).read_text()
+    assert install_lines(text) == [INSTALL], f"{where}: {install_lines(text)}"
+
+
+def test_install_lines_sees_a_second_package_source():
+    """The check can fail: a setup that also installs a package by name is not the list."""
+    text = "apt-get update\n" + INSTALL + "\nsudo apt-get install -y -qq extra-thing\n"
+    assert install_lines(text) == [INSTALL, "apt-get install -y extra-thing"]
+
+
+def test_apt_knows_every_package_on_this_machine():
+    if shutil.which("apt-get") is None:
+        pytest.skip("no apt-get on this machine: the list is for Debian and Ubuntu")
+    out = subprocess.run(["apt-get", "install", "-s", "-y", "--no-install-recommends", *packages()],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_what_the_tests_need_is_installed_here():
+    """On a machine set up as the README says, every program a test would skip without is there."""
+    missing = [prog for prog in NEEDED if shutil.which(prog) is None]
+    assert not missing, f"not on PATH: {missing}; install the list: {INSTALL}"
