@@ -6,11 +6,11 @@ and returns an exit code; ``cli`` maps subcommands to them.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
 from onebit_build import __version__, stages
+from onebit_build.building.install import install_tree
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, NotAvailableError, OnebitError, ToolMissingError, VerifyError
 from onebit_build.core.fsutil import StateError
@@ -235,43 +235,6 @@ def install(opts: Options, project: ProjectRoot) -> int:
         return 0
 
     return in_workspace(opts, project, body)
-
-
-def install_tree(builds: list, manifest: Path, prefix: Path) -> list[Path]:
-    """Copy every output file (symbolic links kept as links) into ``prefix/bin`` and the manifest
-    into ``prefix/share/onebit-build``; each file lands under a temporary name and is renamed."""
-    bin_dir = prefix / "bin"
-    share = prefix / "share" / "onebit-build"
-    for d in (bin_dir, share):
-        d.mkdir(parents=True, exist_ok=True)
-    done: list[Path] = []
-    sources = sorted({p for b in builds for o in b.outputs for p in _output_files(o.path)})
-    for src in sources:
-        target = bin_dir / src.name
-        if src.is_symlink():
-            tmp = target.with_name(f".{target.name}.tmp")
-            tmp.unlink(missing_ok=True)
-            tmp.symlink_to(src.readlink())
-            tmp.replace(target)
-        else:
-            _copy(src, target)
-        done.append(target)
-    _copy(manifest, share / "build-manifest.json")
-    done.append(share / "build-manifest.json")
-    return done
-
-
-def _copy(src: Path, target: Path) -> None:
-    tmp = target.with_name(f".{target.name}.tmp")
-    shutil.copy2(src, tmp)
-    tmp.replace(target)
-
-
-def _output_files(path: Path) -> list[Path]:
-    """An output and, for a shared library, the links beside it that name it."""
-    if not path.exists():
-        raise OnebitError(f"build output {path} is missing", hint="run 'onebit-build build' again")
-    return [path, *(p for p in path.parent.iterdir() if p.is_symlink() and p.resolve() == path.resolve())]
 
 
 def serve(opts: Options, project: ProjectRoot) -> int:

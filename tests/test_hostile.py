@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
+import signal
 import struct
 import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from _support import REPO, TINY_CMAKE, bare_mirror, make_repo, project_tree, run_cli, tiny_recipe
+from _support import REPO, TINY_CMAKE, bare_mirror, make_repo, project_tree, run_cli, sigint_default, tiny_recipe
 from onebit_build.building.cmake import bracket, find_tools, init_cache_text
 from onebit_build.core.errors import ConfigError, IntegrityError
 
@@ -47,9 +52,12 @@ def tiny_project(tmp_path):
         root = project_tree(tmp_path / "proj", pins=pins, recipes=recipes)
         ws = tmp_path / "ws"
 
-        def cli(*args: str, **kw):
-            return run_cli(root, "--workspace", str(ws), "--mirror-dir", str(mirrors), *args, **kw)
+        extra = ("--workspace", str(ws), "--mirror-dir", str(mirrors))
 
+        def cli(*args: str, **kw):
+            return run_cli(root, *extra, *args, **kw)
+
+        cli.root, cli.extra = root, extra
         return cli, ws
     return make
 
@@ -319,3 +327,130 @@ def test_a_pinned_sdist_is_never_fetched_or_run(tiny_project, tmp_path, monkeypa
     assert r.returncode == 4, r.stderr
     assert "evilpkg==1.0: no wheel found" in one_line_error(r) and str(links) in r.stderr
     assert [p.name for p in (ws / "models").iterdir()] == []
+
+
+# --------------------------------------------------------------------------- 4. install is atomic
+
+BIG = 1 << 29  # a sparse output: free to make, slow enough to copy that an interruption lands mid-way
+BIG_CMAKE = {"CMakeLists.txt": TINY_CMAKE["CMakeLists.txt"] + textwrap.dedent(f"""\
+    add_custom_command(OUTPUT zbig.bin COMMAND truncate -s {BIG} zbig.bin)
+    add_custom_target(zbig ALL DEPENDS zbig.bin)
+    """)}
+
+
+def big_recipe(name: str) -> str:
+    return recipe_with(name, outputs="hello: hello\n              zbig: zbig.bin").replace("targets: [hello]", "targets: [hello, zbig]")
+
+
+def snapshot(prefix: Path) -> dict[str, str]:
+    """Every entry under ``prefix``: a link's target, a file's sha256 and mode, a folder."""
+    out = {}
+    for p in sorted(prefix.rglob("*")):
+        rel = str(p.relative_to(prefix))
+        if p.is_symlink():
+            out[rel] = f"-> {p.readlink()}"
+        elif p.is_file():
+            out[rel] = f"{oct(p.stat().st_mode)} {hashlib.sha256(p.read_bytes()).hexdigest() if p.stat().st_size < BIG else p.stat().st_size}"
+        else:
+            out[rel] = "folder"
+    return out
+
+
+def greeting(prefix: Path) -> str:
+    return subprocess.run([str(prefix / "bin" / "hello")], capture_output=True, text=True).stdout.strip()
+
+
+def test_ctrl_c_during_install_leaves_exactly_the_old_install(tiny_project, tmp_path):
+    """A real `install --prefix OLD` interrupted (SIGINT to its process group) while it copies
+    the 512 MiB output, after the new `hello` would already have been copied: the prefix is the
+    old install, file for file; the tool says so; the next install completes."""
+    cli, ws = tiny_project({"big": big_recipe("big")}, files=BIG_CMAKE)
+    prefix = tmp_path / "prefix"
+    r = cli("--recipe", "big", "-D", "GREETING=old", "install", "--prefix", str(prefix))
+    assert r.returncode == 0, r.stderr
+    old = snapshot(prefix)
+    assert greeting(prefix) == "old" and "bin/zbig.bin" in old
+    r = cli("--recipe", "big", "-D", "GREETING=new", "build")  # built first: the install alone is interrupted
+    assert r.returncode == 0, r.stderr
+    args = ("--recipe", "big", "-D", "GREETING=new", "install", "--prefix", str(prefix))
+    rc, err, caught = interrupt_when(cli, args, lambda: [p for p in prefix.rglob("*zbig.bin*")
+                                                         if p != prefix / "bin" / "zbig.bin" and 0 < p.stat().st_size < BIG])
+    assert caught, f"the install never showed a partial copy: {err}"
+    assert rc == 130, err
+    assert snapshot(prefix) == old and greeting(prefix) == "old"
+    assert f"{prefix} is unchanged" in err and "interrupted" in err
+    r = cli("--recipe", "big", "-D", "GREETING=new", "install", "--prefix", str(prefix))
+    assert r.returncode == 0, r.stderr
+    assert greeting(prefix) == "new" and set(snapshot(prefix)) == set(old)
+
+
+def interrupt_when(cli, args, ready) -> tuple[int, str, bool]:
+    """Run the real CLI (as ``cli`` would), send SIGINT to its process group as soon as
+    ``ready()`` is true; (exit code, stderr, whether ready() ever was true)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ONEBIT_MIRROR_DIR", "ONEBIT_WORKSPACE")}
+    env["ONEBIT_ROOT"] = str(cli.root)
+    proc = subprocess.Popen([sys.executable, "-m", "onebit_build", *cli.extra, *args], cwd=cli.root, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=sigint_default)
+    caught = False
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                caught = bool(ready())
+            except FileNotFoundError:  # a file went while it was looked at
+                caught = False
+            if caught:
+                os.killpg(proc.pid, signal.SIGINT)
+                break
+            time.sleep(0.002)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, err, caught
+
+
+def test_full_disk_during_install_names_the_prefix_and_keeps_the_old_install(tiny_project, tmp_path):
+    """A real 32 MiB file system holds the old install; the new one needs 512 MiB more: exit
+    13 naming the prefix, the old install file for file, no staging folder, no dangling link."""
+    from test_reliability import small_disk
+
+    cli, ws = tiny_project({"big": big_recipe("big")}, files=BIG_CMAKE)
+    with small_disk(tmp_path / "disk", "32m") as disk:
+        prefix = disk / "prefix"
+        r = cli("--recipe", "tiny", "install", "--prefix", str(prefix))
+        assert r.returncode == 0, r.stderr
+        old = snapshot(prefix)
+        r = cli("--recipe", "big", "install", "--prefix", str(prefix))
+        assert r.returncode == 13, r.stderr
+        line = one_line_error(r)
+        assert f"no space left on device at {prefix} while installing" in line and "is unchanged" in line
+        assert snapshot(prefix) == old and greeting(prefix) == "hello"
+        assert [p for p in disk.rglob("*") if p.is_symlink() and not p.exists()] == []
+        assert shutil.disk_usage(disk).used < 1 << 20, "the partial copy was not removed"
+
+
+def test_failed_switch_puts_the_old_install_back(tiny_project, tmp_path):
+    """The last rename of the switch fails for real (its target is a mount point, EBUSY) after
+    the new binaries were already renamed in: they are taken back out, the old ones return."""
+    if os.geteuid() != 0:
+        pytest.skip("a bind mount needs root (CI runs as root)")
+    cli, ws = tiny_project({"shout": recipe_with("shout").replace("targets: [hello]", "defines:\n      GREETING: HI\n    targets: [hello]")})
+    prefix = tmp_path / "prefix"
+    r = cli("--recipe", "tiny", "install", "--prefix", str(prefix))
+    assert r.returncode == 0, r.stderr
+    manifest = prefix / "share" / "onebit-build" / "build-manifest.json"
+    pinned = tmp_path / "pinned-manifest.json"
+    pinned.write_text(manifest.read_text())
+    m = subprocess.run(["mount", "--bind", str(pinned), str(manifest)], capture_output=True, text=True)
+    if m.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {m.stderr.strip()}")
+    try:
+        old = snapshot(prefix)
+        r = cli("--recipe", "shout", "install", "--prefix", str(prefix))
+        assert r.returncode != 0 and "busy" in one_line_error(r).lower(), r.stderr
+        assert snapshot(prefix) == old and greeting(prefix) == "hello"
+        assert not list(prefix.glob(".onebit-build-install*"))
+    finally:
+        subprocess.run(["umount", str(manifest)], check=False)
