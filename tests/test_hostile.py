@@ -77,7 +77,8 @@ def test_bracket_keeps_every_value_one_argument(tmp_path, value):
     init = tmp_path / "init.cmake"
     init.write_text(init_cache_text([("V", value)]))
     tools = find_tools()
-    r = subprocess.run([str(tools.cmake), "-S", str(src), "-B", str(tmp_path / "b"), "-C", str(init)], capture_output=True, text=True)
+    r = subprocess.run([str(tools.cmake), "-S", str(src), "-B", str(tmp_path / "b"), "-C", str(init)],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (tmp_path / "b" / "value.txt").read_text() == value
     assert bracket(value).startswith("[") and value in bracket(value)
@@ -90,8 +91,8 @@ def test_define_value_cannot_run_cmake_code(tmp_path, closer):
     marker = tmp_path / "PWNED"
     src = tmp_path / "src"
     src.mkdir()
-    (src / "CMakeLists.txt").write_text(
-        'cmake_minimum_required(VERSION 3.20)\nproject(v NONE)\nfile(WRITE "${CMAKE_BINARY_DIR}/value.txt" "${LLAMA_FOO}")\n')
+    (src / "CMakeLists.txt").write_text('cmake_minimum_required(VERSION 3.20)\nproject(v NONE)\n'
+                                        'file(WRITE "${CMAKE_BINARY_DIR}/value.txt" "${LLAMA_FOO}")\n')
     init = tmp_path / "init.cmake"
     value = exploit(marker, closer)
     init.write_text(init_cache_text([("LLAMA_FOO", value)]))
@@ -116,7 +117,8 @@ def test_define_exploit_through_the_cli_runs_nothing(tiny_project, tmp_path):
 def test_define_names_that_are_not_cmake_variables_are_refused(tiny_project, tmp_path):
     marker = tmp_path / "PWNED"
     bad_key = f'A [==[x]==] CACHE STRING "" FORCE)\nexecute_process(COMMAND touch {marker})\nset(B'
-    recipe = tiny_recipe(name="badkey").replace('GREETING: "hello"', f'GREETING: "hello"\n              {json.dumps(bad_key)}: "1"')
+    recipe = tiny_recipe(name="badkey").replace('GREETING: "hello"',
+                                                f'GREETING: "hello"\n              {json.dumps(bad_key)}: "1"')
     cli, ws = tiny_project({"badkey": recipe})
     r = cli("--recipe", "badkey", "build")
     assert r.returncode == 2, r.stderr
@@ -247,7 +249,10 @@ def test_hostile_gguf_through_smoke_and_serve_is_one_line(tiny_project, tmp_path
         assert "damaged GGUF header" in one_line_error(r) and "--model" in r.stderr
 
 
-@pytest.mark.parametrize("text", ["{ not json", '{"kind": "onebit-build/build-manifest", "schema": 1, "components": 7}', ""])
+WRONG_SHAPE = '{"kind": "onebit-build/build-manifest", "schema": 1, "components": 7}'
+
+
+@pytest.mark.parametrize("text", ["{ not json", WRONG_SHAPE, ""])
 def test_damaged_latest_manifest_in_bench_is_one_line(tmp_path, text):
     ws = tmp_path / "ws"
     (ws / "manifests").mkdir(parents=True)
@@ -268,7 +273,8 @@ def evil_sdist(folder: Path, marker: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     src = folder / "evilpkg-1.0"
     src.mkdir()
-    (src / "setup.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nfrom setuptools import setup\nsetup(name='evilpkg', version='1.0')\n")
+    (src / "setup.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
+                                  "from setuptools import setup\nsetup(name='evilpkg', version='1.0')\n")
     (src / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: evilpkg\nVersion: 1.0\n")
     out = folder / "evilpkg-1.0.tar.gz"
     with tarfile.open(out, "w:gz") as tf:
@@ -304,8 +310,8 @@ def test_recipe_pypi_options_never_reach_a_package_tool(tiny_project, tmp_path, 
 
 
 @pytest.mark.parametrize("req", ["--no-binary=:all:", "evilpkg>=1.0", "evilpkg==1.*", "evilpkg[x]==1.0", "evilpkg",
-                                 "evilpkg @ file:///tmp/evil.whl", "evilpkg==1.0; python_version>'3'", "evilpkg==1.0,==1.1",
-                                 "evilpkg==1.0 --hash=sha256:00"])
+                                 "evilpkg @ file:///tmp/evil.whl", "evilpkg==1.0; python_version>'3'",
+                                 "evilpkg==1.0,==1.1", "evilpkg==1.0 --hash=sha256:00"])
 def test_only_pinned_requirements_are_accepted(tiny_project, req):
     cli, ws = tiny_project({"evil": model_recipe("evil", json.dumps({req: "0" * 64}))})
     r = cli("--recipe", "evil", "plan")
@@ -339,7 +345,8 @@ BIG_CMAKE = {"CMakeLists.txt": TINY_CMAKE["CMakeLists.txt"] + textwrap.dedent(f"
 
 
 def big_recipe(name: str) -> str:
-    return recipe_with(name, outputs="hello: hello\n              zbig: zbig.bin").replace("targets: [hello]", "targets: [hello, zbig]")
+    recipe = recipe_with(name, outputs="hello: hello\n              zbig: zbig.bin")
+    return recipe.replace("targets: [hello]", "targets: [hello, zbig]")
 
 
 def snapshot(prefix: Path) -> dict[str, str]:
@@ -350,7 +357,8 @@ def snapshot(prefix: Path) -> dict[str, str]:
         if p.is_symlink():
             out[rel] = f"-> {p.readlink()}"
         elif p.is_file():
-            out[rel] = f"{oct(p.stat().st_mode)} {hashlib.sha256(p.read_bytes()).hexdigest() if p.stat().st_size < BIG else p.stat().st_size}"
+            size = p.stat().st_size
+            out[rel] = f"{oct(p.stat().st_mode)} {hashlib.sha256(p.read_bytes()).hexdigest() if size < BIG else size}"
         else:
             out[rel] = "folder"
     return out
@@ -373,8 +381,10 @@ def test_ctrl_c_during_install_leaves_exactly_the_old_install(tiny_project, tmp_
     r = cli("--recipe", "big", "-D", "GREETING=new", "build")  # built first: the install alone is interrupted
     assert r.returncode == 0, r.stderr
     args = ("--recipe", "big", "-D", "GREETING=new", "install", "--prefix", str(prefix))
-    rc, err, caught = interrupt_when(cli, args, lambda: [p for p in prefix.rglob("*zbig.bin*")
-                                                         if p != prefix / "bin" / "zbig.bin" and 0 < p.stat().st_size < BIG])
+    def partial_copy() -> bool:
+        return any(p != prefix / "bin" / "zbig.bin" and 0 < p.stat().st_size < BIG for p in prefix.rglob("*zbig.bin*"))
+
+    rc, err, caught = interrupt_when(cli, args, partial_copy)
     assert caught, f"the install never showed a partial copy: {err}"
     assert rc == 130, err
     assert snapshot(prefix) == old and greeting(prefix) == "old"
@@ -390,7 +400,8 @@ def interrupt_when(cli, args, ready) -> tuple[int, str, bool]:
     env = {k: v for k, v in os.environ.items() if k not in ("ONEBIT_MIRROR_DIR", "ONEBIT_WORKSPACE")}
     env["ONEBIT_ROOT"] = str(cli.root)
     proc = subprocess.Popen([sys.executable, "-m", "onebit_build", *cli.extra, *args], cwd=cli.root, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=sigint_default)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=sigint_default)
     caught = False
     try:
         deadline = time.monotonic() + 300
@@ -436,7 +447,8 @@ def test_failed_switch_puts_the_old_install_back(tiny_project, tmp_path):
     the new binaries were already renamed in: they are taken back out, the old ones return."""
     if os.geteuid() != 0:
         pytest.skip("a bind mount needs root (CI runs as root)")
-    cli, ws = tiny_project({"shout": recipe_with("shout").replace("targets: [hello]", "defines:\n      GREETING: HI\n    targets: [hello]")})
+    shout = recipe_with("shout").replace("targets: [hello]", "defines:\n      GREETING: HI\n    targets: [hello]")
+    cli, ws = tiny_project({"shout": shout})
     prefix = tmp_path / "prefix"
     r = cli("--recipe", "tiny", "install", "--prefix", str(prefix))
     assert r.returncode == 0, r.stderr

@@ -114,7 +114,8 @@ def _stage(items: Sequence[Item], staging: Path, prefix: Path) -> None:
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             need = sum(it.source.stat().st_size for it in items if not it.link)
-            raise SpaceError(f"no space left on device at {prefix} while installing (needs about {need / 1e6:.0f} MB there)",
+            raise SpaceError(f"no space left on device at {prefix} while installing "
+                             f"(needs about {need / 1e6:.0f} MB there)",
                              hint=f"free some space there or choose another --prefix; {prefix} is unchanged") from None
         raise
 
@@ -155,7 +156,8 @@ def _sigint_held() -> Iterator[list[int]]:
     """Hold Ctrl-C (and SIGTERM) for the body; the list says whether one came."""
     got: list[int] = []
     try:
-        before = {s: signal.signal(s, lambda signum, _frame: got.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+        before = {s: signal.signal(s, lambda signum, _frame: got.append(signum))
+                  for s in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread: signals go to the main thread anyway
         yield got
         return
