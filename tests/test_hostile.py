@@ -508,6 +508,26 @@ def test_a_wheel_with_other_bytes_than_pinned_is_refused(tmp_path, monkeypatch):
     assert list(cache.iterdir()) == []
 
 
+def test_two_outputs_with_one_file_name_are_refused_before_the_prefix_is_touched(tmp_path):
+    """Two components' outputs that would land on the same file: which one wins would depend
+    on their order; refused (exit 2) before anything is made."""
+    from types import SimpleNamespace
+
+    from onebit_build.building.install import install_tree
+
+    outs = []
+    for comp in ("one", "two"):
+        f = tmp_path / comp / "libsame.so"
+        f.parent.mkdir()
+        f.write_bytes(comp.encode())
+        outs.append(SimpleNamespace(outputs=[SimpleNamespace(name="lib", path=f)]))
+    manifest = tmp_path / "m.json"
+    manifest.write_text("{}")
+    with pytest.raises(ConfigError, match="would both be installed as bin/libsame.so") as err:
+        install_tree(outs, manifest, tmp_path / "prefix")
+    assert err.value.exit_code == 2 and not (tmp_path / "prefix").exists()
+
+
 # --------------------------------------------------------------------------- the doc's rows
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from onebit_build.core import ui
-from onebit_build.core.errors import OnebitError, SpaceError
+from onebit_build.core.errors import ConfigError, OnebitError, SpaceError
 from onebit_build.core.workspace import pid_alive
 
 STAGING_PREFIX = ".onebit-build-install.tmp-"
@@ -46,7 +46,7 @@ def install_items(builds: Sequence, manifest: Path) -> list[Item]:
     for src in sorted({p for b in builds for o in b.outputs for p in _output_files(o.path)}):
         rel = Path("bin") / src.name
         if rel in items:
-            raise OnebitError(f"two outputs would both be installed as {rel} ({items[rel].source} and {src})",
+            raise ConfigError(f"two outputs would both be installed as {rel} ({items[rel].source} and {src})",
                               hint="give the recipe's outputs distinct file names")
         items[rel] = Item(source=src, rel=rel, link=src.is_symlink())
     items[MANIFEST_REL] = Item(source=manifest, rel=MANIFEST_REL)
