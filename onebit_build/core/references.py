@@ -1,0 +1,77 @@
+"""Names and references in a recipe, and the checks that keep them from becoming code or a
+path outside their folder: CMake variable names, component and output names, output paths,
+``${pin.SOURCE.FIELD}`` and ``${toolchain.FIELD}``. Pure functions: each returns what is
+wrong (a problem and its fix) or None; the recipe loader and ``-D`` both use them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from onebit_build.core.config import ToolchainSpec
+    from onebit_build.core.pins import Pins
+
+REF_RE = re.compile(r"\$\{([^}]*)\}")
+# A recipe name: it becomes part of folder and file names (build folders, manifests).
+RECIPE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# A component or output name: it becomes part of folder and file names.
+COMPONENT_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+# A CMake variable name as a recipe or ``-D`` may set it: a C identifier.
+CMAKE_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def cmake_name_ok(name: str) -> bool:
+    return CMAKE_NAME_RE.fullmatch(name) is not None
+
+
+# ``${pin.SRC.FIELD}`` and ``${toolchain.FIELD}`` are not component references.
+RESERVED_REF_HEADS = ("pin", "toolchain")
+TOOLCHAIN_FIELDS = ("root", "ar", "libhsa")
+
+
+def relative_inside(rel: str) -> bool:
+    """True for a relative path (or glob) with no '..' part and no backslash. Pure."""
+    parts = PurePosixPath(rel).parts
+    return bool(rel) and not rel.startswith("/") and "\\" not in rel and "\0" not in rel and ".." not in parts
+
+
+PIN_FIELDS = ("commit", "short", "build_number", "branch")
+
+
+def pin_ref_problem(key: str, value: str, pins: Pins) -> tuple[str, str] | None:
+    """(problem, fix) for the first ``${pin.SOURCE.FIELD}`` in ``value`` that names no pinned
+    source or no field it has; None when every one is good. Pure."""
+    for ref in REF_RE.findall(value):
+        parts = ref.split(".")
+        if parts[0] != "pin":
+            continue
+        source = ".".join(parts[1:-1])
+        if len(parts) < 3 or source not in pins.sources or parts[-1] not in PIN_FIELDS:
+            known = ", ".join(sorted(pins.sources))
+            return f"bad reference ${{{ref}}} in {key}", f"write ${{pin.SOURCE.{'|'.join(PIN_FIELDS)}}} with SOURCE one of: {known}"
+        if parts[-1] == "build_number" and pins.sources[source].build_number is None:
+            return f"${{{ref}}}: source has no build_number", f"add build_number to {pins.path.name}"
+    return None
+
+
+def define_problem(key: str, value: str, pins: Pins, toolchain: ToolchainSpec | None) -> tuple[str, str] | None:
+    """(problem, fix) for a define that cannot be written or resolved: a name that is not a
+    CMake variable name, or a bad ``${pin...}`` / ``${toolchain...}`` reference. Pure."""
+    if not cmake_name_ok(key):
+        return f"{key!r} is not a CMake variable name", "use letters, digits and '_' only, not starting with a digit"
+    return pin_ref_problem(key, value, pins) or toolchain_ref_problem(key, value, toolchain)
+
+
+def toolchain_ref_problem(key: str, value: str, toolchain: ToolchainSpec | None) -> tuple[str, str] | None:
+    """(problem, fix) for the first bad ``${toolchain.FIELD}`` in ``value``; None if none. Pure."""
+    for ref in REF_RE.findall(value):
+        parts = ref.split(".")
+        if parts[0] != "toolchain":
+            continue
+        if toolchain is None:
+            return f"${{{ref}}} in {key}, but the recipe has no toolchain section", "add 'toolchain: {root: ...}' to the recipe"
+        if len(parts) != 2 or parts[1] not in TOOLCHAIN_FIELDS:
+            return f"bad reference ${{{ref}}} in {key}", f"write ${{toolchain.{'|'.join(TOOLCHAIN_FIELDS)}}}"
+    return None
