@@ -288,7 +288,8 @@ def serve(opts: Options, project: ProjectRoot) -> int:
         built = stages.build_part(ctx, replace(opts, command="build"), pins, recipe)
         assert built is not None
         found["server"] = stages.server_of(built.builds, recipe)
-        found["model"] = stages.resolve_model(recipe, opts, models_dir=ctx.workspace.models, log=ctx.run_dir / "model.log")
+        found["model"] = stages.resolve_model(recipe, opts, models_dir=ctx.workspace.models, log=ctx.run_dir / "model.log",
+                                              lock=project.models_lock)
         found["env"] = stages.with_runtime_env(recipe, opts.toolchain_root).smoke.env
         found["log"] = ctx.run_dir / "server.log"
         found["log"].parent.mkdir(parents=True, exist_ok=True)
@@ -324,7 +325,7 @@ def bench(opts: Options, project: ProjectRoot) -> int:
     with b.BenchLock(lock_path, f"onebit-build bench {', '.join(c.name for c in configs)}", wait_s=bo.wait_s):
         run_dir = bo.out or ws.new_run_dir(recipe.name if recipe is not None and not bo.builds else "local", "bench")
         run_dir.mkdir(parents=True, exist_ok=True)
-        mf = stages.resolve_model(recipe, opts, models_dir=ws.models, log=run_dir / "model.log")
+        mf = stages.resolve_model(recipe, opts, models_dir=ws.models, log=run_dir / "model.log", lock=project.models_lock)
         devices = b.resolve_devices(builds, bo.devices, env=env, log_dir=run_dir / "logs")
         variants = b.make_variants(configs, builds, devices)
         ui.info(f"bench: {len(variants)} variant(s) x {bo.rounds} round(s) x {len(prompts)} prompts, {bo.decode_tokens} tokens each; "
@@ -398,7 +399,8 @@ def verify_run(opts: Options, project: ProjectRoot) -> int:
                 raise ConfigError(f"--working {vo.working} is the new build itself ({new.folder})",
                                   hint="give the working build to compare with: another folder, a copy, or an install prefix")
             run_recipe = stages.with_runtime_env(recipe, ctx.toolchain_root)
-            model = stages.resolve_model(recipe, opts, models_dir=ctx.workspace.models, log=ctx.run_dir / "model.log")
+            model = stages.resolve_model(recipe, opts, models_dir=ctx.workspace.models, log=ctx.run_dir / "model.log",
+                                         lock=project.models_lock)
             ui.info(f"verify-run: new {new.folder}; working {working.folder} ({working.given_as}); {rounds} rounds; "
                     f"tolerance ±{(vo.tolerance or recipe.verification.tolerance):.0%}; lock {lock_path}")
             req = vrun.RunRequest(
@@ -407,8 +409,8 @@ def verify_run(opts: Options, project: ProjectRoot) -> int:
                 prompts=prompts, rounds=rounds, tolerance=vo.tolerance or recipe.verification.tolerance,
                 refs_dir=project.references / recipe.name, lock=lock_path, junit=opts.junit, adopt=vo.adopt,
             )
-            lock_file = pins.lock_path
-            out = vrun.run(req, project_files=(("pins.lock", lock_file),) if lock_file.is_file() else ())
+            locks = (("pins.lock", pins.lock_path), ("models.lock", project.models_lock))
+            out = vrun.run(req, project_files=tuple((name, f) for name, f in locks if f.is_file()))
         vrun.print_outcome(out)
         if out.reference is not None and out.adopted.startswith("wrote"):
             rel = out.reference.relative_to(project.path) if out.reference.is_relative_to(project.path) else out.reference

@@ -414,6 +414,7 @@ def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) ->
         recipe=req.recipe.name, new={**req.new.build.to_dict(), "args": list(req.new.args)},
         working={**req.working.build.to_dict(), "args": list(req.working.args)}, rounds=req.rounds, tolerance=req.tolerance,
         devices=devices, started_at=started, seconds=time.monotonic() - t0, run_dir=str(req.run_dir),
+        model={"path": str(req.model.path), "sha256": req.model.sha256, "source": req.model.source},
         settings={"new server arguments": " ".join(req.new.args), "working server arguments": " ".join(req.working.args),
                   "bench lock": str(req.lock or ""), "adopt": adopted},
     )
