@@ -381,9 +381,11 @@ def verify_run(opts: Options, project: ProjectRoot) -> int:
     rounds = vo.rounds or recipe.verification.rounds
     if rounds < MIN_ROUNDS:
         raise ConfigError(f"--rounds {rounds}: a speed verdict needs at least {MIN_ROUNDS} rounds", hint=f"pass --rounds {MIN_ROUNDS} or more")
-    if vo.adopt and not any(c.artifacts for c in recipe.components):
-        raise ConfigError(f"--adopt: recipe {recipe.name} collects no kernel artifacts, so there is no reference to adopt",
-                          hint="drop --adopt; references exist for recipes with an 'artifacts:' collector")
+    if vo.adopt and not recipe.smoke.prompts and not any(c.artifacts for c in recipe.components):
+        raise ConfigError(f"--adopt: recipe {recipe.name} collects no kernel artifacts and has no smoke prompt "
+                          "to measure speed on",
+                          hint="drop --adopt; references exist for recipes with an 'artifacts:' collector "
+                               "or smoke prompts")
     new_args = parse_config(f"new={vo.new_args}").args
     working_args = parse_config(f"working={vo.working_args}").args
     prompts = load_prompts(project.path / "smoke" / "prompts")
@@ -415,6 +417,8 @@ def verify_run(opts: Options, project: ProjectRoot) -> int:
         if out.reference is not None and out.adopted.startswith("wrote"):
             rel = out.reference.relative_to(project.path) if out.reference.is_relative_to(project.path) else out.reference
             ui.result(f"  commit it: git add {rel} && git commit -m 'references: {recipe.name} artifacts for this toolchain' -- {rel}")
+        if "adopted " in out.adopted:
+            ui.result(f"  commit the speed references too: {project.references / recipe.name / 'smoke-speed.json'}")
         return out.verdict.exit_code
 
     return in_workspace(opts, project, body)

@@ -141,6 +141,15 @@ def locked_model(spec, mf, *, locked: bool, lock: Path | None):
     return mf
 
 
+def speed_references(project: ProjectRoot, recipe: Recipe):
+    """The smoke speed references of ``recipe``: those this project's boxes adopted
+    (references/<recipe>/smoke-speed.json), then the recipe's own figures."""
+    from onebit_build.running import speed_ref  # the smoke stage's module, loaded only when smoke runs
+
+    adopted = speed_ref.load_references(project.references / recipe.name / speed_ref.REF_FILE)
+    return (*adopted, *speed_ref.recipe_references(recipe.smoke, recipe.name))
+
+
 def chat_note(model: Path) -> str | None:
     """What a user of the chat endpoint must know about this model (None: nothing)."""
     from onebit_build.running.model import has_chat_template
@@ -379,7 +388,8 @@ def smoke_stage(ctx: pipeline.Context, recipe: Recipe, *, server: Path, manifest
         ui.warn(f"smoke on {dev} skipped: {why}")
     with ui.stage("smoke") as st:
         result = smoke_mod.run_smoke(recipe=run_recipe, server_bin=server, model=mf, run_dir=ctx.run_dir,
-                                     expect_commit=commit[:7], threads=recipe.smoke.threads, devices=devices)
+                                     expect_commit=commit[:7], threads=recipe.smoke.threads, devices=devices,
+                                     references=speed_references(ctx.project, recipe))
         st["note"] = "all checks passed" if result.passed else "CHECKS FAILED"
         if not result.passed:
             st["status"] = "FAILED"

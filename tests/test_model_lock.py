@@ -61,11 +61,14 @@ def test_a_line_break_in_a_file_name_never_reaches_the_file(tmp_path):
     assert not (tmp_path / "models.lock").exists()
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("schema: 1\nmodels:\n  m:\n    file: f\n    sha256: 'abc'\n", "is not a sha256"),
-    ("schema: 1\nmodels:\n  m:\n    file: f\n    sha256: '" + A + "'\n    extra: 1\n", "extra"),
-    ("schema: 2\nmodels: {}\n", "schema"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("schema: 1\nmodels:\n  m:\n    file: f\n    sha256: 'abc'\n", "is not a sha256"),
+        ("schema: 1\nmodels:\n  m:\n    file: f\n    sha256: '" + A + "'\n    extra: 1\n", "extra"),
+        ("schema: 2\nmodels: {}\n", "schema"),
+    ],
+)
 def test_a_damaged_lock_is_a_config_error(tmp_path, text, problem):
     path = tmp_path / "models.lock"
     path.write_text(text)
@@ -85,7 +88,9 @@ def project(tmp_path) -> Path:
     shutil.copytree(REPO / "recipes", root / "recipes")
     # --locked also needs every abbreviated pin resolved: a lock made up for this copy only
     pins = load_pins(root / "pins.yaml")
-    made_up = {n: {"prefix": p.commit, "commit": p.commit.ljust(40, "0")} for n, p in pins.sources.items() if not p.resolved}
+    made_up = {
+        n: {"prefix": p.commit, "commit": p.commit.ljust(40, "0")} for n, p in pins.sources.items() if not p.resolved
+    }
     (root / "pins.lock").write_text(render_lock(made_up))
     return root
 
@@ -95,8 +100,18 @@ def smoke(project: Path, tmp_path: Path, model: Path, *extra: str):
     fake = tmp_path / "not-a-server"
     fake.write_text("#!/bin/sh\nexit 3\n")
     fake.chmod(0o755)
-    return run_cli(project, "--workspace", str(tmp_path / "ws"), "--hrx", "on", *extra, "smoke", "--server", str(fake),
-                   env={"ONEBIT_HRX_MODEL": str(model), "ONEBIT_TOOLCHAIN_ROOT": str(tmp_path / "therock")})
+    return run_cli(
+        project,
+        "--workspace",
+        str(tmp_path / "ws"),
+        "--hrx",
+        "on",
+        *extra,
+        "smoke",
+        "--server",
+        str(fake),
+        env={"ONEBIT_HRX_MODEL": str(model), "ONEBIT_TOOLCHAIN_ROOT": str(tmp_path / "therock")},
+    )
 
 
 def test_the_cli_records_then_refuses_a_changed_model(project, tmp_path):

@@ -52,7 +52,9 @@ def read_model_lock(path: Path) -> dict[str, LockedModel]:
         entry.only({"file", "sha256"})
         sha = entry.get("sha256", str).lower()
         if not SHA256_RE.match(sha):
-            entry.fail(f"{sha!r} is not a sha256", "give 64 hex digits, or remove the entry and run again", key="sha256")
+            entry.fail(
+                f"{sha!r} is not a sha256", "give 64 hex digits, or remove the entry and run again", key="sha256"
+            )
         out[name] = LockedModel(name=name, file=entry.get("file", str), sha256=sha)
     return out
 
@@ -88,7 +90,7 @@ def judge(*, name: str, sha256: str, lock: dict[str, LockedModel], locked: bool,
         raise IntegrityError(
             f"model {name}: sha256 {sha256} is not the one {lock_path.name} records ({entry.sha256})",
             hint=f"use the recorded file {entry.file}; if this file is meant to replace it, remove the entry "
-                 f"{name} from {lock_path} and run again without --locked",
+            f"{name} from {lock_path} and run again without --locked",
         )
     if locked:
         raise ConfigError(
