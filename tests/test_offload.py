@@ -73,6 +73,7 @@ def test_all_layers_on_the_device_pass(cpu_log):
         (offloaded(20, 29) + buffer("Vulkan0", 200.0) + buffer("CPU_Mapped", 80.0), "only 20/29 layers"),
         (offloaded(0, 29) + buffer("CPU_Mapped", 80.0), "only 0/29 layers"),
         (offloaded(29, 29) + buffer("CPU_Mapped", 390.0), "every weight buffer is host memory"),
+    (offloaded(29, 29) + buffer("Vulkan_Host", 390.0), "every weight buffer is host memory"),
     ],
 )
 def test_partial_or_host_only_loads_fail(log, why):

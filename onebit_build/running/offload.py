@@ -37,8 +37,9 @@ class LoadLog:
 
 
 def is_host_buffer(name: str) -> bool:
-    """llama.cpp's host buffers are named CPU, CPU_Mapped, CPU_REPACK and so on."""
-    return name == CPU_DEVICE or name.startswith(CPU_DEVICE + "_")
+    """llama.cpp's host buffers: CPU, CPU_Mapped, CPU_REPACK and so on, and a GPU backend's
+    pinned host memory, named ``<backend>_Host`` (``Vulkan_Host``, ``CUDA_Host``)."""
+    return name == CPU_DEVICE or name.startswith(CPU_DEVICE + "_") or name.endswith("_Host")
 
 
 def parse_load_log(text: str) -> LoadLog:
