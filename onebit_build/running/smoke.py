@@ -301,6 +301,8 @@ def measure_speed(*, server_bin: Path, model: ModelFile, spec: SmokeSpec, device
         got = _complete(server, run.deadlines, first.prompt, n_predict=spec.answer_tokens)
         ok = check_answer(device, first, got, n_predict=spec.answer_tokens).passed
         speed = _speed_on(server, run, {first.name: (got.text, ok)})
+    except requests.RequestException as exc:
+        raise SmokeError(f"the speed requests to {device} failed: {exc}; log: {log}") from None
     finally:
         server.stop()
     workload = smoke_workload(spec, device, model_sha256=model.sha256, threads=threads, extra_args=extra_args)
