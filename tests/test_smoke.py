@@ -255,7 +255,7 @@ def test_wrong_answer_and_wrong_commit_fail_and_invalidate_the_speed(llama_serve
     assert not result.passed
     verdicts = {c.name: c.passed for c in result.device("CPU").checks}
     assert verdicts == {
-        "start": True, "health": True, "catalog": True, "props": False,
+        "start": True, "offload": True, "health": True, "catalog": True, "props": False,
         "answer:capital": False, "answer:landmark": True, "speed": False,
     }
     capital = next(c for c in result.device("CPU").checks if c.name == "answer:capital")
