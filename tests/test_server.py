@@ -74,6 +74,7 @@ def test_server_argv_binds_loopback_one_slot():
     assert pairs["-m"] == "m.gguf" and pairs["-c"] == "4096" and pairs["-t"] == "2"
     assert pairs["--device"] == "CUDA0" and pairs["-ngl"] == "all"
     assert "--no-webui" in argv
+    assert pairs["--log-verbosity"] == "4"  # else the load log (offload lines) is not written
 
 
 def test_parse_list_devices():

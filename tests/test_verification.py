@@ -436,7 +436,8 @@ def test_recipe_without_kernel_artifacts_compares_its_outputs():
 def _facts(tmp_path: Path) -> report.RunFacts:
     return report.RunFacts(recipe="default", new={"folder": "/n", "given_as": "build folder"},
                            working={"folder": "/w", "given_as": "run folder"}, rounds=5, tolerance=0.03,
-                           devices=("CPU",), started_at="2026-01-01T00:00:00+00:00", seconds=12.3, run_dir=str(tmp_path))
+                           devices=("CPU",), started_at="2026-01-01T00:00:00+00:00", seconds=12.3, run_dir=str(tmp_path),
+                           model={"path": "/m/Qwen3-0.6B-Q4_0.gguf", "sha256": "c" * 64, "source": "local"})
 
 
 def test_report_files_are_written_whole(tmp_path):
@@ -452,6 +453,8 @@ def test_report_files_are_written_whole(tmp_path):
     md = w.md.read_text()
     assert md.startswith("## Verification run: NOT VERIFIED (speed)")
     assert "| CPU | decode | 30.0 | 15.0 | 0.500 | 0.500..0.500 (94%) | 5/5 | slower |" in md
+    # the answers and speeds rest on this file: its hash is in the report and the bundle's JSON
+    assert doc["model"]["sha256"] == "c" * 64 and f"Model `Qwen3-0.6B-Q4_0.gguf` sha256 `{'c' * 64}`" in md
     with tarfile.open(w.bundle) as tar:
         assert tar.getnames() == ["verification.md", "verification.json", "logs/server-r1-new.log"]
         assert json.loads(tar.extractfile("verification.json").read())["verdict"] == "NOT VERIFIED"

@@ -441,10 +441,11 @@ def _runtime_lines(plan: Plan) -> list[str]:
             out.append(f"           supplied by the user: --model PATH or ${m.path_env}")
         if m.pypi:
             out.append(f"           from pypi: {', '.join(m.requirements)}")
-        out.append(f"           sha256 {m.sha256 or '(not pinned: the user must supply and check it)'}")
+        out.append(f"           sha256 {m.sha256 or '(not pinned: recorded in models.lock on first use)'}")
     for p in sm.prompts:
         out.append(f"  check    {p.name}: answer to {p.prompt!r} contains {p.expect!r}")
     if sm.reference_tok_s:
         refs = ", ".join(f"{d} {v:g} tok/s" for d, v in sm.reference_tok_s)
-        out.append(f"  decode   {sm.speed_tokens} tokens x {sm.speed_repeats}; reference {refs}; on par within {sm.tolerance:.0%}")
+        out.append(f"  decode   {sm.speed_tokens} tokens x {sm.speed_repeats}; the recipe's figures {refs} (workload not "
+                   f"recorded: shown, not judged); on par within {sm.tolerance:.0%} of a reference of the same workload")
     return out

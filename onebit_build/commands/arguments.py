@@ -127,7 +127,10 @@ def verify_run(vp: argparse.ArgumentParser) -> None:
     vp.add_argument("--working", metavar="PATH", required=True,
                     help="the working build: its build folder, its llama-server, an install prefix, or a run folder holding build-manifest.json")
     vp.add_argument("--adopt", action="store_true",
-                    help="when the artifacts agree, record the working build's as the reference in references/<recipe>/ (named after the toolchain)")
+                    help="when the artifacts agree, record the working build's as the reference in "
+                         "references/<recipe>/ (named after the toolchain); and measure the working build with the "
+                         "smoke workload, adopting those speeds as this box's smoke references "
+                         "(references/<recipe>/smoke-speed.json) where none of that workload exists")
     vp.add_argument("--rounds", type=positive_int, metavar="N", help="interleaved speed rounds per device (default: the recipe's, 5; at least 5)")
     vp.add_argument("--tolerance", type=fraction, metavar="FRACTION", help="speed 'on par' within this fraction (default: the recipe's, 0.03)")
     vp.add_argument("--new-args", metavar="ARGS", help="extra llama-server arguments for the new build's servers (the report names them)")

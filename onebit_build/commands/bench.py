@@ -36,7 +36,7 @@ def bench(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     with b.BenchLock(lock_path, f"onebit-build bench {', '.join(c.name for c in configs)}", wait_s=bo.wait_s):
         run_dir = bo.out or ws.new_run_dir(recipe.name if recipe is not None and not bo.builds else "local", "bench")
         run_dir.mkdir(parents=True, exist_ok=True)
-        mf = resolve_model(recipe, opts, models_dir=ws.models, log=run_dir / "model.log")
+        mf = resolve_model(recipe, opts, models_dir=ws.models, log=run_dir / "model.log", lock=project.models_lock)
         devices = b.resolve_devices(builds, bo.devices, env=env, log_dir=run_dir / "logs")
         variants = b.make_variants(configs, builds, devices)
         ui.info(f"bench: {len(variants)} variant(s) x {bo.rounds} round(s) x {len(prompts)} prompts, {bo.decode_tokens} tokens each; "

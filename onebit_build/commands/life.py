@@ -105,7 +105,7 @@ def model_pull(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     t0 = time.monotonic()
     with WorkspaceLock(ws.lock_file, "onebit-build model pull"):
         log = ws.runs / f"model-pull-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        mf = resolve_model(recipe, opts, models_dir=ws.models, log=log)
+        mf = resolve_model(recipe, opts, models_dir=ws.models, log=log, lock=project.models_lock)
     ui.info(f"model {mf.path.name}: sha256 {mf.sha256} ({'fetched' if mf.fetched else 'already here'},"
             f" {time.monotonic() - t0:.1f} s)")
     ui.answer(str(mf.path))

@@ -43,7 +43,8 @@ def serve_spec(opts: Options, project: ProjectRoot) -> ServerSpec:
     with open_job(opts, project, Needs(git=True)) as job:
         built = run(job, Stage.BUILD).built
         assert built is not None  # a job run up to the build has built
-        model = resolve_model(job.recipe, opts, models_dir=job.workspace.models, log=job.log("model.log"))
+        model = resolve_model(job.recipe, opts, models_dir=job.workspace.models, log=job.log("model.log"),
+                              lock=project.models_lock)
         log = job.log("server.log")
         log.parent.mkdir(parents=True, exist_ok=True)
         return ServerSpec(binary=server_of(built.builds, job.recipe), model=model.path, log=log, host=opts.serve.host,

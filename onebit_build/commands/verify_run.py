@@ -45,9 +45,10 @@ def check_request(opts: Options, recipe) -> Asked:
     if rounds < MIN_ROUNDS:
         raise ConfigError(f"--rounds {rounds}: a speed verdict needs at least {MIN_ROUNDS} rounds",
                           hint=f"pass --rounds {MIN_ROUNDS} or more")
-    if vo.adopt and not any(c.artifacts for c in recipe.components):
-        raise ConfigError(f"--adopt: recipe {recipe.name} collects no kernel artifacts, so there is no reference to adopt",
-                          hint="drop --adopt; references exist for recipes with an 'artifacts:' collector")
+    if vo.adopt and not recipe.smoke.prompts and not any(c.artifacts for c in recipe.components):
+        raise ConfigError(f"--adopt: recipe {recipe.name} collects no kernel artifacts and has no smoke prompt to measure"
+                          " speed on", hint="drop --adopt; references exist for recipes with an 'artifacts:' collector"
+                                            " or smoke prompts")
     return Asked(working=working, rounds=rounds, tolerance=vo.tolerance or recipe.verification.tolerance,
                  new_args=parse_config(f"new={vo.new_args}").args, working_args=parse_config(f"working={vo.working_args}").args,
                  lock=vo.lock or Workspace(root=opts.workspace).root / "bench.lock")
@@ -68,6 +69,8 @@ def verify_run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
         rel = out.reference.relative_to(project.path) if out.reference.is_relative_to(project.path) else out.reference
         ui.result(f"  commit it: git add {rel} && git commit -m 'references: {job.recipe.name} artifacts for this toolchain'"
                   f" -- {rel}")
+    if "adopted " in out.adopted:
+        ui.result(f"  commit the speed references too: {project.references / job.recipe.name / 'smoke-speed.json'}")
     return out.verdict.exit_code
 
 
@@ -79,7 +82,8 @@ def compare(job: Job, asked: Asked, prompts) -> vrun.RunOutcome:
     if same_build(new, asked.working):
         raise ConfigError(f"--working {job.opts.verify_run.working} is the new build itself ({new.folder})",
                           hint="give the working build to compare with: another folder, a copy, or an install prefix")
-    model = resolve_model(job.recipe, job.opts, models_dir=job.workspace.models, log=job.log("model.log"))
+    model = resolve_model(job.recipe, job.opts, models_dir=job.workspace.models, log=job.log("model.log"),
+                          lock=job.project.models_lock)
     ui.info(f"verify-run: new {new.folder}; working {asked.working.folder} ({asked.working.given_as}); {asked.rounds} rounds;"
             f" tolerance ±{asked.tolerance:.0%}; lock {asked.lock}")
     req = vrun.RunRequest(
@@ -88,5 +92,5 @@ def compare(job: Job, asked: Asked, prompts) -> vrun.RunOutcome:
         prompts=prompts, rounds=asked.rounds, tolerance=asked.tolerance, refs_dir=references_dir(job),
         lock=asked.lock, junit=job.opts.junit, adopt=job.opts.verify_run.adopt,
     )
-    lock_file = job.pins.lock_path
-    return vrun.run(req, project_files=(("pins.lock", lock_file),) if lock_file.is_file() else ())
+    locks = (("pins.lock", job.pins.lock_path), ("models.lock", job.project.models_lock))
+    return vrun.run(req, project_files=tuple((name, f) for name, f in locks if f.is_file()))

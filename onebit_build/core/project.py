@@ -31,6 +31,11 @@ class ProjectRoot:
         return self.path / "pins.yaml"
 
     @property
+    def models_lock(self) -> Path:
+        """The sha256 of each model a recipe does not pin, recorded on first use."""
+        return self.path / "models.lock"
+
+    @property
     def recipes(self) -> Path:
         return self.path / "recipes"
 

@@ -8,14 +8,15 @@ from pathlib import Path
 
 from onebit_build.building.manifest import load_manifest
 from onebit_build.building.plan import resolve_toolchain, runtime_env
-from onebit_build.core import ui
+from onebit_build.core import model_lock, ui
 from onebit_build.core.config import Recipe
-from onebit_build.core.errors import IntegrityError, NotAvailableError, SmokeError
+from onebit_build.core.errors import ConfigError, IntegrityError, NotAvailableError, SmokeError
 from onebit_build.job.model import Job
 from onebit_build.options import Options
 from onebit_build.running import model as model_mod
 from onebit_build.running import report as report_mod
 from onebit_build.running import smoke as smoke_mod
+from onebit_build.running import speed_ref
 from onebit_build.running.model import has_chat_template
 from onebit_build.running.devices import pick_devices
 from onebit_build.running.server import list_devices
@@ -31,21 +32,30 @@ def with_runtime_env(recipe: Recipe, toolchain_root: str | None) -> Recipe:
     return replace(recipe, smoke=replace(recipe.smoke, env=env))
 
 
-def resolve_model(recipe: Recipe | None, opts: Options, *, models_dir: Path, log: Path):
+def resolve_model(recipe: Recipe | None, opts: Options, *, models_dir: Path, log: Path, lock: Path | None = None):
     """The model to serve: ``--model``, the user's file the recipe names, or the recipe's
-    registry model (downloaded and checked)."""
+    registry model (downloaded and checked). A recipe model without a pinned sha256 is
+    checked against ``lock`` (models.lock), and recorded there on first use."""
+    spec = recipe.model if recipe is not None else None
     if opts.model is not None:
-        return model_mod.local_model(opts.model)
-    if recipe is None or recipe.model is None:
+        mf = model_mod.local_model(opts.model)
+        if spec is not None and spec.sha256:
+            if opts.locked and mf.sha256 != spec.sha256:
+                raise ConfigError(f"--locked: --model {mf.path} (sha256 {mf.sha256}) is not the recipe's pinned model"
+                                  f" {spec.name}", hint=f"drop --model to use {spec.file}, or drop --locked to serve another model")
+            return mf
+        return locked_model(spec, mf, locked=opts.locked, lock=lock) if spec is not None else mf
+    if spec is None:
         raise NotAvailableError(f"recipe {recipe.name if recipe else opts.recipe} names no model", hint="pass --model PATH")
-    if recipe.model.path_env:
-        return user_model(recipe.model)
-    return model_mod.ensure_model(recipe.model, cache_dir=models_dir, offline=opts.offline, log=log)
+    if spec.path_env:
+        return user_model(spec, locked=opts.locked, lock=lock)
+    return model_mod.ensure_model(spec, cache_dir=models_dir, offline=opts.offline, log=log)
 
 
-def user_model(spec):
+def user_model(spec, *, locked: bool = False, lock: Path | None = None):
     """A model the user supplies (not on a registry): the file named by the recipe's
-    ``path_env`` variable, checked against the recipe's sha256 when one is pinned."""
+    ``path_env`` variable, checked against the recipe's sha256 when one is pinned, else
+    against models.lock."""
     where = os.environ.get(spec.path_env)
     if not where:
         origin = f" from {spec.origin}" if spec.origin else ""
@@ -57,9 +67,28 @@ def user_model(spec):
     if spec.sha256 and mf.sha256 != spec.sha256:
         raise IntegrityError(f"{mf.path}: sha256 {mf.sha256} is not the recipe's {spec.sha256}",
                              hint=f"use the file the recipe pins ({spec.file}), or fix the recipe's sha256 deliberately")
-    if not spec.sha256:
-        ui.warn(f"model {spec.name}: the recipe pins no sha256; this run used {mf.sha256} (record it in the recipe)")
+    return mf if spec.sha256 else locked_model(spec, mf, locked=locked, lock=lock)
+
+
+def locked_model(spec, mf, *, locked: bool, lock: Path | None):
+    """The recipe's unpinned model ``mf`` checked against models.lock, recorded on first use."""
+    if lock is None:
+        ui.warn(f"model {spec.name}: the recipe pins no sha256; this run used {mf.sha256}")
+        return mf
+    entries = model_lock.read_model_lock(lock)
+    if model_lock.judge(name=spec.name, sha256=mf.sha256, lock=entries, locked=locked, lock_path=lock) == "record":
+        model_lock.record(lock, model_lock.LockedModel(name=spec.name, file=spec.file, sha256=mf.sha256))
+        ui.info(f"model {spec.name}: first use; recorded its sha256 {mf.sha256} in {lock} (commit it)")
+    else:
+        ui.detail(f"model {spec.name}: sha256 {mf.sha256[:16]} is the one {lock.name} records")
     return mf
+
+
+def speed_references(project, recipe: Recipe):
+    """The smoke speed references of ``recipe``: those this project's boxes adopted
+    (references/<recipe>/smoke-speed.json), then the recipe's own figures."""
+    adopted = speed_ref.load_references(project.references / recipe.name / speed_ref.REF_FILE)
+    return (*adopted, *speed_ref.recipe_references(recipe.smoke, recipe.name))
 
 
 def chat_note(model: Path) -> str | None:
@@ -86,7 +115,8 @@ def smoke_stage(job: Job, *, server: Path, manifest_file: Path | None, verified:
     """Start the server on every smoke device, check it, write the report."""
     recipe, opts = job.recipe, job.opts
     with ui.stage("model") as st:
-        mf = resolve_model(recipe, opts, models_dir=job.workspace.models, log=job.log("model.log"))
+        mf = resolve_model(recipe, opts, models_dir=job.workspace.models, log=job.log("model.log"),
+                           lock=job.project.models_lock)
         st["note"] = f"{mf.path.name} sha256 {mf.sha256[:16]}"
     src = recipe.server_component.source
     if manifest_file is not None:
@@ -101,7 +131,8 @@ def smoke_stage(job: Job, *, server: Path, manifest_file: Path | None, verified:
         ui.warn(f"smoke on {dev} skipped: {why}")
     with ui.stage("smoke") as st:
         result = smoke_mod.run_smoke(recipe=run_recipe, server_bin=server, model=mf, run_dir=job.run_dir,
-                                     expect_commit=commit[:7], threads=recipe.smoke.threads, devices=devices)
+                                     expect_commit=commit[:7], threads=recipe.smoke.threads, devices=devices,
+                                     references=speed_references(job.project, recipe))
         st["note"] = "all checks passed" if result.passed else "CHECKS FAILED"
         if not result.passed:
             st["status"] = "FAILED"

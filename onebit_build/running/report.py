@@ -66,6 +66,8 @@ def _speed_doc(s: Speed | None) -> dict[str, Any] | None:
         "reference_tok_s": s.reference_tok_s,
         "tolerance": s.tolerance,
         "on_par": s.on_par,
+        "workload": s.workload,
+        "reference_note": s.reference_note,
         "warmup": _sample_doc(s.warmup),
         "samples": [_sample_doc(x) for x in s.samples],
     }
@@ -189,7 +191,7 @@ def _speed_cells(d: DeviceResult) -> tuple[str, str, str]:
         return "—", "—", "not measured"
     if not s.valid:
         return "invalid", "invalid", md_cell(s.reason)
-    ref = "no reference" if s.reference_tok_s is None else (
+    ref = md_cell(s.reference_note or "no reference") if s.reference_tok_s is None else (
         f"{'on par with' if s.on_par else 'below'} {s.reference_tok_s:g} (±{s.tolerance:.0%})"
     )
     return _fmt(s.prompt_tok_s), _fmt(s.decode_tok_s), ref

@@ -33,6 +33,7 @@ from onebit_build.running.measure import Completion
 
 HOST = "127.0.0.1"
 CPU_DEVICE = "CPU"
+LOAD_LOG_VERBOSITY = 4
 LOG_TAIL_LINES = 30
 BIND_ERRORS = ("couldn't bind", "address already in use")
 PORT_ATTEMPTS = 3
@@ -98,6 +99,9 @@ def server_argv(spec: ServerSpec, port: int) -> list[str]:
         "-np", "1",
         "-c", str(spec.ctx_size),
         "--no-webui",
+        # libllama's INFO lines (the model load: where each layer went) are logged at the
+        # trace level, 4, above the default 3 (common/log.cpp): the offload check reads them.
+        "--log-verbosity", str(LOAD_LOG_VERBOSITY),
         *device_args(spec.device),
     ]
     if spec.threads is not None:

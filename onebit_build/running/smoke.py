@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -28,10 +28,14 @@ from onebit_build.core.config import PromptCheck, Recipe, SmokeSpec
 from onebit_build.core.errors import SmokeError
 from onebit_build.running.measure import Completion, Sample
 from onebit_build.running.model import ModelFile, has_chat_template
+from onebit_build.running.offload import check_offload
+from onebit_build.running.speed_ref import SpeedReference, pick, smoke_workload
 from onebit_build.running.smoke_checks import (
+    CHAT_MIN_TOKENS,
     SmokeCheck,
     Speed,
     check_answer,
+    chat_request,
     check_catalog,
     check_chat,
     check_devices,
@@ -39,7 +43,6 @@ from onebit_build.running.smoke_checks import (
     check_props,
     check_speed,
     judge_speed_sample,
-    reference_for,
     summarize_speed,
 )
 
@@ -173,21 +176,24 @@ def _not_started(device: str, summary: str, evidence: dict[str, Any]) -> DeviceR
     return DeviceResult(device=device, checks=(check,), speed=None, log=None, seconds=0.0)
 
 
-def _speed_on(server: srvmod.Server, device: str, spec: SmokeSpec, answers: dict[str, tuple[str, bool]], deadlines: Deadlines) -> Speed:
-    first = spec.prompts[0]
+def _speed_on(server: srvmod.Server, run: _DeviceRun, answers: dict[str, tuple[str, bool]]) -> Speed:
+    device, spec, first = run.device, run.spec, run.spec.prompts[0]
     answer, answer_passed = answers.get(first.name, ("", False))
 
     def timed(tokens: int) -> Sample:
-        got = _complete(server, deadlines, first.prompt, n_predict=tokens, ignore_eos=True)
+        got = _complete(server, run.deadlines, first.prompt, n_predict=tokens, ignore_eos=True)
         return judge_speed_sample(got, answer=answer, expect=first.expect, tokens=tokens, prompt=first.name)
 
     # The warm-up runs the same prompt through the same paths (prompt batch, then one-token
     # decode steps); a short one is enough and keeps the stage fast on slow devices.
     warmup = timed(min(spec.speed_tokens, max(spec.answer_tokens, 8)))
     samples = tuple(timed(spec.speed_tokens) for _ in range(spec.speed_repeats))
+    workload = smoke_workload(spec, device, model_sha256=run.model.sha256, threads=run.threads)
+    ref, note = pick(run.references, device, workload)
     return summarize_speed(
         device=device, prompt=first.name, tokens=spec.speed_tokens, warmup=warmup, samples=samples,
-        answer_passed=answer_passed, reference=reference_for(spec, device), tolerance=spec.tolerance,
+        answer_passed=answer_passed, reference=ref.decode_tok_s if ref else None, tolerance=spec.tolerance,
+        workload=workload.to_dict(), reference_note=note,
     )
 
 
@@ -201,6 +207,8 @@ class _DeviceRun:
     expect_commit: str
     deadlines: Deadlines
     chat: bool = False  # the model has its own chat template: check /v1/chat/completions
+    threads: int | None = None  # the server's -t
+    references: tuple[SpeedReference, ...] = ()  # speed references; only one of the same workload is used
 
 
 def _smoke_device(run: _DeviceRun, *, server_bin: Path, log: Path, threads: int | None) -> DeviceResult:
@@ -226,6 +234,14 @@ def _smoke_device(run: _DeviceRun, *, server_bin: Path, log: Path, threads: int 
     )
 
 
+def _load_log(server: srvmod.Server) -> str:
+    """The server's log so far: a healthy server has logged its whole model load."""
+    try:
+        return Path(server.log).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise SmokeError(f"cannot read the server log {server.log}: {exc.strerror}") from None
+
+
 def _checks_on(server: srvmod.Server, run: _DeviceRun) -> tuple[list[SmokeCheck], Speed | None]:
     """Every check of one healthy server, in order; then its speed on the first prompt."""
     device, spec, model = run.device, run.spec, run.model
@@ -234,13 +250,14 @@ def _checks_on(server: srvmod.Server, run: _DeviceRun) -> tuple[list[SmokeCheck]
         summary=f"llama-server healthy on port {server.port} after {server.ready_s:.1f} s",
         evidence={"port": server.port, "pid": server.pid, "ready_s": round(server.ready_s or 0.0, 3), "argv": server.argv},
     )]
+    checks.append(_guarded("offload", device, server, lambda: check_offload(device, _load_log(server))))
     checks.append(_guarded("health", device, server, lambda: check_health(device, *server.get_json("/health"))))
     checks.append(_guarded("catalog", device, server, lambda: check_catalog(
         device, *server.get_json("/v1/models"), model_id=str(model.path), ctx_size=spec.ctx_size)))
     checks.append(_guarded("props", device, server, lambda: check_props(
         device, *server.get_json("/props"), expect_commit=run.expect_commit, model_path=model.path, ctx_size=spec.ctx_size)))
     if run.chat:  # only a model with its own template answers the chat endpoint meaningfully
-        body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0}
+        body = chat_request(max_tokens=max(spec.answer_tokens, CHAT_MIN_TOKENS))
         checks.append(_guarded("chat", device, server, lambda: check_chat(device, *server.post_json("/v1/chat/completions", body))))
     answers: dict[str, tuple[str, bool]] = {}
     for prompt in spec.prompts:
@@ -257,12 +274,39 @@ def _checks_on(server: srvmod.Server, run: _DeviceRun) -> tuple[list[SmokeCheck]
         return checks, None
     speed: Speed | None = None
     try:
-        speed = _speed_on(server, device, spec, answers, run.deadlines)
+        speed = _speed_on(server, run, answers)
         checks.append(check_speed(speed))
     except (SmokeError, requests.RequestException) as exc:
         checks.append(_failed("speed", device, exc, server))
     ui.detail(f"  {device} {'pass' if checks[-1].passed else 'FAIL'} {checks[-1].summary}")
     return checks, speed
+
+
+def measure_speed(*, server_bin: Path, model: ModelFile, spec: SmokeSpec, device: str, log: Path,
+                  threads: int | None = None, extra_args: tuple[str, ...] = ()) -> Speed:
+    """The smoke stage's speed measurement alone, on one device: the first prompt's greedy
+    answer is checked, then timed as in :func:`run_smoke` (no reference: the figure is what
+    a box adopts). SmokeError when the server does not start or a request misses its deadline."""
+    sspec = srvmod.ServerSpec(binary=server_bin, model=model.path, log=log, device=device, ctx_size=spec.ctx_size,
+                              env=spec.env, health_timeout_s=spec.health_timeout_s, threads=threads,
+                              extra_args=extra_args)
+    deadlines = Deadlines(spec=spec, t0=time.monotonic())
+    run = _DeviceRun(device=device, spec=spec, model=model, expect_commit="-", deadlines=deadlines, threads=threads)
+    if not spec.prompts:
+        raise SmokeError("the recipe lists no smoke prompts, so there is no speed workload to measure",
+                         hint="add a prompt to the recipe's smoke section")
+    first = spec.prompts[0]
+    server = srvmod.start(sspec)
+    try:
+        got = _complete(server, run.deadlines, first.prompt, n_predict=spec.answer_tokens)
+        ok = check_answer(device, first, got, n_predict=spec.answer_tokens).passed
+        speed = _speed_on(server, run, {first.name: (got.text, ok)})
+    except requests.RequestException as exc:
+        raise SmokeError(f"the speed requests to {device} failed: {exc}; log: {log}") from None
+    finally:
+        server.stop()
+    workload = smoke_workload(spec, device, model_sha256=model.sha256, threads=threads, extra_args=extra_args)
+    return replace(speed, workload=workload.to_dict(), reference_tok_s=None, on_par=None, reference_note="")
 
 
 def run_smoke(
@@ -274,6 +318,7 @@ def run_smoke(
     expect_commit: str,
     devices: tuple[str, ...] | None = None,
     threads: int | None = None,
+    references: tuple[SpeedReference, ...] = (),
 ) -> SmokeResult:
     """Smoke-test ``server_bin`` serving ``model`` on each device (the recipe's by default).
 
@@ -281,7 +326,9 @@ def run_smoke(
     no devices or no commit to expect, SmokeError for a missing server binary. Every server
     it starts is stopped before it returns or raises, Ctrl-C included. Server logs go to
     ``run_dir/logs``; each device's speed is measured on the recipe's first prompt.
-    ``threads`` is passed to the server as ``-t`` (None: llama.cpp's default)."""
+    ``threads`` is passed to the server as ``-t`` (None: llama.cpp's default). A device's
+    decode speed is judged only against a reference in ``references`` measured on the same
+    workload."""
     spec = recipe.smoke
     wanted = tuple(devices) if devices is not None else spec.devices
     if not wanted:
@@ -309,7 +356,7 @@ def run_smoke(
                                         {"listed": list(listed or ())}))
         else:
             run = _DeviceRun(device=device, spec=spec, model=model, expect_commit=expect_commit, deadlines=deadlines,
-                             chat=has_chat_template(model.path) is True)
+                             chat=has_chat_template(model.path) is True, threads=threads, references=references)
             results.append(_smoke_device(run, server_bin=server_bin, log=logs / log_name(device), threads=threads))
     return SmokeResult(
         recipe=recipe.name, server_bin=server_bin, model=model, expect_commit=expect_commit, run_dir=run_dir,

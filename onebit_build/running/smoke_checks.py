@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from onebit_build.core.config import PromptCheck, SmokeSpec
+from onebit_build.core.config import PromptCheck
 from onebit_build.running import server as srvmod
 from onebit_build.running.measure import Completion, Sample, Stat, answer_contains, decode_stat, prompt_stat, timed_sample, timing_problem
 
@@ -40,9 +40,11 @@ class Speed:
     reason: str  # why the figures are invalid; "" when valid
     decode: Stat | None  # only when valid
     prompt_speed: Stat | None  # only when valid
-    reference_tok_s: float | None = None
+    reference_tok_s: float | None = None  # only a reference measured on this same workload
     tolerance: float = 0.25
     on_par: bool | None = None  # None without a reference or without a valid figure
+    workload: dict[str, Any] | None = None  # what was measured (speed_ref.Workload.to_dict())
+    reference_note: str = ""  # which reference was used, or why none was
 
     @property
     def decode_tok_s(self) -> float | None:
@@ -201,17 +203,56 @@ def check_answer(device: str, prompt: PromptCheck, answer: Completion, *, n_pred
     )
 
 
-def check_chat(device: str, status: int, body: Any) -> SmokeCheck:
-    """/v1/chat/completions of a model with its own chat template: HTTP 200 and a non-empty
-    assistant message."""
-    content = None
-    if isinstance(body, dict):
-        choices = body.get("choices") or [{}]
-        message = choices[0].get("message") if isinstance(choices[0], dict) else None
-        content = message.get("content") if isinstance(message, dict) else None
-    ok = status == 200 and isinstance(content, str) and bool(content.strip())
-    summary = f"chat: HTTP {status}, reply {short(content or '', 60)!r}" if ok else f"chat: HTTP {status}, no assistant message"
-    return SmokeCheck(name="chat", device=device, passed=ok, summary=summary, evidence={"status": status, "reply": short(content or "")})
+# The chat check: a question every chat model answers in a word, asked greedily with the
+# model's thinking switched off (Qwen3's template thinks by default and then answers nothing
+# within a few tokens; the template reads enable_thinking from chat_template_kwargs).
+CHAT_QUESTION = "What is the capital of France? One word."
+CHAT_EXPECT = "Paris"
+CHAT_MIN_TOKENS = 24
+
+
+def chat_request(question: str = CHAT_QUESTION, *, max_tokens: int = CHAT_MIN_TOKENS) -> dict[str, Any]:
+    """The body of every chat request the smoke test sends: greedy, thinking off."""
+    return {
+        "messages": [{"role": "user", "content": question}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+
+
+def chat_reply(body: Any) -> tuple[str | None, str | None]:
+    """The assistant message's ``content`` (the answer) and ``reasoning_content`` (what the
+    server split off as the model's thinking); None where absent."""
+    if not isinstance(body, dict) or not isinstance(body.get("choices"), list) or not body["choices"]:
+        return None, None
+    first = body["choices"][0]
+    message = first.get("message") if isinstance(first, dict) else None
+    if not isinstance(message, dict):
+        return None, None
+    content, reasoning = message.get("content"), message.get("reasoning_content")
+    return (content if isinstance(content, str) else None), (reasoning if isinstance(reasoning, str) else None)
+
+
+def check_chat(device: str, status: int, body: Any, *, expect: str = CHAT_EXPECT) -> SmokeCheck:
+    """/v1/chat/completions of a model with its own chat template: HTTP 200 and an answer
+    (``content``, never ``reasoning_content``) that contains ``expect``."""
+    content, reasoning = chat_reply(body)
+    evidence = {"status": status, "expect": expect, "reply": short(content or ""), "reasoning": short(reasoning or "")}
+    answer = (content or "").strip()
+    if status == 200 and answer_contains(answer, expect):
+        return SmokeCheck(name="chat", device=device, passed=True,
+                          summary=f"chat: answer {short(answer, 60)!r} contains {expect!r}", evidence=evidence)
+    if status != 200:
+        why = f"HTTP {status}"
+    elif not answer and reasoning and reasoning.strip():
+        why = (f"no answer, only reasoning ({short(reasoning.strip(), 60)!r}): the model thought although the "
+               "request turned thinking off (chat_template_kwargs enable_thinking false); does its template read it?")
+    elif not answer:
+        why = "no assistant message" if content is None else "an empty answer"
+    else:
+        why = f"answer {short(answer, 60)!r} lacks {expect!r}"
+    return SmokeCheck(name="chat", device=device, passed=False, summary=f"chat: {why}", evidence=evidence)
 
 
 def judge_speed_sample(timed: Completion, *, answer: str, expect: str, tokens: int, prompt: str = "") -> Sample:
@@ -244,6 +285,8 @@ def summarize_speed(
     answer_passed: bool,
     reference: float | None,
     tolerance: float,
+    workload: dict[str, Any] | None = None,
+    reference_note: str = "",
 ) -> Speed:
     """Statistics over the samples, reported only when the prompt's answer check passed
     and every timed request's own answer held."""
@@ -261,12 +304,13 @@ def summarize_speed(
             device=device, prompt=prompt, tokens=tokens, warmup=warmup, samples=samples,
             valid=False, reason=reason, decode=None, prompt_speed=None,
             reference_tok_s=reference, tolerance=tolerance, on_par=None,
+            workload=workload, reference_note=reference_note,
         )
     decode = decode_stat(samples)
     return Speed(
         device=device, prompt=prompt, tokens=tokens, warmup=warmup, samples=samples,
         valid=True, reason="", decode=decode, prompt_speed=prompt_stat(samples),
-        reference_tok_s=reference, tolerance=tolerance,
+        reference_tok_s=reference, tolerance=tolerance, workload=workload, reference_note=reference_note,
         on_par=None if reference is None else on_par(decode.median, reference, tolerance),
     )
 
@@ -285,6 +329,8 @@ def check_speed(speed: Speed) -> SmokeCheck:
         "on_par": speed.on_par,
         "samples_decode_tok_s": [s.decode_tok_s for s in speed.samples],
         "samples_answer_ok": [s.valid for s in speed.samples],
+        "workload": speed.workload,
+        "reference_note": speed.reference_note,
     }
     if not speed.valid:
         return SmokeCheck(name="speed", device=speed.device, passed=False, summary=f"speed invalid: {speed.reason}", evidence=evidence)
@@ -299,11 +345,6 @@ def check_speed(speed: Speed) -> SmokeCheck:
         )
     if speed.on_par:
         figures += f", on par with the reference {speed.reference_tok_s:g} tok/s"
+    elif speed.reference_note:
+        figures += f"; {speed.reference_note}"
     return SmokeCheck(name="speed", device=speed.device, passed=True, summary=figures, evidence=evidence)
-
-
-def reference_for(spec: SmokeSpec, device: str) -> float | None:
-    for name, value in spec.reference_tok_s:
-        if name == device:
-            return value
-    return None

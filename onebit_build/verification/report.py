@@ -40,6 +40,7 @@ class RunFacts:
     seconds: float
     run_dir: str
     settings: dict[str, Any] | None = None  # e.g. extra server arguments of either side
+    model: dict[str, Any] | None = None  # the served model: path, sha256, source
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +58,7 @@ def verification_doc(verdict: Verdict, facts: RunFacts) -> dict[str, Any]:
         "recipe": facts.recipe, "devices": list(facts.devices), "rounds": facts.rounds, "tolerance": facts.tolerance,
         "started_at": facts.started_at, "seconds": round(facts.seconds, 1), "run_dir": facts.run_dir,
         "builds": {"new": facts.new, "working": facts.working}, "settings": dict(facts.settings or {}),
+        "model": dict(facts.model or {}),
         "parts": [p.to_dict() for p in verdict.parts],
     }
 
@@ -95,6 +97,8 @@ def render_markdown(verdict: Verdict, facts: RunFacts) -> str:
     out = [f"## Verification run: {title}", ""]
     out.append(f"Recipe `{facts.recipe}`; devices {', '.join(facts.devices) or '-'}; {facts.rounds} interleaved rounds; "
                f"speed tolerance ±{facts.tolerance:.0%}; {facts.started_at}, {facts.seconds:.0f} s.")
+    if facts.model:
+        out.append(f"Model `{Path(str(facts.model.get('path', ''))).name}` sha256 `{facts.model.get('sha256', '')}`.")
     out.append("")
     out += md_table(["build", "folder", "given as"], [
         ["new", f"`{facts.new.get('folder')}`", facts.new.get("given_as", "")],

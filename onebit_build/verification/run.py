@@ -37,6 +37,7 @@ from onebit_build.running.bench.plan import Prompt, Variant
 from onebit_build.running.bench.run import BenchRequest, run_bench
 from onebit_build.running.bench.settings import DEFAULTS as BENCH_DEFAULTS
 from onebit_build.running.model import ModelFile
+from onebit_build.verification.adopt_speed import adopt_smoke_speed
 from onebit_build.verification import report as report_mod
 from onebit_build.verification import speed as speed_mod
 from onebit_build.verification.answers import Answer, AnswerComparison, compare
@@ -405,10 +406,12 @@ def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) ->
             reference, adopted = adopt_reference(req, working_sets)
         else:
             adopted = "not adopted: the artifacts of the two builds differ; adopt only a pair that agrees"
+        adopted = "; ".join([adopted, *adopt_smoke_speed(req, devices)])
     facts = report_mod.RunFacts(
         recipe=req.recipe.name, new={**req.new.build.to_dict(), "args": list(req.new.args)},
         working={**req.working.build.to_dict(), "args": list(req.working.args)}, rounds=req.rounds, tolerance=req.tolerance,
         devices=devices, started_at=started, seconds=time.monotonic() - t0, run_dir=str(req.run_dir),
+        model={"path": str(req.model.path), "sha256": req.model.sha256, "source": req.model.source},
         settings={"new server arguments": " ".join(req.new.args), "working server arguments": " ".join(req.working.args),
                   "bench lock": str(req.lock or ""), "adopt": adopted},
     )
