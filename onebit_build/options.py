@@ -93,8 +93,6 @@ class Options:
     offline: bool = False
     locked: bool = False
     jobs: int | None = None
-    verbose: bool = False
-    quiet: bool = False
     json: bool = False
     dry_run: bool = False
     gc_dry_run: bool = False  # 'gc --dry-run': list what would go, remove nothing
@@ -123,12 +121,6 @@ class Options:
         """The command as run folders and lock holders name it (``pins-lock``)."""
         return f"{self.command}-{self.action}" if self.action else self.command
 
-    @property
-    def needs_git(self) -> bool:
-        """Whether the command fetches or patches sources (smoking a given binary does not)."""
-        if self.command == "smoke" and self.server is not None:
-            return False
-        return self.command in ("all", "fetch", "patch", "build", "smoke", "verify", "verify-run", "patches", "pins", "install", "serve")
 
 
 def recipe_is_file(text: str) -> bool:
@@ -202,7 +194,7 @@ def from_args(ns: argparse.Namespace) -> Options:
         workspace=Path(get("workspace") or default_workspace()).expanduser().resolve(),
         mirror_dirs=mirror_dirs_from([*(get("mirror_dir") or ()), *(get("mirror_dir_after") or ())]),
         offline=bool(get("offline")), locked=bool(get("locked")), jobs=get("jobs"),
-        verbose=bool(get("verbose")), quiet=bool(get("quiet")), json=bool(get("json")),
+        json=bool(get("json")),
         dry_run=bool(get("dry_run")) or command == "plan", gc_dry_run=bool(get("gc_dry_run")), names=bool(get("names")),
         shell=get("shell") or "bash",
         model=_path(get("model")), server=_path(get("server")),

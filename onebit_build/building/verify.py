@@ -112,11 +112,6 @@ def compare_outputs(cur: list[dict[str, Any]], ref: list[dict[str, Any]]) -> Set
 # --------------------------------------------------------------------------- references
 
 
-def manifest_sets(manifest: Manifest | Mapping[str, Any]) -> dict[tuple[str, str], ArtifactSet]:
-    """The kernel-artifact sets of a manifest (or of its document), by (component, kind)."""
-    return Manifest.of(manifest).artifact_sets()
-
-
 def reference_doc(manifest: Manifest | Mapping[str, Any]) -> dict[str, Any]:
     """What a reference keeps: the artifacts, their facts and the outputs' hashes; no paths
     of the machine that made it (except facts that are paths, which verify warns about)."""

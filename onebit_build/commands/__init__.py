@@ -79,4 +79,3 @@ TABLE: tuple[Command, ...] = (
             arguments="completion"),
 )
 BY_NAME = {c.name: c for c in TABLE}
-DEFAULT = BY_NAME["all"]

@@ -18,7 +18,6 @@ from onebit_build.core.fsutil import atomic_write_text
 from onebit_build.core.pins import NAME_RE, SHA256_RE
 from onebit_build.core.yamlnode import Node, check_schema, load_yaml
 
-LOCK_NAME = "models.lock"
 LOCK_SCHEMA = 1
 
 

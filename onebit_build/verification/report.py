@@ -153,17 +153,3 @@ def write_all(run_dir: Path, verdict: Verdict, facts: RunFacts, *, bundle_files:
     atomic_write_bytes(paths.json, json_bytes)
     atomic_write_bytes(paths.md, md_bytes)
     return paths
-
-
-def write_run_dir_file(target: Path, run_dir: Path) -> None:
-    """Tell a workflow where this invocation's run folder is: ``target`` gets the path and a
-    newline, written atomically at the start of the run."""
-    atomic_write_bytes(target, (str(run_dir) + "\n").encode("utf-8"))
-
-
-def read_doc(path: Path) -> dict[str, Any]:
-    """A verification.json, checked for kind and schema."""
-    doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    if not isinstance(doc, dict) or doc.get("kind") != KIND or doc.get("schema") != SCHEMA:
-        raise ValueError(f"{path}: not a verification document of schema {SCHEMA}")
-    return doc
