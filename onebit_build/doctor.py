@@ -43,6 +43,7 @@ from onebit_build.building.plan import ToolchainSettings, join_lists, resolve_to
 from onebit_build.core.workspace import Workspace
 from onebit_build.running.server import parse_list_devices
 from onebit_build.requirements import Check, download_checks, gather, requirement_checks
+from onebit_build.building.cmake import CMAKE_MIN, NINJA_MIN, find_tools
 
 VULKAN_MIN_HEADER = (1, 3, 261)  # unpatched ggml-vulkan uses VK_EXT_layer_settings
 # A patch that makes older headers work says so in its message, as a trailer line.
@@ -186,8 +187,6 @@ def workspace_check(root: Path) -> Check:
 
 
 def build_tool_checks() -> list[Check]:
-    from onebit_build.building.cmake import CMAKE_MIN, NINJA_MIN, find_tools
-
     try:
         tools = find_tools()
     except OnebitError as exc:

@@ -92,13 +92,12 @@ def test_tiny_build_end_to_end_and_noop_rerun(tiny_project):
     assert comp["defines"]["GREETING"] == "hello"
     assert man["sources"][0]["mirror_used"].startswith("mirror-dir:")
     assert man["toolchain"]["cmake"] and man["toolchain"]["c_compiler"]
-    # Second identical run: no fetch, patch or compile.
-    t0 = time.monotonic()
+    # Second identical run: no fetch, patch or compile (what it did, not how long it took:
+    # a timing assertion fails on a busy machine and proves nothing on a quiet one).
     again = cli(root, mirrors, ws, "--recipe", "tiny", "build")
-    took = time.monotonic() - t0
     assert again.returncode == 0, again.stderr
     assert "(cache)" in again.stderr and "(reused)" in again.stderr and "up to date" in again.stderr
-    assert took < 5
+    assert hello.stat().st_mtime_ns == Path(read_manifest(ws / "manifests" / "tiny.json")["components"][0]["outputs"][0]["path"]).stat().st_mtime_ns
     # Another configuration never shares the build dir.
     other = cli(root, mirrors, ws, "--recipe", "shout", "build")
     assert other.returncode == 0, other.stderr

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -54,10 +53,10 @@ def test_real_manifest_is_complete(llama_server):
 
 
 def test_second_run_does_no_work(llama_server):
-    t0 = time.monotonic()
+    # What the run did, not how long it took (a timing assertion fails on a busy machine).
+    before = llama_server.stat().st_mtime_ns
     out = run_cli(REPO, "--workspace", str(workspace_for_tests()), "build", timeout=600)
-    took = time.monotonic() - t0
     assert out.returncode == 0, out.stderr
     assert "llama.cpp@0c1e57098bba (cache)" in out.stderr
     assert "(reused)" in out.stderr and "up to date" in out.stderr
-    assert took < 5, f"no-op run took {took:.1f} s"
+    assert llama_server.stat().st_mtime_ns == before  # not linked again

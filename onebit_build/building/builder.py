@@ -24,6 +24,7 @@ from onebit_build.core.pins import Pin
 from onebit_build.core.errors import BuildError, CommandError, ConfigError
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
 from onebit_build.core.proc import run, version_line
+from onebit_build.building.assemble import assemble, prefix_path
 
 if TYPE_CHECKING:
     from onebit_build.building.assemble import AssemblePlan
@@ -331,8 +332,6 @@ def _prefix_output(req: BuildRequest, bdir: Path) -> tuple[Output, ...]:
     """The assembled prefix as it is now (an output named ``prefix``); missing is an error."""
     if req.assemble is None:
         return ()
-    from onebit_build.building.assemble import prefix_path
-
     prefix = prefix_path(bdir)
     if not prefix.is_dir():
         raise BuildError(f"{req.component.name}: the assembled prefix {prefix} is missing", hint="run the build again")
@@ -347,8 +346,6 @@ def _prefix_output(req: BuildRequest, bdir: Path) -> tuple[Output, ...]:
 def _assemble_prefix(req: BuildRequest, bdir: Path, tools: Tools) -> tuple[Output, ...]:
     if req.assemble is None:
         return ()
-    from onebit_build.building.assemble import assemble
-
     with ui.StepProgress(f"assembling {req.component.name}"):
         assemble(req.assemble, build_dir=bdir, source_dir=req.source_dir, log=req.log, cmake=tools.cmake)
     return _prefix_output(req, bdir)

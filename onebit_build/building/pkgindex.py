@@ -33,6 +33,7 @@ from onebit_build.core.errors import CommandError, FetchError, IntegrityError, S
 def _pip_default_index() -> str:
     """pip's own default index (what pip uses when nothing is configured)."""
     try:
+        # pip's internals, imported only when nothing is configured: pip may move or drop them.
         from pip._internal.models.index import PyPI
 
         return str(PyPI.simple_url).rstrip("/")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from onebit_build.building import manifest as manifest_mod
-from onebit_build.building.artifacts import ArtifactSet
+from onebit_build.building.artifacts import Artifact, ArtifactSet
 from onebit_build.building.manifest import Manifest
 from onebit_build.core import proc
 from onebit_build.core.errors import VerifyError
@@ -101,8 +101,6 @@ def compare_sets(component: str, cur: ArtifactSet, ref: ArtifactSet) -> SetCompa
 def compare_outputs(cur: list[dict[str, Any]], ref: list[dict[str, Any]]) -> SetComparison:
     """Output binaries of two builds (for --rebuild), compared like an artifact set."""
     def as_set(outputs: list[dict[str, Any]]) -> ArtifactSet:
-        from onebit_build.building.artifacts import Artifact
-
         return ArtifactSet(kind="outputs", root="", items=tuple(Artifact(name=o["name"], size=int(o["size"]), sha256=o["sha256"]) for o in outputs))
 
     res = compare_sets("", as_set(cur), as_set(ref))

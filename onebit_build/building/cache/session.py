@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from onebit_build.building.cache.compiler import START_TIMEOUT_S, Launcher, base_dir_for, build_env, describe
 from onebit_build.core.proc import capture
+from onebit_build.building.cache.redis_guard import RedisGuard
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -274,7 +275,6 @@ class CacheSession:
         self._per_build = ln.backend != "local"
         endpoint = None
         if ln.url is not None and ln.url.scheme == "redis":
-            from onebit_build.building.cache.redis_guard import RedisGuard
 
             self._guard = RedisGuard(ln.url.host, ln.url.port)
             self._guard.start()

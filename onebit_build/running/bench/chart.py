@@ -42,7 +42,7 @@ def plot(result: BenchResult, path: Path) -> Path | None:
         return None
     # Imported here: matplotlib is optional, and slow to import for every other command.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # (the same reason)
 
     req = result.request
     prompts = [p.name for p in req.prompts]

@@ -20,6 +20,7 @@ from onebit_build.core.fsutil import StateError, read_state
 from onebit_build.running import server as srvmod
 from onebit_build.running.bench.judge import Expectation, Step
 from onebit_build.running.bench.settings import ALL_DEVICES, BENCH_KIND, BENCH_SCHEMA, NAME_RE, PROMPT_NAMES, RESERVED_ARGS
+import yaml
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,8 +154,6 @@ def load_prompts(folder: Path, names: tuple[str, ...] = PROMPT_NAMES) -> tuple[P
 def load_expectations(path: Path, prompts: tuple[str, ...]) -> tuple[Expectation, ...]:
     """Expected prefixes from a file: an earlier run's ``bench.json`` (its recorded
     expectations) or a YAML/JSON mapping ``prompt name: expected text``."""
-    import yaml
-
     path = Path(path)
     try:
         raw = path.read_text(encoding="utf-8")
