@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import math
 import os
 import signal
 import sys
@@ -135,7 +136,10 @@ def verify_run_parser(vp: argparse.ArgumentParser) -> None:
                     help="the working build: its build folder, its llama-server, an install prefix, or a run folder holding build-manifest.json")
     vp.add_argument("--adopt", action="store_true",
                     help="when the artifacts agree, record the working build's as the reference in references/<recipe>/ (named after the toolchain)")
-    vp.add_argument("--rounds", type=positive_int, metavar="N", help="interleaved speed rounds per device (default: the recipe's, 5; at least 5)")
+    vp.add_argument("--rounds", type=positive_int, metavar="N", help="interleaved speed rounds per device before the first look (default:"
+                    " the recipe's, 5; at least 5); then one more at a time until the speed is decided or the budget is spent")
+    vp.add_argument("--speed-budget", type=seconds, metavar="SECONDS", help="seconds of speed rounds per device before 'too noisy' is"
+                    " the answer (default: the recipe's verification.budget_s, 900)")
     vp.add_argument("--tolerance", type=fraction, metavar="FRACTION", help="speed 'on par' within this fraction (default: the recipe's, 0.03)")
     vp.add_argument("--new-args", metavar="ARGS", help="extra llama-server arguments for the new build's servers (the report names them)")
     vp.add_argument("--working-args", metavar="ARGS", help="extra llama-server arguments for the working build's servers")
@@ -143,6 +147,17 @@ def verify_run_parser(vp: argparse.ArgumentParser) -> None:
     vp.add_argument("--wait", metavar="SECONDS", type=float, nargs="?", const=D.lock_wait_s, default=0.0,
                     help="when a benchmark holds the lock, wait for it (default: fail at once; --wait alone: up to an hour)")
     run_folder_options(vp, junit=True)
+
+
+def seconds(text: str) -> float:
+    """A finite number of seconds above 0 (``nan``, ``inf`` and ``-1`` are refused here)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds above 0")
+    return value
 
 
 def fraction(text: str) -> float:

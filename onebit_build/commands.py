@@ -399,12 +399,14 @@ def verify_run(opts: Options, project: ProjectRoot) -> int:
                                   hint="give the working build to compare with: another folder, a copy, or an install prefix")
             run_recipe = stages.with_runtime_env(recipe, ctx.toolchain_root)
             model = stages.resolve_model(recipe, opts, models_dir=ctx.workspace.models, log=ctx.run_dir / "model.log")
-            ui.info(f"verify-run: new {new.folder}; working {working.folder} ({working.given_as}); {rounds} rounds; "
-                    f"tolerance ±{(vo.tolerance or recipe.verification.tolerance):.0%}; lock {lock_path}")
+            budget_s = vo.budget_s or recipe.verification.budget_s
+            ui.info(f"verify-run: new {new.folder}; working {working.folder} ({working.given_as}); {rounds} rounds, then more until"
+                    f" decided, up to {budget_s:g} s per device; tolerance ±{(vo.tolerance or recipe.verification.tolerance):.0%};"
+                    f" lock {lock_path}")
             req = vrun.RunRequest(
                 recipe=run_recipe, new=vrun.Side(role=vrun.NEW, build=new, args=new_args),
                 working=vrun.Side(role=vrun.WORKING, build=working, args=working_args), model=model, run_dir=ctx.run_dir,
-                prompts=prompts, rounds=rounds, tolerance=vo.tolerance or recipe.verification.tolerance,
+                prompts=prompts, rounds=rounds, tolerance=vo.tolerance or recipe.verification.tolerance, budget_s=budget_s,
                 refs_dir=project.references / recipe.name, lock=lock_path, junit=opts.junit, adopt=vo.adopt,
             )
             lock_file = pins.lock_path

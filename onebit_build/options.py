@@ -63,6 +63,7 @@ class VerifyRunOptions:
     adopt: bool = False
     rounds: int | None = None  # default: the recipe's verification.rounds
     tolerance: float | None = None  # default: the recipe's verification.tolerance
+    budget_s: float | None = None  # --speed-budget; default: the recipe's verification.budget_s
     new_args: str = ""  # extra llama-server arguments for the new build's servers
     working_args: str = ""
     lock: Path | None = None
@@ -190,7 +191,7 @@ def from_args(ns: argparse.Namespace) -> Options:
 def _verify_run_options(get) -> VerifyRunOptions:
     return VerifyRunOptions(
         working=Path(get("working")).expanduser(), adopt=bool(get("adopt")), rounds=get("rounds"), tolerance=get("tolerance"),
-        new_args=get("new_args") or "", working_args=get("working_args") or "", lock=_path(get("bench_lock")),
+        budget_s=get("speed_budget"), new_args=get("new_args") or "", working_args=get("working_args") or "", lock=_path(get("bench_lock")),
         wait_s=max(0.0, get("wait") or 0.0),
     )
 
