@@ -17,6 +17,7 @@ from onebit_build.building.compiler_cache import MODES
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, OnebitError, SpaceError, WorkspaceError
 from onebit_build.core.project import find_root
+from onebit_build.running.ports import check_host, check_port
 
 INTERRUPTED = 130  # the shell's code for a run stopped by Ctrl-C
 
@@ -28,6 +29,17 @@ JOBS = {
     "smoke": "start the built llama-server and check it (builds first if needed)",
     "all": "the whole job (the default): fetch, patch, build, verify, smoke, report",
 }
+
+
+def checked(check):
+    """An argparse type from a check that raises ValueError with its message."""
+    def parse(text: str):
+        try:
+            return check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = check.__name__.removeprefix("check_")
+    return parse
 
 
 def positive_int(text: str) -> int:
@@ -105,8 +117,8 @@ def make_parser() -> argparse.ArgumentParser:
     cmd("recipes", "list the recipes: name, backends, description", json="print the list as JSON")
     cmd("doctor", "check this machine for what the recipe needs, each missing item with its fix", json="print the checks as JSON (schema 1)")
     sv = cmd("serve", "build if needed, then run llama-server in the foreground (Ctrl-C stops it)")
-    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    sv.add_argument("--port", type=positive_int, default=8080, help="port to listen on (default 8080)")
+    sv.add_argument("--host", type=checked(check_host), default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    sv.add_argument("--port", type=checked(check_port), default=8080, help="port to listen on, 1 to 65535 (default 8080; never another)")
     sv.add_argument("server_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="more llama-server arguments, after --")
     ip = cmd("install", "build if needed, then copy llama-server, its libraries and the manifest into a prefix")
     ip.add_argument("--prefix", metavar="DIR", required=True, help="install into DIR/bin and DIR/share/onebit-build")

@@ -279,8 +279,13 @@ def serve(opts: Options, project: ProjectRoot) -> int:
     from dataclasses import replace
 
     from onebit_build.running.model import has_chat_template
+    # Imported here, as the other commands' modules are: a command loads only what it runs.
+    from onebit_build.running.ports import bind_error, bind_problem
     from onebit_build.running.server import ServerSpec, serve_foreground
 
+    problem = bind_problem(opts.serve.host, opts.serve.port)
+    if problem is not None:  # before anything is built: the user's port is never swapped for another
+        raise bind_error(opts.serve.host, opts.serve.port, problem)
     found: dict = {}
 
     def body(ctx: Context) -> int:
@@ -296,7 +301,7 @@ def serve(opts: Options, project: ProjectRoot) -> int:
 
     in_workspace(opts, project, body)
     spec = ServerSpec(binary=found["server"], model=found["model"].path, log=found["log"], host=opts.serve.host, port=opts.serve.port,
-                      extra_args=opts.serve.extra, env=found["env"], health_timeout_s=300.0)
+                      fixed_port=True, extra_args=opts.serve.extra, env=found["env"], health_timeout_s=300.0)
     return serve_foreground(spec, has_chat_template=has_chat_template(found["model"].path) is not False)
 
 

@@ -14,6 +14,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -212,6 +214,48 @@ def test_slowed_build_is_slower_with_its_ratio(default_build, tmp_path):
     assert decode["verdict"] == "slower" and decode["median_ratio"] < 0.9 and decode["interval"][1] < 1.0
     assert re.search(r"CPU decode slower 0\.\d{3}", out.stderr)
     assert "-t 8 --cpu-mask 0x1 --cpu-strict 1" in (run_dir / "verification.md").read_text()
+    assert not servers_running_from(working)
+
+
+@pytest.fixture
+def cpu_burner():
+    """Load of our own on top of whatever else runs: 2 busy-loop processes per core, each
+    ending by itself after 30 minutes and killed (by pid) when the test ends."""
+    stop_after = 1800
+    code = f"import time\nend = time.monotonic() + {stop_after}\nwhile time.monotonic() < end:\n    pass\n"
+    burners = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        yield len(burners)
+    finally:
+        for b in burners:
+            b.kill()
+        for b in burners:
+            b.wait(timeout=30)
+
+
+@pytestslow
+def test_under_load_a_copy_is_verified_and_a_slowed_build_is_slower(default_build, cpu_burner, tmp_path):
+    """Under a load we make (busy loops on top of the shared machine's own), a byte-identical
+    copy takes more rounds but is VERIFIED within the budget; the same copy served with 2
+    threads held on one core (--cpu-mask 0x1 --cpu-strict 1: the same work on half the CPU at
+    best) is found slower."""
+    working = tmp_path / "working"
+    shutil.copytree(default_build, working, symlinks=True)
+    same = cli("verify-run", "--working", str(working), "--tolerance", TOLERANCE, "--speed-budget", "600",
+               "--run-dir", str(tmp_path / "same"))
+    doc = verdict_of(tmp_path / "same")
+    speed = part(doc, "speed")["per_device"]
+    assert same.returncode == 0 and doc["verdict"] == "VERIFIED", same.stderr[-4000:]
+    for d in speed:
+        assert d["verdict"] in ("on par", "faster") and 5 <= d["rounds_run"] and d["seconds"] <= 600 + 120, d
+        assert d["load_average"] is not None and d["load_average"] >= cpu_burner / 2, d
+    assert re.search(r"CPU decode: on par: .*; \d+ rounds in \d+ s of a 600 s budget; load average", same.stderr)
+    slowed = cli("verify-run", "--working", str(working), "--tolerance", TOLERANCE, "--speed-budget", "600",
+                 "--run-dir", str(tmp_path / "slowed"), "--new-args", "-t 2 --cpu-mask 0x1 --cpu-strict 1")
+    doc = verdict_of(tmp_path / "slowed")
+    assert slowed.returncode == 11 and doc["failed"] == ["speed"], slowed.stderr[-4000:]
+    decode = next(d for d in part(doc, "speed")["per_device"] if d["metric"] == "decode")
+    assert decode["verdict"] == "slower" and decode["interval"][1] < 1.0, decode
     assert not servers_running_from(working)
 
 
