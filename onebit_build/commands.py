@@ -14,7 +14,7 @@ from onebit_build import __version__, stages
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, NotAvailableError, OnebitError, ToolMissingError
 from onebit_build.core.project import ProjectRoot, pins_digest
-from onebit_build.core.workspace import Workspace, WorkspaceLock, check_usable, sweep_stale
+from onebit_build.core.workspace import Workspace, WorkspaceLock, check_target_folder, check_usable, sweep_stale
 from onebit_build.options import Options
 from onebit_build.pipeline import Context
 
@@ -223,6 +223,7 @@ def install(opts: Options, project: ProjectRoot) -> int:
 
     if opts.prefix is None:
         raise ConfigError("install needs --prefix DIR", hint="e.g. onebit-build install --prefix ~/.local/llama")
+    check_target_folder(opts.prefix, "--prefix")  # before building: a file or a read-only folder there is named now
 
     def body(ctx: Context) -> int:
         pins, recipe = stages.load_pins_and_recipe(project, opts)
@@ -315,6 +316,8 @@ def bench(opts: Options, project: ProjectRoot) -> int:
 
     bo = opts.bench
     assert bo is not None
+    if bo.out is not None:
+        check_target_folder(bo.out, "--out")
     ws = Workspace(root=opts.workspace)
     configs = b.parse_configs(list(bo.configs))
     builds = b.parse_builds(list(bo.builds))
