@@ -6,6 +6,7 @@ and returns an exit code; ``cli`` maps subcommands to them.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -126,6 +127,8 @@ def in_workspace(opts: Options, project: ProjectRoot, body) -> int:
         from onebit_build.core.proc import which
 
         which("git")
+    if opts.compiles:
+        check_compiler(opts, project)
     if opts.command in ("patches", "pins") and project.data_from != "checkout":
         raise ConfigError(f"'{opts.command} {opts.action}' writes into the project's files, but they come from the installed package ({project.path})",
                           hint="run it inside a checkout of onebit-build, or pass --root DIR")
@@ -146,6 +149,23 @@ def in_workspace(opts: Options, project: ProjectRoot, body) -> int:
                 run_dir.rmdir()  # a run that stopped before writing anything leaves no folder
             except OSError:
                 pass
+
+
+COMPILER_DEFINES = ("CMAKE_C_COMPILER", "CMAKE_CXX_COMPILER")
+
+
+def check_compiler(opts: Options, project: ProjectRoot) -> None:
+    """A command that compiles stops here without a C/C++ compiler: before the lock, a run
+    folder or a fetch (exit 7). A recipe or -D that names its own compiler is checked when
+    that component is built."""
+    from onebit_build.building.builder import missing_compiler  # as the other commands' modules: loaded when used
+
+    _, recipe = stages.load_pins_and_recipe(project, opts)
+    if any(k in COMPILER_DEFINES for c in recipe.components for k, _ in c.defines) or any(d.name in COMPILER_DEFINES for d in opts.defines):
+        return
+    problem = missing_compiler((), os.environ)
+    if problem is not None:
+        raise problem
 
 
 def given_run_dir(path: Path) -> Path:

@@ -121,6 +121,12 @@ class Options:
         return f"{self.command}-{self.action}" if self.action else self.command
 
     @property
+    def compiles(self) -> bool:
+        """Whether compiling is the command's point ('build', 'verify --rebuild'); the others
+        build only when no finished build of the configuration exists."""
+        return self.command == "build" or (self.command == "verify" and self.verify.rebuild)
+
+    @property
     def needs_git(self) -> bool:
         """Whether the command fetches or patches sources (smoking a given binary does not)."""
         if self.command == "smoke" and self.server is not None:
