@@ -93,6 +93,14 @@ def test_too_few_rounds_and_adopt_without_artifacts_are_refused(tmp_path):
     assert out.returncode == 2 and "collects no kernel artifacts" in out.stderr
 
 
+@pytest.mark.parametrize("budget", ["nan", "inf", "-1", "0", "soon"])
+def test_a_speed_budget_that_is_no_number_of_seconds_is_refused_while_parsing(tmp_path, budget):
+    b = fake_build(tmp_path / "b", "default")
+    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "verify-run", "--working", str(b), "--speed-budget", budget)
+    assert out.returncode == 2 and "argument --speed-budget:" in out.stderr and "seconds" in out.stderr, out.stderr
+    assert not (tmp_path / "ws").exists()
+
+
 def test_box_already_locked(tmp_path):
     b = fake_build(tmp_path / "b", "default")
     lock = tmp_path / "bench.lock"
