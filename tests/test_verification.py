@@ -154,6 +154,8 @@ def test_too_noisy_names_the_budget_rounds_and_load():
     assert d["rounds_run"] == 7 and d["budget_s"] == 300.0 and d["load_average"] == 9.4
     decided = speed.speed_verdict(measures([(100, 100)] * 6), tolerance=0.10, budget=speed.Budget(rounds=6, seconds=90, budget_s=900))
     assert decided.label == speed.ON_PAR and "6 rounds in 90 s of a 900 s budget" in decided.sentence()
+    part = verdict.speed_part({("CPU", "decode"): decided, ("CPU", "prompt"): decided})
+    assert part.ok and part.summary == "CPU decode on par 1.000 after 6 rounds; CPU prompt on par 1.000 after 6 rounds"
 
 
 # --------------------------------------------------------------------------- answers

@@ -134,7 +134,7 @@ class SpeedVerdict:
             return f"{self.label}: {base}; needs {MIN_ROUNDS} valid rounds to decide"
         took = f"; {self.budget.words()}" if self.budget is not None else ""
         if self.label == TOO_NOISY:
-            fix = "the budget is spent: raise --speed-budget or" if self.budget is not None else "run more rounds"
+            fix = "the budget is spent: raise --speed-budget or run" if self.budget is not None else "run more rounds"
             return f"{self.label} to decide: {base}; tolerance ±{self.tolerance:.0%}{took}: {fix} on a quieter machine"
         return f"{self.label}: {base}; tolerance ±{self.tolerance:.0%}{took}"
 
@@ -235,7 +235,7 @@ def another_round(labels: Iterable[str], *, valid_rounds: int, rounds_done: int,
         return True
     if valid_rounds == 0 or all(label in DECIDED for label in labels):
         return False
-    return elapsed_s + elapsed_s / rounds_done <= budget_s
+    return elapsed_s + elapsed_s / max(rounds_done, 1) <= budget_s
 
 
 def speed_verdict(measures: Iterable[Measure], *, tolerance: float = DEFAULT_TOLERANCE, rounds_asked: int = 0,
