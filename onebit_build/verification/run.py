@@ -10,7 +10,8 @@ Order of work, after the new build exists and the working build was resolved:
    stops the run (exit 10, no report: there is nothing to compare with); a new build
    whose server does not start fails the answers;
 3. per device: the interleaved speed rounds of the bench (a fresh server per round; the
-   caller holds the bench lock), each server's provenance checked while it runs;
+   caller holds the bench lock), added one at a time until decided or the budget is spent
+   (:mod:`.speed_rounds`), each server's provenance checked while it runs;
 4. the verdict, the report files and (``--junit``) the checks as JUnit XML.
 """
 
