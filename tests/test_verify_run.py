@@ -228,11 +228,11 @@ def test_slowed_build_is_slower_with_its_ratio(default_build, tmp_path):
 
 @pytest.fixture
 def cpu_burner():
-    """Load of our own on top of whatever else runs: 2 busy-loop processes per core, each
+    """Load of our own on top of whatever else runs: one busy-loop process per core, each
     ending by itself after 30 minutes and killed (by pid) when the test ends."""
     stop_after = 1800
     code = f"import time\nend = time.monotonic() + {stop_after}\nwhile time.monotonic() < end:\n    pass\n"
-    burners = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2 * (os.cpu_count() or 1))]
+    burners = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(os.cpu_count() or 1)]
     try:
         yield len(burners)
     finally:
@@ -245,23 +245,22 @@ def cpu_burner():
 @pytestslow
 def test_under_load_a_copy_is_verified_and_a_slowed_build_is_slower(default_build, cpu_burner, tmp_path):
     """Under a load we make (busy loops on top of the shared machine's own), a byte-identical
-    copy takes more rounds but is VERIFIED within the budget; the same copy served with 2
+    copy takes more rounds but is VERIFIED within the recipe's budget (900 s); the same copy served with 2
     threads held on one core (--cpu-mask 0x1 --cpu-strict 1: the same work on half the CPU at
     best) is found slower."""
     working = tmp_path / "working"
     shutil.copytree(default_build, working, symlinks=True)
-    same = cli("verify-run", "--working", str(working), "--tolerance", TOLERANCE, "--speed-budget", "600",
-               "--run-dir", str(tmp_path / "same"))
+    same = cli("verify-run", "--working", str(working), "--tolerance", TOLERANCE, "--run-dir", str(tmp_path / "same"))
     doc = verdict_of(tmp_path / "same")
     speed = part(doc, "speed")["per_device"]
     assert same.returncode == 0 and doc["verdict"] == "VERIFIED", same.stderr[-4000:]
     for d in speed:
-        assert d["verdict"] in ("on par", "faster") and 5 <= d["rounds_run"] and d["seconds"] <= 600 + 120, d
+        assert d["verdict"] in ("on par", "faster") and 5 <= d["rounds_run"] and d["seconds"] <= 900 + 120, d
         assert d["load_average"] is not None and d["load_average"] >= cpu_burner / 2, d
     assert re.search(r"speed +ok +CPU decode (on par|faster) \d\.\d{3} after \d+ rounds", same.stderr), same.stderr[-3000:]
     report = (tmp_path / "same" / "verification.md").read_text()
-    assert re.search(r"CPU decode: (on par|faster): .*; \d+ rounds in \d+ s of a 600 s budget; load average \d+\.\d", report)
-    slowed = cli("verify-run", "--working", str(working), "--tolerance", TOLERANCE, "--speed-budget", "600",
+    assert re.search(r"CPU decode: (on par|faster): .*; \d+ rounds in \d+ s of a 900 s budget; load average \d+\.\d", report)
+    slowed = cli("verify-run", "--working", str(working), "--tolerance", TOLERANCE, "--speed-budget", "300",
                  "--run-dir", str(tmp_path / "slowed"), "--new-args", "-t 2 --cpu-mask 0x1 --cpu-strict 1")
     doc = verdict_of(tmp_path / "slowed")
     assert slowed.returncode == 11 and doc["failed"] == ["speed"], slowed.stderr[-4000:]
