@@ -117,8 +117,10 @@ def make_parser() -> argparse.ArgumentParser:
     cmd("recipes", "list the recipes: name, backends, description", json="print the list as JSON")
     cmd("doctor", "check this machine for what the recipe needs, each missing item with its fix", json="print the checks as JSON (schema 1)")
     sv = cmd("serve", "build if needed, then run llama-server in the foreground (Ctrl-C stops it)")
-    sv.add_argument("--host", type=checked(check_host), default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    sv.add_argument("--port", type=checked(check_port), default=8080, help="port to listen on, 1 to 65535 (default 8080; never another)")
+    sv.add_argument("--host", type=checked(check_host), default="127.0.0.1",
+                    help="address to listen on (default 127.0.0.1)")
+    sv.add_argument("--port", type=checked(check_port), default=8080,
+                    help="port to listen on, 1 to 65535 (default 8080; never another)")
     sv.add_argument("server_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="more llama-server arguments, after --")
     ip = cmd("install", "build if needed, then copy llama-server, its libraries and the manifest into a prefix")
     ip.add_argument("--prefix", metavar="DIR", required=True, help="install into DIR/bin and DIR/share/onebit-build")
@@ -148,10 +150,12 @@ def verify_run_parser(vp: argparse.ArgumentParser) -> None:
                     help="the working build: its build folder, its llama-server, an install prefix, or a run folder holding build-manifest.json")
     vp.add_argument("--adopt", action="store_true",
                     help="when the artifacts agree, record the working build's as the reference in references/<recipe>/ (named after the toolchain)")
-    vp.add_argument("--rounds", type=positive_int, metavar="N", help="interleaved speed rounds per device before the first look (default:"
-                    " the recipe's, 5; at least 5); then one more at a time until the speed is decided or the budget is spent")
-    vp.add_argument("--speed-budget", type=seconds, metavar="SECONDS", help="seconds of speed rounds per device before 'too noisy' is"
-                    " the answer (default: the recipe's verification.budget_s, 900)")
+    vp.add_argument("--rounds", type=positive_int, metavar="N",
+                    help="interleaved speed rounds per device before the first look (default: the recipe's, 5; at least"
+                         " 5); then one more at a time until the speed is decided or the budget is spent")
+    vp.add_argument("--speed-budget", type=seconds, metavar="SECONDS",
+                    help="seconds of speed rounds per device before 'too noisy' is the answer (default: the recipe's"
+                         " verification.budget_s, 900)")
     vp.add_argument("--tolerance", type=fraction, metavar="FRACTION", help="speed 'on par' within this fraction (default: the recipe's, 0.03)")
     vp.add_argument("--new-args", metavar="ARGS", help="extra llama-server arguments for the new build's servers (the report names them)")
     vp.add_argument("--working-args", metavar="ARGS", help="extra llama-server arguments for the working build's servers")
@@ -253,10 +257,11 @@ def os_error(exc: OSError) -> OnebitError:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return SpaceError(f"no space left on device{where}", hint="free some space or use another --workspace, then run again")
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return WorkspaceError(f"{exc.strerror}{where}", hint="fix its permissions, or choose a writable folder for the option that named it")
+        return WorkspaceError(f"{exc.strerror}{where}",
+                              hint="fix its permissions, or choose a writable folder for the option that named it")
     if exc.errno == errno.ENAMETOOLONG:
-        return WorkspaceError(f"file name too long{where}",
-                              hint="a name may hold 255 bytes and a path 4096: give a shorter --workspace, --run-dir or --out")
+        return WorkspaceError(f"file name too long{where}", hint="a name may hold 255 bytes and a path 4096: give a"
+                                                                 " shorter --workspace, --run-dir or --out")
     return OnebitError(f"{exc.strerror or exc}{where}", hint="run again with -v for the details")
 
 

@@ -161,7 +161,8 @@ def check_compiler(opts: Options, project: ProjectRoot) -> None:
     from onebit_build.building.builder import missing_compiler  # as the other commands' modules: loaded when used
 
     _, recipe = stages.load_pins_and_recipe(project, opts)
-    if any(k in COMPILER_DEFINES for c in recipe.components for k, _ in c.defines) or any(d.name in COMPILER_DEFINES for d in opts.defines):
+    named = [k for c in recipe.components for k, _ in c.defines] + [d.name for d in opts.defines]
+    if any(k in COMPILER_DEFINES for k in named):
         return
     problem = missing_compiler((), os.environ)
     if problem is not None:
@@ -428,13 +429,14 @@ def verify_run(opts: Options, project: ProjectRoot) -> int:
             run_recipe = stages.with_runtime_env(recipe, ctx.toolchain_root)
             model = stages.resolve_model(recipe, opts, models_dir=ctx.workspace.models, log=ctx.run_dir / "model.log")
             budget_s = vo.budget_s or recipe.verification.budget_s
-            ui.info(f"verify-run: new {new.folder}; working {working.folder} ({working.given_as}); {rounds} rounds, then more until"
-                    f" decided, up to {budget_s:g} s per device; tolerance ±{(vo.tolerance or recipe.verification.tolerance):.0%};"
+            tolerance = vo.tolerance or recipe.verification.tolerance
+            ui.info(f"verify-run: new {new.folder}; working {working.folder} ({working.given_as}); {rounds} rounds,"
+                    f" then more until decided, up to {budget_s:g} s per device; tolerance ±{tolerance:.0%};"
                     f" lock {lock_path}")
             req = vrun.RunRequest(
                 recipe=run_recipe, new=vrun.Side(role=vrun.NEW, build=new, args=new_args),
                 working=vrun.Side(role=vrun.WORKING, build=working, args=working_args), model=model, run_dir=ctx.run_dir,
-                prompts=prompts, rounds=rounds, tolerance=vo.tolerance or recipe.verification.tolerance, budget_s=budget_s,
+                prompts=prompts, rounds=rounds, tolerance=tolerance, budget_s=budget_s,
                 refs_dir=project.references / recipe.name, lock=lock_path, junit=opts.junit, adopt=vo.adopt,
             )
             lock_file = pins.lock_path

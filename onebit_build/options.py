@@ -186,7 +186,9 @@ def from_args(ns: argparse.Namespace) -> Options:
         toolchain_root=get("toolchain_root"),
         defines=tuple(parse_define(d) for d in (*(get("defines") or ()), *(get("defines_after") or ()))),
         sources=sources, prefix=_path(get("prefix"), "--prefix"),
-        verify=VerifyOptions(reference=_path(get("reference"), "--reference"), write_reference=_path(get("write_reference"), "--write-reference"), rebuild=bool(get("rebuild"))),
+        verify=VerifyOptions(reference=_path(get("reference"), "--reference"),
+                             write_reference=_path(get("write_reference"), "--write-reference"),
+                             rebuild=bool(get("rebuild"))),
         serve=ServeOptions(host=get("host") or "127.0.0.1", port=get("port") or 8080, extra=extra),
         bench=_bench_options(get) if command == "bench" else None,
         verify_run=_verify_run_options(get) if command == "verify-run" else None,
@@ -197,8 +199,9 @@ def from_args(ns: argparse.Namespace) -> Options:
 
 def _verify_run_options(get) -> VerifyRunOptions:
     return VerifyRunOptions(
-        working=check_path_length("--working", Path(get("working")).expanduser()), adopt=bool(get("adopt")), rounds=get("rounds"), tolerance=get("tolerance"),
-        budget_s=get("speed_budget"), new_args=get("new_args") or "", working_args=get("working_args") or "", lock=_path(get("bench_lock"), "--lock"),
+        working=check_path_length("--working", Path(get("working")).expanduser()), adopt=bool(get("adopt")),
+        rounds=get("rounds"), tolerance=get("tolerance"), budget_s=get("speed_budget"),
+        new_args=get("new_args") or "", working_args=get("working_args") or "", lock=_path(get("bench_lock"), "--lock"),
         wait_s=max(0.0, get("wait") or 0.0),
     )
 
@@ -207,7 +210,8 @@ def _bench_options(get) -> BenchOptions:
     return BenchOptions(
         configs=tuple(get("bench_configs") or ()), builds=tuple(get("bench_builds") or ()), devices=tuple(get("bench_devices") or ()),
         rounds=get("rounds"), decode_tokens=get("decode_tokens"), prefix_tokens=get("prefix_tokens"),
-        tie_margin=max(0.0, get("tie_margin")), ctx_size=get("ctx_size"), expect=_path(get("expect"), "--expect"), prompts=_path(get("prompts"), "--prompts"),
+        tie_margin=max(0.0, get("tie_margin")), ctx_size=get("ctx_size"), expect=_path(get("expect"), "--expect"),
+        prompts=_path(get("prompts"), "--prompts"),
         lock=_path(get("bench_lock"), "--lock"), wait_s=max(0.0, get("wait") or 0.0), out=_path(get("out"), "--out"),
     )
 
@@ -225,7 +229,8 @@ def check_path_length(flag: str, path: Path, *, room: int = 0) -> Path:
     for name in path.parts:
         size = len(os.fsencode(name))
         if size > NAME_MAX:
-            raise ConfigError(f"{flag}: the name {name[:24]!r}... is {size} bytes long; a file name holds at most {NAME_MAX}",
+            raise ConfigError(f"{flag}: the name {name[:24]!r}... is {size} bytes long;"
+                              f" a file name holds at most {NAME_MAX}",
                               hint=f"give {flag} a shorter name")
     size = len(os.fsencode(str(path)))
     if size + room > PATH_MAX:

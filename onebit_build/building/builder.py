@@ -182,14 +182,16 @@ def missing_compiler(defines: Sequence[tuple[str, str]], env: Mapping[str, str])
     cxx = compiler_path("cxx", defines, env)
     if cc is None or cxx is None:
         looked = ", ".join(C_CANDIDATES if cc is None else CXX_CANDIDATES)
-        return ToolMissingError(f"no {'C' if cc is None else 'C++'} compiler found on PATH (looked for {looked})", hint=COMPILER_FIX)
+        kind = "C" if cc is None else "C++"
+        return ToolMissingError(f"no {kind} compiler found on PATH (looked for {looked})", hint=COMPILER_FIX)
     for c in (cc, cxx):
         if not (shutil.which(c, path=env.get("PATH")) or (os.sep in c and os.access(c, os.X_OK))):
             return ToolMissingError(f"compiler {c} not found", hint=COMPILER_FIX)
     return None
 
 
-def probe_toolchain(tools: Tools, defines: Sequence[tuple[str, str]], env: Mapping[str, str], launcher: Launcher = NO_LAUNCHER) -> Toolchain:
+def probe_toolchain(tools: Tools, defines: Sequence[tuple[str, str]], env: Mapping[str, str],
+                    launcher: Launcher = NO_LAUNCHER) -> Toolchain:
     problem = missing_compiler(defines, env)
     if problem is not None:
         raise problem
@@ -260,7 +262,8 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
     except ToolMissingError as missing:  # nothing can compile: a finished build of this configuration still serves
         found = built_without_compiler(req)
         if found is None:
-            raise ToolMissingError(f"{missing.message}; {req.component.name} is not built yet", hint=missing.hint) from None
+            raise ToolMissingError(f"{missing.message}; {req.component.name} is not built yet",
+                                   hint=missing.hint) from None
         (toolchain, key), gone = found, missing
     bdir = build_dir_for(req, key)
     stamp_path = bdir / "onebit-build.json"
@@ -285,7 +288,8 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
     except (FileNotFoundError, StateError, BuildError):
         pass
     if gone is not None:
-        raise ToolMissingError(f"{gone.message}; the build of {req.component.name} in {bdir} must be made again", hint=gone.hint)
+        raise ToolMissingError(f"{gone.message}; the build of {req.component.name} in {bdir} must be made again",
+                               hint=gone.hint)
 
     bdir.mkdir(parents=True, exist_ok=True)
     write_state(stamp_path, STAMP_KIND, STAMP_SCHEMA, {"key": key, "complete": False, "request": _request_doc(req, toolchain)})

@@ -364,7 +364,8 @@ def _load_smoke(root: Node, toolchain: ToolchainSpec | None) -> SmokeSpec:
     snode.only(SMOKE_KEYS)
     prompts = _load_prompts(snode)
     d = SmokeSpec()
-    numbers = {key: snode.number(key, rng, default=getattr(d, key)) for key, rng in NUMBER_RANGES.items() if hasattr(d, key)}
+    numbers = {key: snode.number(key, rng, default=getattr(d, key))
+               for key, rng in NUMBER_RANGES.items() if hasattr(d, key)}
     smoke = SmokeSpec(
         devices=snode.str_list("devices", required=False) or ("CPU",),
         prompts=prompts,

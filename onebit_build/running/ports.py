@@ -42,7 +42,8 @@ def check_host(text: str) -> str:
     try:
         socket.getaddrinfo(text, None, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
-        raise ValueError(f"host {text!r} does not resolve ({exc}); give an address of this machine, e.g. 127.0.0.1") from None
+        raise ValueError(f"host {text!r} does not resolve ({exc}); give an address of this machine,"
+                         " e.g. 127.0.0.1") from None
     return text
 
 
@@ -88,11 +89,15 @@ def free_port(host: str = HOST) -> int:
 def bind_error(host: str, port: int, exc: OSError) -> ConfigError:
     """The one-line error for a host and port a server cannot listen on, naming the cause."""
     if exc.errno == errno.EADDRINUSE:
-        where = "on some address of this machine (--host 0.0.0.0 needs it free on all)" if host in ANY_HOSTS else f"on {host}"
-        return ConfigError(f"port {port} is in use {where}", hint="pass --port with a free port, or stop what listens there")
+        where = f"on {host}"
+        if host in ANY_HOSTS:
+            where = "on some address of this machine (--host 0.0.0.0 needs it free on all)"
+        return ConfigError(f"port {port} is in use {where}",
+                           hint="pass --port with a free port, or stop what listens there")
     if exc.errno == errno.EADDRNOTAVAIL:
         return ConfigError(f"{host} is not an address of this machine",
                            hint="pass --host with one of its addresses: 127.0.0.1, or 0.0.0.0 for all of them")
     if exc.errno in (errno.EACCES, errno.EPERM):
-        return ConfigError(f"port {port} may be used only with more privileges", hint="pass --port with a port above 1023")
+        return ConfigError(f"port {port} may be used only with more privileges",
+                           hint="pass --port with a port above 1023")
     return ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", hint="pass another --host or --port")

@@ -388,7 +388,8 @@ def start(spec: ServerSpec) -> Server:
             if server.returncode() is None or not is_bind_failure(server.log_tail()):
                 raise
             if spec.fixed_port:  # the user's port: named, never swapped for another
-                raise bind_error(spec.host, port, bind_problem(spec.host, port) or OSError(0, "llama-server could not bind it")) from None
+                why = bind_problem(spec.host, port) or OSError(0, "llama-server could not bind it")
+                raise bind_error(spec.host, port, why) from None
             if attempt + 1 == PORT_ATTEMPTS:
                 raise
             ui.detail(f"port {port} was taken when llama-server bound it; trying another")

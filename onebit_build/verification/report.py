@@ -93,7 +93,8 @@ def render_markdown(verdict: Verdict, facts: RunFacts) -> str:
     """The report a maintainer pastes into a pull request."""
     title = verdict.label if verdict.verified else f"{verdict.label} ({', '.join(verdict.failed)})"
     out = [f"## Verification run: {title}", ""]
-    out.append(f"Recipe `{facts.recipe}`; devices {', '.join(facts.devices) or '-'}; at least {facts.rounds} interleaved rounds; "
+    out.append(f"Recipe `{facts.recipe}`; devices {', '.join(facts.devices) or '-'}; "
+               f"at least {facts.rounds} interleaved rounds; "
                f"speed tolerance ±{facts.tolerance:.0%}; {facts.started_at}, {facts.seconds:.0f} s.")
     out.append("")
     out += md_table(["build", "folder", "given as"], [

@@ -387,7 +387,8 @@ def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) ->
         working={**req.working.build.to_dict(), "args": list(req.working.args)}, rounds=req.rounds, tolerance=req.tolerance,
         devices=devices, started_at=started, seconds=time.monotonic() - t0, run_dir=str(req.run_dir),
         settings={"new server arguments": " ".join(req.new.args), "working server arguments": " ".join(req.working.args),
-                  "bench lock": str(req.lock or ""), "adopt": adopted, "speed budget": f"{req.budget_s:g} s per device"},
+                  "bench lock": str(req.lock or ""), "adopt": adopted,
+                  "speed budget": f"{req.budget_s:g} s per device"},
     )
     written = report_mod.write_all(req.run_dir, result, facts, bundle_files=[*bundle_files(req, lists), *project_files])
     junit = write_junit(req.junit, "verify-run", junit_cases(result), seconds=facts.seconds) if req.junit else None
