@@ -18,8 +18,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def cli(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    return subprocess.run([*prefix, sys.executable, "-m", "onebit_build", *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=300)
+    return subprocess.run([*prefix, sys.executable, "-m", "onebit_build", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
 
 
 def error_line(out: subprocess.CompletedProcess) -> str:
@@ -34,7 +34,8 @@ def test_prefix_that_is_a_file(tmp_path):
     prefix.write_text("a file")
     out = cli("--workspace", str(tmp_path / "ws"), "install", "--prefix", str(prefix))
     assert out.returncode == 2, out.stderr
-    assert error_line(out) == f"error: --prefix {prefix} is a file, not a folder (give --prefix a folder (it is created when missing))"
+    assert error_line(out) == (f"error: --prefix {prefix} is a file, not a folder"
+                               " (give --prefix a folder (it is created when missing))")
     assert not (tmp_path / "ws").exists()  # refused before the build
 
 
@@ -74,7 +75,8 @@ def test_workspace_path_over_path_max(tmp_path):
     out = cli("--workspace", str(deep), "--offline", "fetch")
     assert out.returncode == 2, out.stderr
     line = error_line(out)
-    assert "--workspace: the path is" in line and "a path holds at most 4096" in line and "give --workspace a shorter path" in line
+    assert "--workspace: the path is" in line and "a path holds at most 4096" in line
+    assert "give --workspace a shorter path" in line
 
 
 def test_workspace_that_leaves_no_room_for_its_build_trees(tmp_path):
@@ -93,6 +95,7 @@ def test_run_dir_name_over_255_bytes(tmp_path):
 
 def test_a_name_too_long_met_anywhere_else_is_named():
     err = os_error(OSError(errno.ENAMETOOLONG, "File name too long", "/x/" + "y" * 300))
-    assert err.exit_code == 2 and str(err).startswith("file name too long at /x/yyy") and "shorter --workspace" in str(err)
+    assert err.exit_code == 2 and str(err).startswith("file name too long at /x/yyy")
+    assert "shorter --workspace" in str(err)
     err = os_error(OSError(errno.EACCES, "Permission denied", "/usr/local/llama"))
     assert err.exit_code == 2 and "--workspace" not in str(err)

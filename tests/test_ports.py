@@ -70,7 +70,8 @@ def test_a_port_taken_on_another_address_is_in_use_for_every_address():
         assert problem is not None and problem.errno == errno.EADDRINUSE
         err = ports.bind_error("0.0.0.0", port, problem)
         assert isinstance(err, ConfigError) and err.exit_code == 2
-        assert str(err).startswith(f"port {port} is in use on some address of this machine (--host 0.0.0.0 needs it free")
+        assert str(err).startswith(f"port {port} is in use on some address of this machine"
+                                   " (--host 0.0.0.0 needs it free")
 
 
 def test_time_wait_alone_leaves_the_port_free_as_for_a_server():
@@ -102,7 +103,8 @@ def test_serve_names_an_address_not_of_this_machine_before_building(tmp_path):
     out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "serve", "--host", "192.0.2.1", "--port", "8080")
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines() == [
-        "error: 192.0.2.1 is not an address of this machine (pass --host with one of its addresses: 127.0.0.1, or 0.0.0.0 for all of them)"]
+        "error: 192.0.2.1 is not an address of this machine"
+        " (pass --host with one of its addresses: 127.0.0.1, or 0.0.0.0 for all of them)"]
     assert not (tmp_path / "ws").exists()
 
 
@@ -113,8 +115,8 @@ def test_a_chosen_port_is_never_swapped_and_time_wait_does_not_block_it(llama_se
     stop, the same port serves again at once (before: 'port is in use')."""
     with _listener("127.0.0.2") as s:
         port = s.getsockname()[1]
-        spec = srvmod.ServerSpec(binary=llama_server, model=gemma_model, log=tmp_path / "a.log", host="0.0.0.0", port=port,
-                                 fixed_port=True, threads=1, ctx_size=512)
+        spec = srvmod.ServerSpec(binary=llama_server, model=gemma_model, log=tmp_path / "a.log", host="0.0.0.0",
+                                 port=port, fixed_port=True, threads=1, ctx_size=512)
         with pytest.raises(ConfigError, match=f"port {port} is in use on some address"):
             srvmod.serve_foreground(spec, has_chat_template=False)
         # the probe bypassed: llama-server itself fails to bind, and start() still keeps the port

@@ -118,14 +118,15 @@ def test_another_round_until_decided_or_the_budget_is_spent():
     # 5 rounds took 100 s: a sixth ends at 120 s; at 890 s of 900 the next would end past the budget
     assert speed.another_round([speed.TOO_NOISY], **{**more, "elapsed_s": 880.0, "budget_s": 1056.0})
     assert not speed.another_round([speed.TOO_NOISY], **{**more, "elapsed_s": 890.0, "budget_s": 900.0})
-    assert not speed.another_round([speed.TOO_FEW], **{**more, "valid_rounds": 0})  # no valid answers: more will not help
+    # no valid answers at all: more rounds of the same will not help
+    assert not speed.another_round([speed.TOO_FEW], **{**more, "valid_rounds": 0})
 
 
 def _sequential(ratios: list[float], *, budget_s: float, round_s: float, tolerance: float = 0.10) -> tuple[str, int]:
     """What verify-run's loop decides on a stream of round ratios, each round taking round_s."""
     done = 5
-    while speed.another_round([speed.label_of(ratios[:done], tolerance)], valid_rounds=done, rounds_done=done, min_rounds=5,
-                              elapsed_s=done * round_s, budget_s=budget_s):
+    while speed.another_round([speed.label_of(ratios[:done], tolerance)], valid_rounds=done, rounds_done=done,
+                              min_rounds=5, elapsed_s=done * round_s, budget_s=budget_s):
         done += 1
     return speed.label_of(ratios[:done], tolerance), done
 
@@ -152,7 +153,8 @@ def test_too_noisy_names_the_budget_rounds_and_load():
     assert "7 rounds in 301 s of a 300 s budget; load average 9.4 on 2 cores" in s and "raise --speed-budget" in s
     d = v.to_dict()
     assert d["rounds_run"] == 7 and d["budget_s"] == 300.0 and d["load_average"] == 9.4
-    decided = speed.speed_verdict(measures([(100, 100)] * 6), tolerance=0.10, budget=speed.Budget(rounds=6, seconds=90, budget_s=900))
+    budget = speed.Budget(rounds=6, seconds=90, budget_s=900)
+    decided = speed.speed_verdict(measures([(100, 100)] * 6), tolerance=0.10, budget=budget)
     assert decided.label == speed.ON_PAR and "6 rounds in 90 s of a 900 s budget" in decided.sentence()
     part = verdict.speed_part({("CPU", "decode"): decided, ("CPU", "prompt"): decided})
     assert part.ok and part.summary == "CPU decode on par 1.000 after 6 rounds; CPU prompt on par 1.000 after 6 rounds"

@@ -96,7 +96,8 @@ def test_too_few_rounds_and_adopt_without_artifacts_are_refused(tmp_path):
 @pytest.mark.parametrize("budget", ["nan", "inf", "-1", "0", "soon"])
 def test_a_speed_budget_that_is_no_number_of_seconds_is_refused_while_parsing(tmp_path, budget):
     b = fake_build(tmp_path / "b", "default")
-    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "verify-run", "--working", str(b), "--speed-budget", budget)
+    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "verify-run", "--working", str(b),
+                  "--speed-budget", budget)
     assert out.returncode == 2 and "argument --speed-budget:" in out.stderr and "seconds" in out.stderr, out.stderr
     assert not (tmp_path / "ws").exists()
 
@@ -160,8 +161,8 @@ def test_second_build_of_the_same_configuration_is_verified(rebuilt, default_bui
     run_dir, junit = tmp_path / "run", tmp_path / "junit.xml"
     # 9 rounds: the interval of the median then leaves out the fastest and the slowest round
     # (with 5 it is their whole range).
-    out = cli("verify-run", "--working", str(rebuilt), "--tolerance", TOLERANCE, "--rounds", "9", "--speed-budget", "600",
-              "--run-dir", str(run_dir), "--junit", str(junit))
+    out = cli("verify-run", "--working", str(rebuilt), "--tolerance", TOLERANCE, "--rounds", "9",
+              "--speed-budget", "600", "--run-dir", str(run_dir), "--junit", str(junit))
     doc = verdict_of(run_dir)
     assert doc["schema"] == 1 and doc["builds"]["working"]["folder"] == str(rebuilt)
     n = len(manifest_mod.load_manifest(default_build / "build-manifest.json").components[0].outputs)
@@ -257,9 +258,11 @@ def test_under_load_a_copy_is_verified_and_a_slowed_build_is_slower(default_buil
     for d in speed:
         assert d["verdict"] in ("on par", "faster") and 5 <= d["rounds_run"] and d["seconds"] <= 900 + 120, d
         assert d["load_average"] is not None and d["load_average"] >= cpu_burner / 2, d
-    assert re.search(r"speed +ok +CPU decode (on par|faster) \d\.\d{3} after \d+ rounds", same.stderr), same.stderr[-3000:]
+    summary = r"speed +ok +CPU decode (on par|faster) \d\.\d{3} after \d+ rounds"
+    assert re.search(summary, same.stderr), same.stderr[-3000:]
     report = (tmp_path / "same" / "verification.md").read_text()
-    assert re.search(r"CPU decode: (on par|faster): .*; \d+ rounds in \d+ s of a 900 s budget; load average \d+\.\d", report)
+    took = r"CPU decode: (on par|faster): .*; \d+ rounds in \d+ s of a 900 s budget; load average \d+\.\d"
+    assert re.search(took, report), report
     slowed = cli("verify-run", "--working", str(working), "--tolerance", TOLERANCE, "--speed-budget", "300",
                  "--run-dir", str(tmp_path / "slowed"), "--new-args", "-t 2 --cpu-mask 0x1 --cpu-strict 1")
     doc = verdict_of(tmp_path / "slowed")
