@@ -124,7 +124,11 @@ def os_error(exc: OSError) -> OnebitError:
     if is_disk_full(exc):
         return SpaceError(f"no space left on device{where}", hint="free some space or use another --workspace, then run again")
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return WorkspaceError(f"{exc.strerror}{where}", hint="choose a writable --workspace or fix the permissions")
+        return WorkspaceError(f"{exc.strerror}{where}",
+                              hint="fix its permissions, or choose a writable folder for the option that named it")
+    if exc.errno == errno.ENAMETOOLONG:
+        return WorkspaceError(f"file name too long{where}", hint="a name may hold 255 bytes and a path 4096: give a"
+                                                                 " shorter --workspace, --run-dir or --out")
     return OnebitError(f"{exc.strerror or exc}{where}", hint="run again with -v for the details")
 
 

@@ -64,6 +64,7 @@ class VerifyRunOptions:
     adopt: bool = False
     rounds: int | None = None  # default: the recipe's verification.rounds
     tolerance: float | None = None  # default: the recipe's verification.tolerance
+    budget_s: float | None = None  # --speed-budget; default: the recipe's verification.budget_s
     new_args: str = ""  # extra llama-server arguments for the new build's servers
     working_args: str = ""
     lock: Path | None = None
@@ -191,29 +192,33 @@ def from_args(ns: argparse.Namespace) -> Options:
         command=command, action=action,
         recipe=recipe_choice(recipe=get("recipe"), hrx=get("hrx")),
         root=get("root"),
-        workspace=Path(get("workspace") or default_workspace()).expanduser().resolve(),
+        workspace=check_path_length("--workspace", Path(get("workspace") or default_workspace()).expanduser().resolve(),
+                                    room=WORKSPACE_ROOM),
         mirror_dirs=mirror_dirs_from([*(get("mirror_dir") or ()), *(get("mirror_dir_after") or ())]),
         offline=bool(get("offline")), locked=bool(get("locked")), jobs=get("jobs"),
         json=bool(get("json")),
         dry_run=bool(get("dry_run")) or command == "plan", gc_dry_run=bool(get("gc_dry_run")), names=bool(get("names")),
         shell=get("shell") or "bash",
-        model=_path(get("model")), server=_path(get("server")),
+        model=_path(get("model"), "--model"), server=_path(get("server"), "--server"),
         toolchain_root=get("toolchain_root"),
         defines=tuple(parse_define(d) for d in (*(get("defines") or ()), *(get("defines_after") or ()))),
-        sources=sources, prefix=_path(get("prefix")),
-        verify=VerifyOptions(reference=_path(get("reference")), write_reference=_path(get("write_reference")), rebuild=bool(get("rebuild"))),
+        sources=sources, prefix=_path(get("prefix"), "--prefix"),
+        verify=VerifyOptions(reference=_path(get("reference"), "--reference"),
+                             write_reference=_path(get("write_reference"), "--write-reference"),
+                             rebuild=bool(get("rebuild"))),
         serve=ServeOptions(host=get("host") or "127.0.0.1", port=get("port") or 8080, extra=extra),
         bench=_bench_options(get) if command == "bench" else None,
         verify_run=_verify_run_options(get) if command == "verify-run" else None,
-        run_dir=_path(get("run_dir")), junit=_path(get("junit")),
+        run_dir=_path(get("run_dir"), "--run-dir"), junit=_path(get("junit"), "--junit"),
         compiler_cache=request_from(get("compiler_cache"), get("compiler_cache_url"), os.environ),
     )
 
 
 def _verify_run_options(get) -> VerifyRunOptions:
     return VerifyRunOptions(
-        working=Path(get("working")).expanduser(), adopt=bool(get("adopt")), rounds=get("rounds"), tolerance=get("tolerance"),
-        new_args=get("new_args") or "", working_args=get("working_args") or "", lock=_path(get("bench_lock")),
+        working=check_path_length("--working", Path(get("working")).expanduser()), adopt=bool(get("adopt")),
+        rounds=get("rounds"), tolerance=get("tolerance"), budget_s=get("speed_budget"),
+        new_args=get("new_args") or "", working_args=get("working_args") or "", lock=_path(get("bench_lock"), "--lock"),
         wait_s=max(0.0, get("wait") or 0.0),
     )
 
@@ -222,10 +227,35 @@ def _bench_options(get) -> BenchOptions:
     return BenchOptions(
         configs=tuple(get("bench_configs") or ()), builds=tuple(get("bench_builds") or ()), devices=tuple(get("bench_devices") or ()),
         rounds=get("rounds"), decode_tokens=get("decode_tokens"), prefix_tokens=get("prefix_tokens"),
-        tie_margin=max(0.0, get("tie_margin")), ctx_size=get("ctx_size"), expect=_path(get("expect")), prompts=_path(get("prompts")),
-        lock=_path(get("bench_lock")), wait_s=max(0.0, get("wait") or 0.0), out=_path(get("out")),
+        tie_margin=max(0.0, get("tie_margin")), ctx_size=get("ctx_size"), expect=_path(get("expect"), "--expect"),
+        prompts=_path(get("prompts"), "--prompts"),
+        lock=_path(get("bench_lock"), "--lock"), wait_s=max(0.0, get("wait") or 0.0), out=_path(get("out"), "--out"),
     )
 
 
-def _path(text: str | None) -> Path | None:
-    return Path(text).expanduser().resolve() if text else None
+# Linux's limits: a file name of at most NAME_MAX bytes, a path of at most PATH_MAX.
+NAME_MAX = 255
+PATH_MAX = 4096
+# What the workspace adds below itself (sources, build trees, CMake's own folders): a
+# workspace path longer than PATH_MAX less this fails deep inside a build.
+WORKSPACE_ROOM = 1024
+
+
+def check_path_length(flag: str, path: Path, *, room: int = 0) -> Path:
+    """Refuse a path the file system cannot hold, naming the part that is too long. Pure."""
+    for name in path.parts:
+        size = len(os.fsencode(name))
+        if size > NAME_MAX:
+            raise ConfigError(f"{flag}: the name {name[:24]!r}... is {size} bytes long;"
+                              f" a file name holds at most {NAME_MAX}",
+                              hint=f"give {flag} a shorter name")
+    size = len(os.fsencode(str(path)))
+    if size + room > PATH_MAX:
+        more = f", and the workspace needs about {room} more below it" if room else ""
+        raise ConfigError(f"{flag}: the path is {size} bytes long; a path holds at most {PATH_MAX}{more}",
+                          hint=f"give {flag} a shorter path")
+    return path
+
+
+def _path(text: str | None, flag: str = "a path option") -> Path | None:
+    return check_path_length(flag, Path(text).expanduser().resolve()) if text else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -124,7 +125,43 @@ def test_missing_cmake_and_compiler(tiny_project):
     out = cli(root, mirrors, ws, "--recipe", "tiny", "build", env={"CMAKE_EXECUTABLE": "/nonexistent/cmake"})
     assert out.returncode == 7 and "CMake >=3.24 not found" in out.stderr and "pip install" in out.stderr
     out = cli(root, mirrors, ws, "--recipe", "tiny", "build", env={"CC": "/nonexistent/cc"})
-    assert out.returncode == 9 and "compiler /nonexistent/cc not found" in out.stderr and "build-essential" in out.stderr
+    assert out.returncode == 7 and "compiler /nonexistent/cc not found" in out.stderr
+    assert "build-essential" in out.stderr
+
+
+def path_without_compilers(folder: Path) -> str:
+    """A PATH that offers git, cmake and ninja and no C or C++ compiler."""
+    folder.mkdir()
+    for tool in ("git", "cmake", "ninja"):
+        found = shutil.which(tool)
+        if found:
+            (folder / tool).symlink_to(found)
+    return str(folder)
+
+
+def test_without_a_compiler_build_stops_at_once_and_a_finished_build_still_serves(tiny_project, tmp_path):
+    root, mirrors, ws = tiny_project
+    bare = {"PATH": path_without_compilers(tmp_path / "bin"), "CC": "", "CXX": ""}
+    out = cli(root, mirrors, ws, "--recipe", "tiny", "build", env=bare)
+    assert out.returncode == 7, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "error: no C compiler found on PATH (looked for cc, gcc, clang) (install one"
+        " (Debian: apt-get install build-essential) or set CC/CXX to one that exists)"]
+    assert not ws.exists()  # before the lock, a run folder or a fetch
+    # install needs a build, not a compiler: without any build it is exit 7 naming what is missing ...
+    out = cli(root, mirrors, ws, "--recipe", "tiny", "install", "--prefix", str(tmp_path / "p"), env=bare)
+    assert out.returncode == 7 and "no C compiler found on PATH" in out.stderr
+    assert "hello is not built yet" in out.stderr
+    # ... and once it was built (with a compiler), it is installed from that build without one
+    assert cli(root, mirrors, ws, "--recipe", "tiny", "build").returncode == 0
+    out = cli(root, mirrors, ws, "--recipe", "tiny", "install", "--prefix", str(tmp_path / "p"), env=bare)
+    assert out.returncode == 0, out.stderr
+    ran = subprocess.run([tmp_path / "p" / "bin" / "hello"], capture_output=True, text=True)
+    assert "up to date" in out.stderr and ran.stdout.strip() == "hello"
+    # a changed configuration cannot be built without one
+    out = cli(root, mirrors, ws, "--recipe", "tiny", "-D", "GREETING=hi", "install", "--prefix", str(tmp_path / "q"),
+              env=bare)
+    assert out.returncode == 7 and "hello is not built yet" in out.stderr
 
 
 def test_ctrl_c_during_build_cleans_up_and_next_run_works(tmp_path):

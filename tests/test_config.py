@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from onebit_build.core.config import load_recipe, order_components, Component
 from onebit_build.core.pins import apply_lock, load_pins, read_lock, render_lock
@@ -176,3 +177,48 @@ def test_every_key_error_names_its_line(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_pins(p)
     assert str(e.value).startswith(f"{p}:{line}: sources.b.comit: unknown key")
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def _default_with(tmp_path: Path, section: str, line: str) -> Path:
+    """The project's default recipe with ``key: value`` (YAML) set in ``section``."""
+    doc = yaml.safe_load((REPO / "recipes" / "default.yaml").read_text())
+    doc.setdefault(section, {}).update(yaml.safe_load(line))
+    path = tmp_path / "recipes" / "default.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize("section, line, key, allowed", [
+    ("smoke", "health_timeout_s: .nan", "smoke.health_timeout_s", "above 0 up to 604800"),
+    ("smoke", "request_base_s: .nan", "smoke.request_base_s", "above 0 up to 604800"),
+    ("smoke", "stage_timeout_s: .inf", "smoke.stage_timeout_s", "above 0 up to 604800"),
+    ("smoke", "health_timeout_s: -1", "smoke.health_timeout_s", "above 0"),
+    ("smoke", "speed_repeats: 0", "smoke.speed_repeats", "a whole number of requests from 1 up to 1000"),
+    ("smoke", "speed_tokens: 2.5", "smoke.speed_tokens", "a whole number of tokens from 1"),
+    ("smoke", "ctx_size: true", "smoke.ctx_size", "a whole number of tokens"),
+    ("smoke", "min_tok_s: 0", "smoke.min_tok_s", "tokens per second above 0"),
+    ("smoke", "tolerance: 1.5", "smoke.tolerance", "fraction"),
+    ("smoke", "threads: 0", "smoke.threads", "whole number of threads from 1"),
+    ("smoke", "reference_tok_s: {CPU: .nan}", "smoke.reference_tok_s.CPU", "tokens per second above 0"),
+    ("verification", "rounds: 4", "verification.rounds", "whole number of rounds from 5"),
+    ("verification", "tolerance: .nan", "verification.tolerance", "fraction"),
+    ("verification", "budget_s: 0", "verification.budget_s", "of seconds above 0"),
+])
+def test_every_number_of_a_recipe_is_finite_and_in_range(tmp_path, section, line, key, allowed):
+    path = _default_with(tmp_path, section, line)
+    with pytest.raises(ConfigError) as e:
+        load_recipe(path, load_pins(REPO / "pins.yaml"))
+    text = str(e.value)
+    assert text.startswith(f"{path}: {key}: ") and allowed in text, text
+    assert "\n" not in text
+
+
+def test_numbers_in_range_load_as_given(tmp_path):
+    path = _default_with(tmp_path, "verification", "budget_s: 120")
+    recipe = load_recipe(path, load_pins(REPO / "pins.yaml"))
+    assert recipe.verification.budget_s == 120 and recipe.smoke.speed_repeats == 3 and recipe.smoke.threads == 1
+    assert recipe.smoke.ctx_size == 2048 and isinstance(recipe.smoke.ctx_size, int)

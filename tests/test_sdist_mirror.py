@@ -132,6 +132,8 @@ def test_sdist_store_is_cached_under_the_pinned_hash(tmp_path, index_dir):
     with pytest.raises(FetchError) as e:
         fetch(FetchRequest(pin=other, workspace=ws2, offline=True))
     assert e.value.exit_code == 4 and "not cached; offline" in str(e.value)
+    # nothing is left for the pin that was never fetched: only the first pin's folder is there
+    assert [d.name for d in ws2.downloads.iterdir()] == [f"{PKG}-{VER}-{pinned[:16]}"]
 
 
 def _truncate_pack(store: Path) -> Path:
@@ -170,6 +172,22 @@ def test_damaged_sdist_store_heals_from_the_kept_archive(tmp_path, index_dir, ca
     healed = fetch(FetchRequest(pin=pin, workspace=ws, offline=True))
     assert healed.commit == sha
     assert "is damaged" in capsys.readouterr().err
+
+
+def test_damaged_mirror_dir_is_named_once_when_the_sdist_rescues_the_fetch(tmp_path, index_dir, capsys):
+    archive = index_dir / f"{PKG.replace('-', '_')}-{VER}.tar.gz"
+    sha = sdist_with_store(tmp_path, archive)
+    other = tmp_path / "other"
+    make_repo(other, {"README": "another history\n"})
+    mirrors = tmp_path / "mirrors"
+    mirrors.mkdir()
+    subprocess.run(["git", "clone", "-q", "--bare", str(other), str(mirrors / "demo.git")], check=True)
+    _truncate_pack(mirrors / "demo.git")
+    got = fetch(FetchRequest(pin=mirror_pin(sha, sha256_file(archive)), workspace=Workspace(root=tmp_path / "ws"),
+                             mirror_dirs=(mirrors,)))
+    assert got.commit == sha and got.mirror_used.startswith("pypi-sdist:")
+    warned = [ln for ln in capsys.readouterr().err.splitlines() if str(mirrors / "demo.git") in ln]
+    assert len(warned) == 1 and "is damaged" in warned[0] and "repair it (git fsck) or remove it" in warned[0], warned
 
 
 def test_pip_config_scopes_and_environment():

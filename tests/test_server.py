@@ -197,9 +197,9 @@ def test_taken_port_makes_the_server_use_another(llama_server, gemma_model, tmp_
         calls = []
         real_choose = srvmod.choose_port
 
-        def racy_choose(preferred):
+        def racy_choose(preferred, *host):
             calls.append(preferred)
-            return taken if len(calls) == 1 else real_choose(None)
+            return taken if len(calls) == 1 else real_choose(None, *host)
 
         monkeypatch.setattr(srvmod, "choose_port", racy_choose)
         spec = spec_for(llama_server, gemma_model, tmp_path)

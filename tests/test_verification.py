@@ -109,6 +109,57 @@ def test_decide_boundaries():
         speed.speed_verdict([], tolerance=0)
 
 
+def test_another_round_until_decided_or_the_budget_is_spent():
+    more = dict(valid_rounds=5, rounds_done=5, min_rounds=5, elapsed_s=100.0, budget_s=900.0)
+    assert speed.another_round([speed.TOO_NOISY, speed.ON_PAR], **more)  # one metric undecided, budget left
+    assert not speed.another_round([speed.ON_PAR, speed.ON_PAR], **more)  # clear: stop early
+    assert not speed.another_round([speed.SLOWER, speed.ON_PAR], **more)  # "slower" is decided too
+    assert speed.another_round([speed.ON_PAR], **{**more, "rounds_done": 3, "valid_rounds": 3})  # below the minimum
+    # 5 rounds took 100 s: a sixth ends at 120 s; at 890 s of 900 the next would end past the budget
+    assert speed.another_round([speed.TOO_NOISY], **{**more, "elapsed_s": 880.0, "budget_s": 1056.0})
+    assert not speed.another_round([speed.TOO_NOISY], **{**more, "elapsed_s": 890.0, "budget_s": 900.0})
+    # no valid answers at all: more rounds of the same will not help
+    assert not speed.another_round([speed.TOO_FEW], **{**more, "valid_rounds": 0})
+
+
+def _sequential(ratios: list[float], *, budget_s: float, round_s: float, tolerance: float = 0.10) -> tuple[str, int]:
+    """What verify-run's loop decides on a stream of round ratios, each round taking round_s."""
+    done = 5
+    while speed.another_round([speed.label_of(ratios[:done], tolerance)], valid_rounds=done, rounds_done=done,
+                              min_rounds=5, elapsed_s=done * round_s, budget_s=budget_s):
+        done += 1
+    return speed.label_of(ratios[:done], tolerance), done
+
+
+# The same bytes on a loaded 2-core machine: rounds scatter 0.86..1.11 around 1 (as measured).
+SAME_UNDER_LOAD = [0.86, 1.11, 0.97, 1.04, 0.90, 1.08, 0.99, 0.93, 1.02, 1.10, 0.88, 1.01, 0.98, 1.05, 0.95, 1.03, 0.92,
+                   1.00, 1.07, 0.96, 1.09, 0.94, 1.01, 0.99, 0.89, 1.06, 1.00, 0.97, 1.02, 0.98] * 2
+
+
+def test_sequential_rounds_decide_a_noisy_same_build_within_the_budget():
+    assert speed.label_of(SAME_UNDER_LOAD[:5], 0.10) == speed.TOO_NOISY  # what 5 fixed rounds said
+    label, rounds = _sequential(SAME_UNDER_LOAD, budget_s=900.0, round_s=43.0)
+    assert label == speed.ON_PAR and 5 < rounds <= 900 / 43
+    slowed = [r * 0.6 for r in SAME_UNDER_LOAD]  # 40 % slower under the same noise: found at once
+    assert _sequential(slowed, budget_s=900.0, round_s=43.0) == (speed.SLOWER, 5)
+    assert _sequential(SAME_UNDER_LOAD, budget_s=300.0, round_s=43.0) == (speed.TOO_NOISY, 6)
+
+
+def test_too_noisy_names_the_budget_rounds_and_load():
+    budget = speed.Budget(rounds=7, seconds=301.0, budget_s=300.0, load=9.4, cores=2)
+    v = speed.speed_verdict(measures([(100, 100 * r) for r in SAME_UNDER_LOAD[:7]]), tolerance=0.10, budget=budget)
+    assert v.label == speed.TOO_NOISY
+    s = v.sentence()
+    assert "7 rounds in 301 s of a 300 s budget; load average 9.4 on 2 cores" in s and "raise --speed-budget" in s
+    d = v.to_dict()
+    assert d["rounds_run"] == 7 and d["budget_s"] == 300.0 and d["load_average"] == 9.4
+    budget = speed.Budget(rounds=6, seconds=90, budget_s=900)
+    decided = speed.speed_verdict(measures([(100, 100)] * 6), tolerance=0.10, budget=budget)
+    assert decided.label == speed.ON_PAR and "6 rounds in 90 s of a 900 s budget" in decided.sentence()
+    part = verdict.speed_part({("CPU", "decode"): decided, ("CPU", "prompt"): decided})
+    assert part.ok and part.summary == "CPU decode on par 1.000 after 6 rounds; CPU prompt on par 1.000 after 6 rounds"
+
+
 # --------------------------------------------------------------------------- answers
 
 

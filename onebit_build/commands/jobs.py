@@ -17,7 +17,8 @@ from onebit_build.options import Options
 
 def needs(cmd: Command, opts: Options) -> Needs:
     """Git is needed to fetch or patch; smoking a binary built elsewhere needs none."""
-    return Needs(git=cmd.git and opts.server is None, writes_project=cmd.writes_project)
+    compiles = cmd.name == "build" or (cmd.name == "verify" and opts.verify.rebuild)
+    return Needs(git=cmd.git and opts.server is None, writes_project=cmd.writes_project, compiles=compiles)
 
 
 def job(opts: Options, project: ProjectRoot, cmd: Command) -> int:

@@ -8,6 +8,7 @@ from onebit_build.core import ui
 from onebit_build.building.install import install_tree
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.project import ProjectRoot
+from onebit_build.core.workspace import check_target_folder
 from onebit_build.job.build import server_of
 from onebit_build.job.model import Needs, open_job
 from onebit_build.job.run import run
@@ -15,6 +16,7 @@ from onebit_build.job.smoke import resolve_model, with_runtime_env
 from onebit_build.job.stage import Stage
 from onebit_build.options import Options
 from onebit_build.running.model import has_chat_template
+from onebit_build.running.ports import bind_error, bind_problem
 from onebit_build.running.server import ServerSpec, serve_foreground
 
 
@@ -22,6 +24,7 @@ def install(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Build if needed, then copy the relocatable ``bin/`` tree and the manifest into a prefix."""
     if opts.prefix is None:
         raise ConfigError("install needs --prefix DIR", hint="e.g. onebit-build install --prefix ~/.local/llama")
+    check_target_folder(opts.prefix, "--prefix")  # before building: a file or a read-only folder there is named now
     with open_job(opts, project, Needs(git=True)) as job:
         built = run(job, Stage.BUILD).built
         assert built is not None  # a job run up to the build has built
@@ -34,6 +37,9 @@ def install(opts: Options, project: ProjectRoot, cmd: Command) -> int:
 def serve(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Build if needed (holding the workspace lock), then run llama-server in the foreground
     until Ctrl-C (without the lock: other runs may use the workspace meanwhile)."""
+    problem = bind_problem(opts.serve.host, opts.serve.port)
+    if problem is not None:  # before anything is built: the user's port is never swapped for another
+        raise bind_error(opts.serve.host, opts.serve.port, problem)
     spec = serve_spec(opts, project)
     return serve_foreground(spec, has_chat_template=has_chat_template(spec.model) is not False)
 
@@ -48,5 +54,5 @@ def serve_spec(opts: Options, project: ProjectRoot) -> ServerSpec:
         log = job.log("server.log")
         log.parent.mkdir(parents=True, exist_ok=True)
         return ServerSpec(binary=server_of(built.builds, job.recipe), model=model.path, log=log, host=opts.serve.host,
-                          port=opts.serve.port, extra_args=opts.serve.extra,
+                          port=opts.serve.port, fixed_port=True, extra_args=opts.serve.extra,
                           env=with_runtime_env(job.recipe, opts.toolchain_root).smoke.env, health_timeout_s=300.0)

@@ -30,6 +30,8 @@ class Asked:
     working: ResolvedBuild
     rounds: int
     tolerance: float
+    budget_s: float  # seconds of speed rounds per device before 'too noisy'
+
     new_args: tuple[str, ...]
     working_args: tuple[str, ...]
     lock: Path
@@ -50,6 +52,7 @@ def check_request(opts: Options, recipe) -> Asked:
                           " speed on", hint="drop --adopt; references exist for recipes with an 'artifacts:' collector"
                                             " or smoke prompts")
     return Asked(working=working, rounds=rounds, tolerance=vo.tolerance or recipe.verification.tolerance,
+                 budget_s=vo.budget_s or recipe.verification.budget_s,
                  new_args=parse_config(f"new={vo.new_args}").args, working_args=parse_config(f"working={vo.working_args}").args,
                  lock=vo.lock or Workspace(root=opts.workspace).root / "bench.lock")
 
@@ -84,12 +87,12 @@ def compare(job: Job, asked: Asked, prompts) -> vrun.RunOutcome:
                           hint="give the working build to compare with: another folder, a copy, or an install prefix")
     model = resolve_model(job.recipe, job.opts, models_dir=job.workspace.models, log=job.log("model.log"),
                           lock=job.project.models_lock)
-    ui.info(f"verify-run: new {new.folder}; working {asked.working.folder} ({asked.working.given_as}); {asked.rounds} rounds;"
-            f" tolerance ±{asked.tolerance:.0%}; lock {asked.lock}")
+    ui.info(f"verify-run: new {new.folder}; working {asked.working.folder} ({asked.working.given_as}); {asked.rounds} rounds,"
+            f" then more until decided, up to {asked.budget_s:g} s per device; tolerance ±{asked.tolerance:.0%}; lock {asked.lock}")
     req = vrun.RunRequest(
         recipe=with_runtime_env(job.recipe, job.opts.toolchain_root), new=vrun.Side(role=vrun.NEW, build=new, args=asked.new_args),
         working=vrun.Side(role=vrun.WORKING, build=asked.working, args=asked.working_args), model=model, run_dir=job.run_dir,
-        prompts=prompts, rounds=asked.rounds, tolerance=asked.tolerance, refs_dir=references_dir(job),
+        prompts=prompts, rounds=asked.rounds, tolerance=asked.tolerance, budget_s=asked.budget_s, refs_dir=references_dir(job),
         lock=asked.lock, junit=job.opts.junit, adopt=job.opts.verify_run.adopt,
     )
     locks = (("pins.lock", job.pins.lock_path), ("models.lock", job.project.models_lock))

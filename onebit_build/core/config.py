@@ -16,7 +16,7 @@ from onebit_build.core.assemble_spec import AssembleSpec, load_assemble
 from onebit_build.core.model_spec import ModelSpec, load_model
 from onebit_build.core.downloads_spec import DownloadSpec, load_downloads
 from onebit_build.core.requires_spec import RequiresSpec, load_requires
-from onebit_build.core.yamlnode import Node, check_schema, load_yaml
+from onebit_build.core.yamlnode import Node, Range, check_schema, load_yaml
 # The name and reference checks were part of this module: their names stay importable from here.
 from onebit_build.core.references import (  # noqa: F401
     CMAKE_NAME_RE, COMPONENT_NAME_RE, PIN_FIELDS, RECIPE_NAME_RE, REF_RE, RESERVED_REF_HEADS, TOOLCHAIN_FIELDS,
@@ -97,10 +97,12 @@ class SmokeSpec:
 @dataclass(frozen=True, kw_only=True)
 class VerificationSpec:
     """How 'verify-run' judges speed: "on par" within ``tolerance`` (a fraction: 0.03 is
-    ±3 %) over ``rounds`` interleaved rounds."""
+    ±3 %); ``rounds`` interleaved rounds, then one more at a time until the verdict is
+    decided or ``budget_s`` is spent."""
 
     tolerance: float = 0.03
-    rounds: int = 5
+    rounds: int = 5  # rounds before the first look at the interval
+    budget_s: float = 900.0  # seconds of speed rounds per device before "too noisy" is the answer
 
 
 # The fewest rounds whose median interval reaches 90 % coverage (verification/speed.py).
@@ -139,11 +141,20 @@ KNOWN_BACKENDS = {"cpu", "vulkan", "cuda", "hrx"}
 KNOWN_COLLECTORS = {"spirv", "loombc", "cubin"}
 
 
-def _positive(node: "Node", key: str, default: float) -> float:
-    value = float(node.get(key, (int, float), required=False, default=default))
-    if value <= 0:
-        node.fail(f"{key} must be above 0, not {value:g}", f"give a positive number of {'tokens per second' if key.endswith('tok_s') else 'seconds'}", key=key)
-    return value
+# Where each number of a recipe may lie, checked at load: a NaN, an infinity, a negative
+# timeout or zero repeats never reach a stage.
+SECONDS = Range(0, 7 * 24 * 3600, "of seconds", low_open=True)
+TOK_S = Range(0, 1e7, "of tokens per second", low_open=True)
+FRACTION = Range(0, 0.99, "(a fraction: 0.03 is 3 %)", low_open=True)
+NUMBER_RANGES = {
+    "ctx_size": Range(1, 1 << 24, "of tokens", whole=True),
+    "answer_tokens": Range(1, 1 << 20, "of tokens", whole=True),
+    "speed_tokens": Range(1, 1 << 20, "of tokens", whole=True),
+    "speed_repeats": Range(1, 1000, "of requests", whole=True),
+    "threads": Range(1, 4096, "of threads", whole=True),
+    "health_timeout_s": SECONDS, "request_base_s": SECONDS, "stage_timeout_s": SECONDS, "min_tok_s": TOK_S,
+    "tolerance": FRACTION, "budget_s": SECONDS,
+}
 
 
 def _str_map(node: Node, key: str) -> tuple[tuple[str, str], ...]:
@@ -225,15 +236,12 @@ def _load_verification(root: Node) -> VerificationSpec:
     node = root.child("verification", required=False)
     if node is None:
         return VerificationSpec()
-    node.only({"tolerance", "rounds"})
-    tolerance = float(node.get("tolerance", (int, float), required=False, default=VerificationSpec.tolerance))
-    if not 0 < tolerance < 1:
-        node.fail(f"tolerance must be a fraction between 0 and 1, not {tolerance:g}", "e.g. 0.03 for ±3 %", key="tolerance")
-    rounds = node.get("rounds", int, required=False, default=VerificationSpec.rounds)
-    if rounds < VERIFY_MIN_ROUNDS:
-        node.fail(f"rounds must be at least {VERIFY_MIN_ROUNDS}, not {rounds}", f"fewer than {VERIFY_MIN_ROUNDS} rounds cannot reach a speed verdict",
-                  key="rounds")
-    return VerificationSpec(tolerance=tolerance, rounds=rounds)
+    node.only({"tolerance", "rounds", "budget_s"})
+    d = VerificationSpec()
+    # The least rounds give the first look at the interval: fewer cannot reach a verdict.
+    rounds = node.number("rounds", Range(VERIFY_MIN_ROUNDS, 1000, "of rounds", whole=True), default=d.rounds)
+    return VerificationSpec(tolerance=node.number("tolerance", FRACTION, default=d.tolerance), rounds=rounds,
+                            budget_s=node.number("budget_s", SECONDS, default=d.budget_s))
 
 
 def _load_backends(root: Node) -> tuple[str, ...]:
@@ -335,32 +343,28 @@ def _load_smoke(root: Node, toolchain: ToolchainSpec | None) -> SmokeSpec:
         return SmokeSpec()
     snode.only(SMOKE_KEYS)
     prompts = _load_prompts(snode)
-    refs = []
-    rnode = snode.child("reference_tok_s", required=False)
-    if rnode is not None:
-        for dev in rnode.data:
-            refs.append((str(dev), float(rnode.get(str(dev), (int, float)))))
+    d = SmokeSpec()
+    numbers = {key: snode.number(key, rng, default=getattr(d, key))
+               for key, rng in NUMBER_RANGES.items() if hasattr(d, key)}
     smoke = SmokeSpec(
         devices=snode.str_list("devices", required=False) or ("CPU",),
         prompts=prompts,
-        ctx_size=snode.get("ctx_size", int, required=False, default=2048),
-        answer_tokens=snode.get("answer_tokens", int, required=False, default=16),
-        speed_tokens=snode.get("speed_tokens", int, required=False, default=128),
-        speed_repeats=snode.get("speed_repeats", int, required=False, default=3),
-        health_timeout_s=float(snode.get("health_timeout_s", (int, float), required=False, default=60)),
-        request_base_s=_positive(snode, "request_base_s", 30.0),
-        min_tok_s=_positive(snode, "min_tok_s", 2.0),
-        stage_timeout_s=_positive(snode, "stage_timeout_s", 900.0),
-        reference_tok_s=tuple(refs),
-        tolerance=float(snode.get("tolerance", (int, float), required=False, default=0.25)),
+        **numbers,
+        reference_tok_s=_reference_speeds(snode),
         env=_str_map(snode, "env"),
         gpu=snode.get("gpu", str, required=False),
-        threads=snode.get("threads", int, required=False),
         optional_devices=snode.str_list("optional_devices", required=False),
         skip_reason=snode.get("skip_reason", str, required=False, default=""),
     )
     _check_toolchain_refs(snode, smoke.env, toolchain)
     return smoke
+
+
+def _reference_speeds(snode: Node) -> tuple[tuple[str, float], ...]:
+    rnode = snode.child("reference_tok_s", required=False)
+    if rnode is None:
+        return ()
+    return tuple((str(dev), float(rnode.number(str(dev), TOK_S, required=True))) for dev in rnode.data)
 
 
 def _load_prompts(snode: Node) -> tuple[PromptCheck, ...]:

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import socket
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,6 +201,26 @@ def check_usable(root: Path) -> None:
             f"workspace {root} is not writable ({exc.strerror or exc})",
             hint="choose a writable --workspace (or $ONEBIT_WORKSPACE), or fix the folder's permissions",
         ) from None
+
+
+def check_target_folder(path: Path, flag: str) -> None:
+    """A folder a command will create or write into (``--prefix``, ``--out``), checked before
+    anything runs: a file in its place, or a folder that cannot be written, is one line
+    naming it. Nothing is created."""
+    there = path
+    while not there.exists() and not there.is_symlink() and there != there.parent:
+        there = there.parent
+    if not there.is_dir():
+        what = "is a file, not a folder" if there == path else f"cannot be made: {there} is a file"
+        raise ConfigError(f"{flag} {path} {what}", hint=f"give {flag} a folder (it is created when missing)")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=there)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        at = "" if there == path else f" at {there}"
+        raise ConfigError(f"{flag} {path} is not writable ({exc.strerror or exc}{at})",
+                          hint=f"choose a writable {flag}, or fix the permissions of {there}") from None
 
 
 def pid_alive(pid: int) -> bool:

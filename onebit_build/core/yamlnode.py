@@ -4,6 +4,8 @@ twice in one mapping is an error (YAML's loaders keep the last one silently)."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -102,6 +104,22 @@ class Node:
             self.fail(f"expected {names}, found {type(value).__name__} {value!r}", fix or f"give {key} a {names}", key=key)
         return value
 
+    def number(self, key: str, rng: "Range", *, default: float | None = None, required: bool = False) -> Any:
+        """A finite number inside ``rng`` (whole when ``rng.whole``); the error names the file,
+        the key and the allowed range. ``default`` when the key is absent."""
+        value = self.get(key, (int, float), required=required, default=None)
+        if value is None:
+            return default
+        if isinstance(value, bool):
+            self.fail(f"expected a number, found {value!r}", f"give {rng.describe()}", key=key)
+        if rng.whole and not isinstance(value, int):
+            if not (math.isfinite(value) and value == int(value)):
+                self.fail(f"{value!r} is not a whole number", f"give {rng.describe()}", key=key)
+            value = int(value)
+        if not math.isfinite(value) or not rng.holds(value):
+            self.fail(f"{value!r} is out of range", f"give {rng.describe()}", key=key)
+        return value
+
     def child(self, key: str, *, required: bool = True) -> "Node | None":
         if not self.has(key):
             if required:
@@ -117,6 +135,28 @@ class Node:
                 self.fail(f"item {i} must be a string, found {item!r}", "write a list of strings", key=key)
             out.append(str(item))
         return tuple(out)
+
+
+@dataclass(frozen=True)
+class Range:
+    """Where a number of a file may lie: ``low < x`` (``low_open``) or ``low <= x``, and
+    ``x <= high``; ``unit`` names what it counts, for the message."""
+
+    low: float
+    high: float
+    unit: str = ""
+    whole: bool = False
+    low_open: bool = False
+
+    def holds(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        return above and value <= self.high
+
+    def describe(self) -> str:
+        kind = "a whole number" if self.whole else "a finite number"
+        low = f"above {self.low:g}" if self.low_open else f"from {self.low:g}"
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{kind}{unit} {low} up to {self.high:g}"
 
 
 def load_yaml(path: Path, what: str) -> Any:

@@ -8,11 +8,13 @@ lock and makes the run folder for the job's lifetime.
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
+from onebit_build.building.builder import missing_compiler
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe, define_problem, find_recipe, load_recipe
 from onebit_build.core.errors import ConfigError
@@ -103,6 +105,7 @@ class Needs:
 
     git: bool = False  # it fetches or patches sources
     writes_project: bool = False  # it writes pins.lock or patches/ (a checkout only)
+    compiles: bool = False  # compiling is its point ('build', 'verify --rebuild'): a compiler must be there
 
 
 @contextmanager
@@ -116,6 +119,8 @@ def open_job(opts: Options, project: ProjectRoot, needs: Needs, *, loaded: tuple
         raise ConfigError(f"'{opts.label.replace('-', ' ', 1)}' writes into the project's files, but they come from the"
                           f" installed package ({project.path})", hint="run it inside a checkout of onebit-build, or pass --root DIR")
     pins, recipe = loaded or load_for(opts, project)
+    if needs.compiles:
+        check_compiler(recipe, opts)
     ws = Workspace(root=opts.workspace)
     check_usable(ws.root)
     with WorkspaceLock(ws.lock_file, f"onebit-build {opts.label}"):
@@ -131,6 +136,21 @@ def open_job(opts: Options, project: ProjectRoot, needs: Needs, *, loaded: tuple
                 run_dir.rmdir()  # a run that stopped before writing anything leaves no folder
             except OSError:
                 pass
+
+
+COMPILER_DEFINES = ("CMAKE_C_COMPILER", "CMAKE_CXX_COMPILER")
+
+
+def check_compiler(recipe: Recipe, opts: Options) -> None:
+    """A command that compiles stops here without a C/C++ compiler: before the lock, a run
+    folder or a fetch (exit 7). A recipe or -D that names its own compiler is checked when
+    that component is built."""
+    named = [k for c in recipe.components for k, _ in c.defines] + [d.name for d in opts.defines]
+    if any(k in COMPILER_DEFINES for k in named):
+        return
+    problem = missing_compiler((), os.environ)
+    if problem is not None:
+        raise problem
 
 
 def given_run_dir(path: Path) -> Path:

@@ -14,7 +14,6 @@ import ctypes
 import os
 import re
 import signal
-import socket
 import sys
 import time
 from contextlib import contextmanager
@@ -27,11 +26,11 @@ import requests
 from onebit_build.core import proc
 
 from onebit_build.core import ui
-from onebit_build.core.errors import CommandError, ConfigError, SmokeError
+from onebit_build.core.errors import CommandError, SmokeError
 from onebit_build.core.fsutil import tail_lines
 from onebit_build.running.measure import Completion
-
-HOST = "127.0.0.1"
+# The port helpers were part of this module: their names stay importable from here.
+from onebit_build.running.ports import HOST, bind_error, bind_problem, client_host, free_port, port_is_free
 CPU_DEVICE = "CPU"
 LOAD_LOG_VERBOSITY = 4
 LOG_TAIL_LINES = 30
@@ -56,7 +55,8 @@ class ServerSpec:
     device: str = CPU_DEVICE
     host: str = HOST  # address to listen on (the checks always talk to it over loopback)
     ctx_size: int = 2048
-    port: int | None = None  # preferred port; another free one is chosen when it is taken
+    port: int | None = None  # preferred port; another free one is chosen when it is taken...
+    fixed_port: bool = False  # ...unless the user chose it: then never another
     threads: int | None = None
     extra_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
@@ -170,33 +170,13 @@ def first_error_line(log_text: str) -> str:
 # --------------------------------------------------------------------------- ports
 
 
-def client_host(listen: str) -> str:
-    """Where a client on this machine reaches a server listening on ``listen``. Pure."""
-    return HOST if listen in ("0.0.0.0", "::", "") else listen
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that nobody listens on right now (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def choose_port(preferred: int | None) -> int:
-    if preferred and port_is_free(preferred):
+def choose_port(preferred: int | None, host: str = HOST) -> int:
+    """The preferred port when it is free on ``host``, else one the kernel picks."""
+    if preferred and port_is_free(preferred, host):
         return preferred
     if preferred:
         ui.detail(f"port {preferred} is taken; choosing another")
-    return free_port()
+    return free_port(host)
 
 
 # --------------------------------------------------------------------------- the process
@@ -369,10 +349,11 @@ def _wait_healthy(server: Server, timeout_s: float, t0: float) -> None:
         rc = server.returncode()
         if rc is not None:
             tail = server.log_tail()
+            cause = ("it could not listen on its address and port" if is_bind_failure(tail)
+                     else "a damaged model file or a bad device is the usual cause")
             raise SmokeError(
                 f"llama-server exited with code {rc} before it became healthy: {first_error_line(tail)}; log: {server.log}",
-                hint="read the log tail below; a damaged model file or a bad device is the usual cause",
-                detail=tail,
+                hint=f"read the log tail below; {cause}", detail=tail,
             )
         try:
             r = server.get("/health", timeout=2.0)
@@ -400,7 +381,7 @@ def start(spec: ServerSpec) -> Server:
         raise SmokeError(f"llama-server not found or not executable: {binary}", hint="build it first with 'onebit-build build'")
     preferred = spec.port
     for attempt in range(PORT_ATTEMPTS):
-        port = choose_port(preferred)
+        port = spec.port if spec.fixed_port and spec.port else choose_port(preferred, spec.host)
         t0 = time.monotonic()
         server = _spawn(spec, port, first=attempt == 0)
         try:
@@ -408,11 +389,15 @@ def start(spec: ServerSpec) -> Server:
             return server
         except SmokeError:
             server.stop()
-            if server.returncode() is not None and is_bind_failure(server.log_tail()) and attempt + 1 < PORT_ATTEMPTS:
-                ui.detail(f"port {port} was taken when llama-server bound it; trying another")
-                preferred = None
-                continue
-            raise
+            if server.returncode() is None or not is_bind_failure(server.log_tail()):
+                raise
+            if spec.fixed_port:  # the user's port: named, never swapped for another
+                why = bind_problem(spec.host, port) or OSError(0, "llama-server could not bind it")
+                raise bind_error(spec.host, port, why) from None
+            if attempt + 1 == PORT_ATTEMPTS:
+                raise
+            ui.detail(f"port {port} was taken when llama-server bound it; trying another")
+            preferred = None
         except BaseException:
             server.stop()
             raise
@@ -446,8 +431,10 @@ def serve_foreground(spec: ServerSpec, *, has_chat_template: bool) -> int:
     """Run one server until it exits or Ctrl-C; then stop it (its whole process group).
     Prints the OpenAI base URL, and a warning when the model has no chat template of its
     own. Returns 0 when stopped by the user, else the server's exit status."""
-    if spec.port is not None and not port_is_free(spec.port):
-        raise ConfigError(f"port {spec.port} is in use", hint="pass --port with a free port, or stop what listens there")
+    if spec.port is not None:
+        problem = bind_problem(spec.host, spec.port)
+        if problem is not None:
+            raise bind_error(spec.host, spec.port, problem)
     server = start(spec)
     try:
         base = f"http://{client_host(spec.host)}:{server.port}/v1"

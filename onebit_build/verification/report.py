@@ -82,7 +82,7 @@ def _speed_rows(part: Part) -> list[list[str]]:
             d["device"], d["metric"], _fmt(d.get("working_median_tok_s")), _fmt(d.get("new_median_tok_s")),
             f"{med:.3f}" if med is not None else "-",
             f"{iv[0]:.3f}..{iv[1]:.3f} ({d['coverage']:.0%})" if iv else "-",
-            f"{d.get('rounds_valid', 0)}/{d.get('rounds_asked', 0)}", d["verdict"],
+            f"{d.get('rounds_valid', 0)}/{d.get('rounds_run') or d.get('rounds_asked', 0)}", d["verdict"],
         ])
     return rows
 
@@ -95,7 +95,8 @@ def render_markdown(verdict: Verdict, facts: RunFacts) -> str:
     """The report a maintainer pastes into a pull request."""
     title = verdict.label if verdict.verified else f"{verdict.label} ({', '.join(verdict.failed)})"
     out = [f"## Verification run: {title}", ""]
-    out.append(f"Recipe `{facts.recipe}`; devices {', '.join(facts.devices) or '-'}; {facts.rounds} interleaved rounds; "
+    out.append(f"Recipe `{facts.recipe}`; devices {', '.join(facts.devices) or '-'}; "
+               f"at least {facts.rounds} interleaved rounds; "
                f"speed tolerance ±{facts.tolerance:.0%}; {facts.started_at}, {facts.seconds:.0f} s.")
     if facts.model:
         out.append(f"Model `{Path(str(facts.model.get('path', ''))).name}` sha256 `{facts.model.get('sha256', '')}`.")

@@ -10,7 +10,8 @@ Order of work, after the new build exists and the working build was resolved:
    stops the run (exit 10, no report: there is nothing to compare with); a new build
    whose server does not start fails the answers;
 3. per device: the interleaved speed rounds of the bench (a fresh server per round; the
-   caller holds the bench lock), each server's provenance checked while it runs;
+   caller holds the bench lock), added one at a time until decided or the budget is spent
+   (:mod:`.speed_rounds`), each server's provenance checked while it runs;
 4. the verdict, the report files and (``--junit``) the checks as JUnit XML.
 """
 
@@ -33,8 +34,7 @@ from onebit_build.core.config import Recipe
 from onebit_build.core.errors import ConfigError, SmokeError, VerifyError
 from onebit_build.core.fsutil import atomic_write_text, sha256_file
 from onebit_build.running import server as srvmod
-from onebit_build.running.bench.plan import Prompt, Variant
-from onebit_build.running.bench.run import BenchRequest, run_bench
+from onebit_build.running.bench.plan import Prompt
 from onebit_build.running.bench.settings import DEFAULTS as BENCH_DEFAULTS
 from onebit_build.running.model import ModelFile
 from onebit_build.verification.adopt_speed import adopt_smoke_speed
@@ -44,12 +44,12 @@ from onebit_build.verification.answers import Answer, AnswerComparison, compare
 from onebit_build.running.devices import pick_devices
 from onebit_build.verification.junit import Case, write_junit
 from onebit_build.verification.provenance import Provenance, inspect_process
+from onebit_build.verification.speed_rounds import METRICS, speed_on
 from onebit_build.verification.verdict import Part, Verdict, answers_part, artifacts_part, provenance_part, speed_part, verdict
 from onebit_build.verification.working import ResolvedBuild, server_component
 
 NEW = "new"
 WORKING = "working"
-METRICS = ("decode", "prompt")
 SHOWN_LINES = 20  # details of a failed part printed at the end (all of them are in the report)
 
 
@@ -68,9 +68,10 @@ class RunRequest:
     model: ModelFile
     run_dir: Path
     prompts: tuple[Prompt, ...]  # the speed prompts (the bench's)
-    rounds: int
+    rounds: int  # rounds before the first look at the speed interval
     tolerance: float
     refs_dir: Path  # references/<recipe>/
+    budget_s: float = 900.0  # seconds of speed rounds per device (verification.budget_s, --speed-budget)
     decode_tokens: int = BENCH_DEFAULTS.decode_tokens
     lock: Path | None = None  # the bench lock the caller holds (recorded)
     junit: Path | None = None
@@ -303,35 +304,6 @@ def answers_on(req: RunRequest, device: str, hasher: Callable[[Path], str]) -> t
     return answers, provs
 
 
-# --------------------------------------------------------------------------- speed
-
-
-def speed_on(req: RunRequest, device: str, hasher: Callable[[Path], str]) -> tuple[dict[tuple[str, str], speed_mod.SpeedVerdict], list[Provenance]]:
-    """The interleaved rounds on ``device`` and their verdicts; every timed server's
-    provenance is checked while it runs."""
-    threads = ("-t", str(req.recipe.smoke.threads)) if req.recipe.smoke.threads else ()
-    variants = tuple(Variant(name=f"{s.role}/{device}", config=s.role, build=s.role, device=device, server=s.build.server,
-                             args=(*threads, *s.args)) for s in req.sides)
-    role_of = {v.name: s.role for v, s in zip(variants, req.sides)}
-    provs: list[Provenance] = []
-
-    def on_start(server: srvmod.Server, v: Variant, rnd: int) -> None:
-        side = req.new if role_of[v.name] == NEW else req.working
-        provs.append(inspect_process(server.pid, side=side.role, device=device, expected=side.build.expected_files, hasher=hasher))
-
-    breq = BenchRequest(variants=variants, model=req.model, prompts=req.prompts, run_dir=req.run_dir, rounds=req.rounds,
-                        decode_tokens=req.decode_tokens, ctx_size=req.recipe.smoke.ctx_size, env=req.env,
-                        health_timeout_s=req.recipe.smoke.health_timeout_s, lock=req.lock)
-    result = run_bench(breq, progress=lambda line: ui.info(f"  {line}"), on_start=on_start)
-    verdicts = {}
-    for metric in METRICS:
-        ms = [speed_mod.Measure(round=s.round, side=role_of[s.variant], prompt=s.prompt,
-                                tok_s=(s.decode_tok_s if metric == "decode" else s.prompt_tok_s) if s.valid else None)
-              for s in result.samples]
-        verdicts[(device, metric)] = speed_mod.speed_verdict(ms, tolerance=req.tolerance, rounds_asked=req.rounds)
-    return verdicts, provs
-
-
 # --------------------------------------------------------------------------- the run
 
 
@@ -413,7 +385,8 @@ def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) ->
         devices=devices, started_at=started, seconds=time.monotonic() - t0, run_dir=str(req.run_dir),
         model={"path": str(req.model.path), "sha256": req.model.sha256, "source": req.model.source},
         settings={"new server arguments": " ".join(req.new.args), "working server arguments": " ".join(req.working.args),
-                  "bench lock": str(req.lock or ""), "adopt": adopted},
+                  "bench lock": str(req.lock or ""), "adopt": adopted,
+                  "speed budget": f"{req.budget_s:g} s per device"},
     )
     written = report_mod.write_all(req.run_dir, result, facts, bundle_files=[*bundle_files(req, lists), *project_files])
     junit = write_junit(req.junit, "verify-run", junit_cases(result), seconds=facts.seconds) if req.junit else None

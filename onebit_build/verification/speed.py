@@ -22,8 +22,16 @@ Definition (the README's "Verification runs" says the same):
    - **faster**: ``m > 1 + t`` and ``lo > 1`` (the whole interval is above 1: the
      difference is outside the noise);
    - **slower**: ``m < 1 - t`` and ``hi < 1``;
-   - otherwise **too noisy** to decide: the rounds scatter too much for the difference
-     they show; run more rounds (``--rounds``) on a quieter machine.
+   - otherwise undecided: the rounds scatter too much for the difference they show.
+
+5. Sequential: after the first ``rounds`` (at least :data:`MIN_ROUNDS`), one more round
+   at a time is run and the interval looked at again, until every metric is decided or
+   the next round would end past the time budget (``verification.budget_s``,
+   ``--speed-budget``); more rounds narrow the interval, so a busy machine takes longer
+   rather than failing. Only when the budget is spent undecided is the verdict **too
+   noisy**, with the rounds it took and the machine's load average while they ran. (Each
+   look is a 90 % interval; looking after every round makes a wrong "slower" or "on par"
+   somewhat likelier than 10 %, the price of stopping early.)
 
    With fewer than :data:`MIN_ROUNDS` valid rounds there is no interval of the required
    coverage, and the verdict is **too few rounds**.
@@ -51,6 +59,23 @@ SLOWER = "slower"
 TOO_NOISY = "too noisy"
 TOO_FEW = "too few rounds"
 PASSING = (ON_PAR, FASTER)
+DECIDED = (ON_PAR, FASTER, SLOWER)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Budget:
+    """How the rounds of one device went: how many, in what time, against which budget,
+    and the 1-minute load average while they ran (None where it cannot be read)."""
+
+    rounds: int
+    seconds: float
+    budget_s: float
+    load: float | None = None
+    cores: int | None = None
+
+    def words(self) -> str:
+        load = f"; load average {self.load:.1f} on {self.cores or '?'} cores" if self.load is not None else ""
+        return f"{self.rounds} rounds in {self.seconds:.0f} s of a {self.budget_s:.0f} s budget{load}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +110,7 @@ class SpeedVerdict:
     new_median: float | None = None  # tok/s, for the reader
     working_median: float | None = None
     rounds_asked: int = 0
+    budget: Budget | None = None  # how the sequential rounds went (verify-run)
 
     @property
     def ok(self) -> bool:
@@ -106,9 +132,11 @@ class SpeedVerdict:
         base = f"new/working {self.median:.3f} ({_signed(self.median)}; spread {spread}{cover}; {n} round{'s' if n != 1 else ''})"
         if self.label == TOO_FEW:
             return f"{self.label}: {base}; needs {MIN_ROUNDS} valid rounds to decide"
+        took = f"; {self.budget.words()}" if self.budget is not None else ""
         if self.label == TOO_NOISY:
-            return f"{self.label} to decide: {base}; tolerance ±{self.tolerance:.0%}: run more rounds on a quieter machine"
-        return f"{self.label}: {base}; tolerance ±{self.tolerance:.0%}"
+            fix = "the budget is spent: raise --speed-budget or run" if self.budget is not None else "run more rounds"
+            return f"{self.label} to decide: {base}; tolerance ±{self.tolerance:.0%}{took}: {fix} on a quieter machine"
+        return f"{self.label}: {base}; tolerance ±{self.tolerance:.0%}{took}"
 
     def to_dict(self) -> dict:
         return {
@@ -117,6 +145,10 @@ class SpeedVerdict:
             "coverage": self.coverage, "noise": self.noise, "rounds_asked": self.rounds_asked,
             "rounds_valid": len(self.ratios), "new_median_tok_s": self.new_median,
             "working_median_tok_s": self.working_median,
+            "rounds_run": self.budget.rounds if self.budget else None,
+            "seconds": self.budget.seconds if self.budget else None,
+            "budget_s": self.budget.budget_s if self.budget else None,
+            "load_average": self.budget.load if self.budget else None,
             "per_round": [{"round": r.round, "ratio": r.ratio, "prompts": r.prompts} for r in self.ratios],
         }
 
@@ -185,23 +217,44 @@ def decide(median: float, low: float, high: float, tolerance: float) -> str:
     return TOO_NOISY
 
 
-def speed_verdict(measures: Iterable[Measure], *, tolerance: float = DEFAULT_TOLERANCE, rounds_asked: int = 0) -> SpeedVerdict:
-    """The verdict on one metric of one device from its timed answers."""
+def label_of(values: list[float], tolerance: float) -> str:
+    """The label of the round ratios as they are now: decided or not (see the module). Pure."""
+    if len(values) < MIN_ROUNDS:
+        return TOO_FEW
+    low, high, _ = median_interval(values)
+    return decide(statistics.median(values), low, high, tolerance)
+
+
+def another_round(labels: Iterable[str], *, valid_rounds: int, rounds_done: int, min_rounds: int, elapsed_s: float,
+                  budget_s: float) -> bool:
+    """Whether verify-run runs one more interleaved round. Always until ``min_rounds``; then
+    while some metric is undecided and one more round (as long as the average one so far)
+    still ends within ``budget_s``; never when no round at all gave valid answers (more of
+    the same will not). Pure."""
+    if rounds_done < min_rounds:
+        return True
+    if valid_rounds == 0 or all(label in DECIDED for label in labels):
+        return False
+    return elapsed_s + elapsed_s / max(rounds_done, 1) <= budget_s
+
+
+def speed_verdict(measures: Iterable[Measure], *, tolerance: float = DEFAULT_TOLERANCE, rounds_asked: int = 0,
+                  budget: Budget | None = None) -> SpeedVerdict:
+    """The verdict on one metric of one device from its timed answers. With a ``budget``
+    (sequential rounds), an undecided interval is "too noisy" only when the budget is spent."""
     if not 0 < tolerance < 1:
         raise ValueError(f"tolerance must be between 0 and 1, not {tolerance!r}")
     measures = list(measures)
     ratios = round_ratios(measures)
     medians = {side: _median([m.tok_s for m in measures if m.side == side and m.tok_s is not None]) for side in ("new", "working")}
     common = dict(tolerance=tolerance, ratios=ratios, new_median=medians["new"], working_median=medians["working"],
-                  rounds_asked=rounds_asked)
+                  rounds_asked=rounds_asked, budget=budget)
     if not ratios:
         return SpeedVerdict(label=TOO_FEW, **common)
     values = [r.ratio for r in ratios]
     med = statistics.median(values)
     low, high, cov = median_interval(values)
-    if len(values) < MIN_ROUNDS:
-        return SpeedVerdict(label=TOO_FEW, median=med, low=low, high=high, coverage=cov, **common)
-    return SpeedVerdict(label=decide(med, low, high, tolerance), median=med, low=low, high=high, coverage=cov, **common)
+    return SpeedVerdict(label=label_of(values, tolerance), median=med, low=low, high=high, coverage=cov, **common)
 
 
 def _median(values: list[float]) -> float | None:

@@ -134,7 +134,9 @@ def speed_part(verdicts: dict[tuple[str, str], SpeedVerdict]) -> Part:
     ok = all(v.ok for v in verdicts.values())
     lines = tuple(f"{dev} {metric}: {v.sentence()}" for (dev, metric), v in verdicts.items())
     shown = [(k, v) for k, v in verdicts.items() if not v.ok] or list(verdicts.items())
-    summary = "; ".join(f"{dev} {metric} {v.label}" + (f" {v.median:.3f}" if v.median is not None else "") for (dev, metric), v in shown)
+    summary = "; ".join(f"{dev} {metric} {v.label}" + (f" {v.median:.3f}" if v.median is not None else "")
+                        + (f" after {v.budget.rounds} rounds" if v.budget is not None else "")
+                        for (dev, metric), v in shown)
     data = {"per_device": [{"device": dev, "metric": metric, **v.to_dict()} for (dev, metric), v in verdicts.items()]}
     return Part(name=SPEED, ok=ok, summary=summary, lines=lines, data=data)
 

@@ -21,7 +21,7 @@ from onebit_build.core.errors import LockError, SmokeError
 from onebit_build.core.workspace import FileLock
 from onebit_build.running import server as srvmod
 from onebit_build.running.bench.judge import Expectation, common_prefix, judge_answer, steps_from_probs
-from onebit_build.running.bench.plan import REQUEST_FLAGS, Prompt, Variant, completion_body, schedule
+from onebit_build.running.bench.plan import REQUEST_FLAGS, Prompt, Variant, completion_body
 from onebit_build.running.bench.settings import DEFAULTS, TEXT_KEPT
 from onebit_build.running.bench.summary import Cell, summarize
 from onebit_build.running.measure import Completion, Sample, failed_sample, timed_sample
@@ -73,6 +73,7 @@ class BenchResult:
     cells: tuple[Cell, ...]
     started_at: str
     seconds: float
+    rounds_run: int = 0  # the request's rounds, and any that ``more`` added
 
     @property
     def all_valid(self) -> bool:
@@ -134,8 +135,15 @@ Progress = Callable[[str], None]
 OnStart = Callable[[srvmod.Server, Variant, int], None]
 
 
-def run_bench(req: BenchRequest, *, progress: Progress | None = None, on_start: OnStart | None = None) -> BenchResult:
-    """Run every variant ``req.rounds`` times, interleaved, each time on a fresh server.
+# Called after each round from the request's last one on, with every sample so far and the
+# rounds done: True runs one more round of every variant (verify-run's sequential speed part).
+More = Callable[[tuple[Sample, ...], int], bool]
+
+
+def run_bench(req: BenchRequest, *, progress: Progress | None = None, on_start: OnStart | None = None,
+              more: More | None = None) -> BenchResult:
+    """Run every variant ``req.rounds`` times, interleaved, each time on a fresh server; then
+    one more round at a time for as long as ``more`` asks for it.
 
     Failures of one server (it does not start, it crashes, it answers wrongly) are
     results, not exceptions; every server is stopped before this returns or raises."""
@@ -152,17 +160,20 @@ def run_bench(req: BenchRequest, *, progress: Progress | None = None, on_start: 
     samples: list[Sample] = []
     servers: list[ServerRun] = []
     width = max(len(v.name) for v in req.variants)
-    for rnd, index in schedule(len(req.variants), req.rounds):
-        v = req.variants[index]
-        run, got, line = _serve_round(req, v, rnd, logs / _log_name(rnd, v.name), expectations, record=index == 0 and rnd == 1,
-                                      on_start=on_start)
-        servers.append(run)
-        samples.extend(got)
-        say(f"round {rnd}/{req.rounds}  {v.name:<{width}}  {line}")
-    cells = summarize(req.variants, tuple(p.name for p in req.prompts), tuple(samples), req.rounds)
+    rnd = 0
+    while rnd < req.rounds or (more is not None and more(tuple(samples), rnd)):
+        rnd += 1
+        for index, v in enumerate(req.variants):
+            run, got, line = _serve_round(req, v, rnd, logs / _log_name(rnd, v.name), expectations,
+                                          record=index == 0 and rnd == 1, on_start=on_start)
+            servers.append(run)
+            samples.extend(got)
+            say(f"round {rnd}/{req.rounds}  {v.name:<{width}}  {line}" if rnd <= req.rounds
+                else f"round {rnd} (added)  {v.name:<{width}}  {line}")
+    cells = summarize(req.variants, tuple(p.name for p in req.prompts), tuple(samples), rnd)
     return BenchResult(
         request=req, expectations=expectations, samples=tuple(samples), servers=tuple(servers), cells=cells,
-        started_at=started_at, seconds=time.monotonic() - t0,
+        started_at=started_at, seconds=time.monotonic() - t0, rounds_run=rnd,
     )
 
 
