@@ -245,12 +245,16 @@ def cpu_burner():
             b.wait(timeout=30)
 
 
+@pytest.mark.benchmark
 @pytestslow
 def test_under_load_a_copy_is_verified_and_a_slowed_build_is_slower(default_build, cpu_burner, tmp_path):
     """Under a load we make (busy loops on top of the shared machine's own), a byte-identical
     copy takes more rounds but is VERIFIED within the recipe's budget (900 s); the same copy served with 2
     threads held on one core (--cpu-mask 0x1 --cpu-strict 1: the same work on half the CPU at
-    best) is found slower."""
+    best) is found slower. A benchmark (about 20 minutes, a load of its own): run it with
+    ``pytest -m benchmark``. Last run on a shared 2-core machine (load 10.8): decode on par after
+    19 rounds, prompt speed still too noisy (0.866..1.168) at the end of the budget, so NOT
+    VERIFIED; it does not pass yet (docs/reliability.md)."""
     working = tmp_path / "working"
     shutil.copytree(default_build, working, symlinks=True)
     same = cli("verify-run", "--working", str(working), "--tolerance", TOLERANCE, "--run-dir", str(tmp_path / "same"))
