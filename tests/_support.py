@@ -3,6 +3,7 @@ default build/model shared by the slow tests."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
@@ -219,3 +220,15 @@ def only_find_links(monkeypatch, folder: Path) -> Path:
     monkeypatch.delenv("PIP_INDEX_URL", raising=False)
     monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
     return folder
+
+
+@contextlib.contextmanager
+def serving(spec):
+    """A healthy real llama-server for the ``with`` block; stopped when the block ends, however."""
+    from onebit_build.running.server import start
+
+    server = start(spec)
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -34,7 +34,6 @@ from onebit_build.running.bench import (
     parse_configs,
     pick_devices,
     render_table,
-    schedule,
     steps_from_probs,
     summarize,
 )
@@ -214,10 +213,6 @@ def test_pick_devices_all_means_cpu_and_every_listed_device():
     assert pick_devices((), ("CUDA0",)) == ("CPU",)
     assert pick_devices(("all",), ("CUDA0", "Vulkan0")) == ("CPU", "CUDA0", "Vulkan0")
     assert pick_devices(("CUDA0", "all"), ("CUDA0", "Vulkan0")) == ("CUDA0", "CPU", "Vulkan0")
-
-
-def test_schedule_is_interleaved():
-    assert schedule(2, 3) == [(1, 0), (1, 1), (2, 0), (2, 1), (3, 0), (3, 1)]
 
 
 def test_requests_are_greedy_without_prompt_cache():

@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 
-from _support import REPO, run_cli
+from _support import serving, REPO, run_cli
 from onebit_build.core.errors import ConfigError
 from onebit_build.running import ports
 from onebit_build.running import server as srvmod
@@ -126,7 +126,7 @@ def test_a_chosen_port_is_never_swapped_and_time_wait_does_not_block_it(llama_se
     port = ports.free_port()
     spec = srvmod.ServerSpec(binary=llama_server, model=gemma_model, log=tmp_path / "b.log", port=port, fixed_port=True,
                              threads=1, ctx_size=512)
-    with srvmod.serving(spec) as server:
+    with serving(spec) as server:
         assert requests.get(server.url + "/health", timeout=5).status_code == 200
-    with srvmod.serving(spec) as again:  # at once: the first server's connection is in TIME_WAIT
+    with serving(spec) as again:  # at once: the first server's connection is in TIME_WAIT
         assert again.port == port and requests.get(again.url + "/health", timeout=5).status_code == 200

@@ -28,8 +28,8 @@ from onebit_build.running.server import (
     missing_devices,
     parse_list_devices,
     server_argv,
-    serving,
 )
+from _support import serving
 
 REPO = Path(__file__).resolve().parent.parent
 

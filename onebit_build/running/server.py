@@ -2,7 +2,7 @@
 
 The server is a service, so it is started with :func:`proc.spawn` (its own process group,
 output to its log file) rather than :func:`proc.run`. Whatever happens (a failed check, an
-exception, Ctrl-C) :func:`serving` stops it with :func:`proc.stop_group`: SIGTERM to its
+exception, Ctrl-C) its caller stops it with :meth:`Server.stop` (:func:`proc.stop_group`): SIGTERM to its
 process group, a second SIGTERM, then SIGKILL. On Linux the server is also told to die with
 the process that started it.
 """
@@ -16,10 +16,9 @@ import re
 import signal
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 import requests
 
@@ -209,7 +208,7 @@ def _stop_all() -> None:
 
 
 class Server:
-    """A started llama-server. Use :func:`serving` to get one that is healthy and stopped."""
+    """A started llama-server (:func:`start` waits until it is healthy); stop it with :meth:`stop`."""
 
     def __init__(self, spec: ServerSpec, port: int, popen: proc.subprocess.Popen[bytes], argv: list[str]):
         self.spec = spec
@@ -402,16 +401,6 @@ def start(spec: ServerSpec) -> Server:
             server.stop()
             raise
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-@contextmanager
-def serving(spec: ServerSpec) -> Iterator[Server]:
-    """A healthy server for the ``with`` block; stopped when the block ends, however."""
-    server = start(spec)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def list_devices(binary: Path, *, env: tuple[tuple[str, str], ...] = (), log: Path) -> tuple[str, ...]:

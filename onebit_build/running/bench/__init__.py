@@ -29,7 +29,7 @@ _WHERE = {
     "Build": "plan", "Config": "plan", "Prompt": "plan", "Variant": "plan", "completion_body": "plan",
     "load_expectations": "plan", "load_prompts": "plan", "make_variants": "plan", "parse_build": "plan",
     "parse_builds": "plan", "parse_config": "plan", "parse_configs": "plan", "pick_devices": "plan",
-    "resolve_devices": "plan", "schedule": "plan", "server_in": "plan",
+    "resolve_devices": "plan", "server_in": "plan",
     "PLOT_EXTRA_HINT": "chart", "plot": "chart",
     "BenchOutputs": "render", "bench_doc": "render", "render_markdown": "render", "render_table": "render",
     "write_outputs": "render",

@@ -246,11 +246,6 @@ def resolve_devices(builds: tuple[Build, ...], requested: tuple[str, ...], *, en
     return out
 
 
-def schedule(n_variants: int, rounds: int) -> list[tuple[int, int]]:
-    """(round, variant index) in run order: A B C, A B C, ... (rounds count from 1)."""
-    return [(r, i) for r in range(1, rounds + 1) for i in range(n_variants)]
-
-
 # Every bench request generates exactly the tokens asked for (the end of text is ignored)
 # and returns their ids.
 REQUEST_FLAGS = {"ignore_eos": True, "return_tokens": True}
