@@ -10,6 +10,7 @@ can only strike while staging, and then names the prefix.
 
 from __future__ import annotations
 
+import filecmp
 import os
 import re
 import shutil
@@ -48,6 +49,8 @@ def install_items(builds: Sequence, manifest: Path) -> list[Item]:
     for src in files:
         rel = Path("bin") / src.name
         if rel in items:
+            if _same(items[rel].source, src):
+                continue  # one library reached twice (from its build folder and from the assembled prefix)
             raise ConfigError(f"two outputs would both be installed as {rel} ({items[rel].source} and {src})",
                               hint="give the recipe's outputs distinct file names")
         items[rel] = Item(source=src, rel=rel, link=src.is_symlink())
@@ -58,6 +61,13 @@ def install_items(builds: Sequence, manifest: Path) -> list[Item]:
             items.setdefault(Path("bin") / name, Item(source=lib, rel=Path("bin") / name))
     items[MANIFEST_REL] = Item(source=manifest, rel=MANIFEST_REL)
     return list(items.values())
+
+
+def _same(a: Path, b: Path) -> bool:
+    """Whether two outputs would install the same thing: links with one target, or equal bytes."""
+    if a.is_symlink() or b.is_symlink():
+        return a.is_symlink() and b.is_symlink() and a.readlink() == b.readlink()
+    return filecmp.cmp(a, b, shallow=False)
 
 
 def _build_dirs(builds: Sequence) -> list[Path]:
