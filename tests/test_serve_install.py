@@ -90,7 +90,8 @@ def test_install_gives_a_relocatable_tree_with_its_manifest(llama_server, tmp_pa
     out = run_cli(REPO, "--workspace", str(ws), *shared_from_user(ws), "install", "--prefix", str(prefix))
     assert out.returncode == 0, out.stderr
     server = prefix / "bin" / "llama-server"
-    assert "installed" in out.stderr and str(prefix) in out.stderr
+    # What went where answers the command: stdout (kept with -q); progress stays on stderr.
+    assert out.stdout.startswith("installed ") and str(prefix) in out.stdout and "installed" not in out.stderr
     doc = json.loads((prefix / "share" / "onebit-build" / "build-manifest.json").read_text())
     outputs = {o["name"]: o for c in doc["components"] for o in c["outputs"]}
     from onebit_build.core.fsutil import sha256_file
