@@ -628,24 +628,32 @@ def default_build_args(ws: Path) -> list[str]:
 @pytest.mark.slow
 @needs_sccache
 def test_default_recipe_in_a_second_workspace_builds_from_redis(tmp_path, redis_server):
-    """One cold build of the default recipe into a Redis, then the same recipe in a workspace
-    at another path with an empty local cache: at least 90% hits, byte-identical outputs."""
-    from _support import REPO, run_cli
+    """One cold build of the default recipe's ggml (its compile commands exactly, see
+    ``ggml_only_project``) into an empty Redis, then the same in a workspace at another path
+    with an empty local cache: every object a miss first, at least 90% hits the second time,
+    byte-identical libraries. The cache key does not depend on the backend, so the other
+    90% of the default build's objects (llama, common, the server), whose hits across
+    workspaces the test workspace's own build shows through the local cache, say nothing
+    more about Redis; a tenth of the compile time."""
+    from _support import ggml_only_project, run_cli
     from onebit_build.building.manifest import read_manifest
 
+    root = ggml_only_project(tmp_path / "project")
     cache = ["--compiler-cache", "sccache", "--compiler-cache-url", redis_server.url]
     docs = []
     for ws in (tmp_path / "ws", tmp_path / "another" / "deeper" / "workspace"):
-        out = run_cli(REPO, *default_build_args(ws), *cache, "build", env={"SCCACHE_DIR": str(ws.parent / f"{ws.name}-local-cache")},
+        out = run_cli(root, *default_build_args(ws), *cache, "build", env={"SCCACHE_DIR": str(ws.parent / f"{ws.name}-local-cache")},
                       timeout=3600)
         assert out.returncode == 0, out.stderr[-3000:]
         assert "warning: compiler cache" not in out.stderr
         docs.append(read_manifest(ws / "manifests" / "default.json")["components"][0])
     cold, warm = (d["compiler_cache"]["stats"] for d in docs)
-    assert cold["misses"] >= 100 and cold["hits"] == 0, cold
+    # ggml-base, ggml-cpu and ggml: 29 objects at the pin, C and C++ both
+    assert cold["misses"] >= 25 and cold["hits"] == 0, cold
     assert warm["hits"] / (warm["hits"] + warm["misses"]) >= 0.9, warm
     assert f"{warm['hits']}/{warm['hits'] + warm['misses']} compiler cache hits" in out.stderr
-    assert {o["name"]: o["sha256"] for o in docs[0]["outputs"]} == {o["name"]: o["sha256"] for o in docs[1]["outputs"]}
+    outputs = [{o["name"]: o["sha256"] for o in d["outputs"]} for d in docs]
+    assert outputs[0] == outputs[1] and {"libggml-base", "libggml-cpu", "libggml"} <= {n.split(".so")[0] for n in outputs[0]}, outputs
 
 
 def test_verify_rebuild_moves_the_sources_and_still_gets_identical_binaries(tmp_path):
