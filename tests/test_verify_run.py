@@ -3,8 +3,10 @@ the same configuration passes; a binary-changing define, a flipped shader byte a
 deliberately slowed build fail, each naming what differs; bad input is one line with its
 exit code, leaves no report and no server.
 
-The builds are the test workspace's (built once, then reused): the default recipe's, its
-rebuild in another folder ('verify --rebuild') and, where glslc exists, the vulkan recipe's.
+The builds are the test workspace's (built once, then reused): the default recipe's, a
+second build of it in a workspace beside (through the compiler cache) and, where glslc
+exists, the vulkan recipe's; 'verify --rebuild' rebuilds the default recipe's ggml part
+without any cache on every run.
 The test machine is small and shared, so speed is judged with a ±10 % tolerance here; the
 recipes' ±3 % is for a quiet verification box."""
 
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from _support import REPO, run_cli, stream_cli
+from _support import REPO, ggml_only_project, run_cli, stream_cli
 from conftest import progress, workspace_for_tests
 from onebit_build.building import manifest as manifest_mod
 from onebit_build.core.fsutil import sha256_file
@@ -136,17 +138,50 @@ def default_build(pytestconfig) -> Path:
 
 
 @pytest.fixture(scope="module")
-def rebuilt(default_build, pytestconfig) -> Path:
-    """The same configuration built again in another folder of the workspace, from its
-    sources moved to another path (so the build folder's name, keyed on it, differs). Built
-    by this run every time: a rebuild left in the workspace by an earlier version of the tool
-    says nothing about this one."""
-    streamed(pytestconfig, "verify", "--rebuild")
-    found = sorted((workspace_for_tests() / "build-rebuild").glob(f"{default_build.name.rsplit('-', 1)[0]}-*/build-manifest.json"))
+def second_build(default_build, pytestconfig) -> Path:
+    """The same configuration built a second time, in a workspace at another path (so its
+    sources and build folder lie elsewhere), through the compiler cache the first build
+    filled: a real second build, kept between runs like the first. The uncached rebuild is
+    test_uncached_rebuild_of_the_kernels_is_byte_identical's."""
+    ws = second_workspace()
+    args = ("--workspace", str(ws), "--mirror-dir", str(workspace_for_tests() / "git"), "build")
+    rc, out = stream_cli(REPO, *args, say=progress(pytestconfig))
+    assert rc == 0, out[-3000:]
+    man = manifest_mod.load_latest(manifest_mod.Workspace(root=ws), "default")
+    assert man is not None
+    folder = Path(man.output("llama-server").path).parent.parent
+    assert folder != default_build and not folder.is_relative_to(workspace_for_tests())
+    return folder
+
+
+def second_workspace() -> Path:
+    first = workspace_for_tests()
+    return first.with_name(first.name + "-second")
+
+
+@pytestslow
+def test_uncached_rebuild_of_the_kernels_is_byte_identical(default_build, tmp_path):
+    """'verify --rebuild' compiles everything again without any cache, from sources moved to
+    another path, and every output is byte-identical. Run on the default recipe's ggml part
+    (the same compile commands; see ggml_only_project): the CPU kernels, libggml-base, whose
+    version string once differed because the moved tree's git index called it dirty, and
+    libggml, whose run path links the two. A tenth of the compile time of the whole recipe,
+    whose other outputs need the same path maps and nothing else. Built by this run every
+    time: a rebuild left by an earlier version of the tool says nothing about this one."""
+    root = ggml_only_project(tmp_path / "project")
+    ws = tmp_path / "ws"
+    args = ("--workspace", str(ws), "--mirror-dir", str(workspace_for_tests() / "git"))
+    out = run_cli(root, *args, "build", timeout=3600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    out = run_cli(root, *args, "verify", "--rebuild", timeout=3600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "sources moved to " + str(ws / "src-rebuild") in out.stderr and "no compiler cache" in out.stderr
+    found = list((ws / "build-rebuild").glob("*/build-manifest.json"))
     assert len(found) == 1, found
     # built without any cache: ggml finds ccache or sccache on PATH by itself unless told not to
     assert cache_programs(found[0].parent) == set(), "the rebuild compiled through a compiler cache"
-    return found[0].parent
+    n = len(manifest_mod.load_manifest(found[0]).components[0].outputs)
+    assert n == 3 and f"{n}/{n} byte-identical" in out.stderr and "DIFFERENT" not in out.stderr, out.stderr[-3000:]
 
 
 def cache_programs(build_dir: Path) -> set[str]:
@@ -158,15 +193,15 @@ def cache_programs(build_dir: Path) -> set[str]:
 
 
 @pytestslow
-def test_second_build_of_the_same_configuration_is_verified(rebuilt, default_build, tmp_path):
+def test_second_build_of_the_same_configuration_is_verified(second_build, default_build, tmp_path):
     assert "ccache" not in cache_programs(default_build)  # the tool's launcher alone, never ccache under it
     run_dir, junit = tmp_path / "run", tmp_path / "junit.xml"
     # 9 rounds: the interval of the median then leaves out the fastest and the slowest round
     # (with 5 it is their whole range).
-    out = cli("verify-run", "--working", str(rebuilt), "--tolerance", TOLERANCE, "--rounds", "9",
+    out = cli("verify-run", "--working", str(second_build), "--tolerance", TOLERANCE, "--rounds", "9",
               "--speed-budget", "600", "--run-dir", str(run_dir), "--junit", str(junit))
     doc = verdict_of(run_dir)
-    assert doc["schema"] == 1 and doc["builds"]["working"]["folder"] == str(rebuilt)
+    assert doc["schema"] == 1 and doc["builds"]["working"]["folder"] == str(second_build)
     n = len(manifest_mod.load_manifest(default_build / "build-manifest.json").components[0].outputs)
     assert part(doc, "artifacts")["summary"].startswith(f"output binaries (new vs working): {n}/{n} byte-identical")
     assert part(doc, "answers")["ok"]
@@ -188,7 +223,7 @@ def test_second_build_of_the_same_configuration_is_verified(rebuilt, default_bui
     assert {"verification.md", "verification.json", "manifests/new.json", "manifests/working.json"} <= set(names)
     assert any(n.startswith("logs/server-r9-") for n in names)
     assert f"report:  {run_dir / 'verification.md'}" in out.stderr
-    assert not servers_running_from(default_build) and not servers_running_from(rebuilt)
+    assert not servers_running_from(default_build) and not servers_running_from(second_build)
 
 
 @pytestslow
