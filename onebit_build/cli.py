@@ -10,12 +10,15 @@ import signal
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from onebit_build import options
 from onebit_build.commands import BY_NAME, TABLE, Command, arguments
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, OnebitError, SpaceError, WorkspaceError, is_disk_full
 from onebit_build.core.project import find_root
+
+if TYPE_CHECKING:  # for the annotations only: the module itself is imported where it runs
+    from onebit_build.options import DefineSyntaxError, Options
 
 INTERRUPTED = 130  # the shell's code for a run stopped by Ctrl-C
 
@@ -44,7 +47,7 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
-def refuse_unused_flags(opts: options.Options, cmd: Command) -> None:
+def refuse_unused_flags(opts: Options, cmd: Command) -> None:
     """A global flag is honoured by every command or refused (exit 2), never ignored."""
     given = {"--dry-run": (opts.dry_run and cmd.name != "plan", "dry_run"), "--model": (opts.model is not None, "takes_model")}
     for flag, (is_given, attr) in given.items():
@@ -53,7 +56,7 @@ def refuse_unused_flags(opts: options.Options, cmd: Command) -> None:
             raise ConfigError(f"{flag} is not taken by '{cmd.name}'", hint=f"drop it; it applies to: {', '.join(users)}")
 
 
-def dispatch(opts: options.Options) -> int:
+def dispatch(opts: Options) -> int:
     cmd = BY_NAME[opts.command]
     refuse_unused_flags(opts, cmd)
     project = None if cmd.name == "completion" else find_root(given=opts.root, env=os.environ, cwd=Path.cwd())
@@ -71,9 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if ns.version:
             return version(ns)
-        return dispatch(options.from_args(ns))
-    except options.DefineSyntaxError as exc:
-        return report_error(define_error_with_examples(exc, ns))
+        # The options module is imported once the arguments are parsed and --version answered:
+        # --help stops before, with only the command table and argparse imported.
+        from onebit_build.options import DefineSyntaxError, from_args
+
+        try:
+            return dispatch(from_args(ns))
+        except DefineSyntaxError as exc:
+            return report_error(define_error_with_examples(exc, ns))
     except KeyboardInterrupt:
         ui.error("interrupted; partial outputs were removed, the next run starts cleanly")
         return INTERRUPTED
@@ -91,10 +99,11 @@ def report_error(err: OnebitError) -> int:
     return err.exit_code
 
 
-def define_error_with_examples(exc: options.DefineSyntaxError, ns: argparse.Namespace) -> OnebitError:
+def define_error_with_examples(exc: DefineSyntaxError, ns: argparse.Namespace) -> OnebitError:
     """The malformed ``-D`` error, its hint made of overrides that the chosen recipe accepts
     (the generic hint stays when the recipe itself cannot be read)."""
     # The job model (YAML, pins) is imported only on this error path: --help stays cheap.
+    from onebit_build import options
     from onebit_build.job.model import load_pins_and_recipe
 
     get = ns.__dict__.get
