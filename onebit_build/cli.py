@@ -32,16 +32,18 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="store_true", help="print the version, the digest of pins.yaml and where the recipes come from")
     p.add_argument("--dry-run", action="store_true", help="print the plan of the default job and stop (as 'onebit-build plan')")
     arguments.global_options(p, listed=True)
+    # The global options a command takes after its name: made once, shared by every command
+    # parser (as a parent), rather than added to each of them again.
+    after = argparse.ArgumentParser(add_help=False)
+    arguments.global_options(after, listed=False)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for cmd in TABLE:
-        sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help,
+        sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help, parents=[after] if cmd.action is None else [],
                             epilog="Global options (--recipe, -D, --workspace, -j, -v, -q, ...): see onebit-build --help.")
         if cmd.dry_run:
             sp.add_argument("--dry-run", action="store_true", default=argparse.SUPPRESS, help="print the plan and stop; no network, no build")
         if cmd.json:
             sp.add_argument("--json", action="store_true", help=cmd.json)
-        if cmd.action is None:
-            arguments.global_options(sp, listed=False)
         if cmd.arguments:
             getattr(arguments, cmd.arguments)(sp)
     return p
