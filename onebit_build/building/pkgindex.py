@@ -221,12 +221,12 @@ def _list_local(page: Path) -> list[Candidate]:
 
 def _list_location(location: str, project: str, session: requests.Session, cfg: IndexConfig,
                    is_index: bool) -> list[Candidate]:
-    # pypi-simple, imported here: only a fetch reads index pages, and it takes a while to import.
-    from pypi_simple import NoSuchProjectError, ProjectPage, PyPISimple
-
     local = _local_path(location)
     if local is not None:
         return _list_local(local / canonicalize_name(project) if is_index else local)
+    # pypi-simple, imported here: only an index page needs it, and it takes a while to import.
+    from pypi_simple import NoSuchProjectError, ProjectPage, PyPISimple, UnsupportedRepoVersionError
+
     if not is_index:  # a find-links URL: one HTML page of links
         resp = session.get(location, timeout=cfg.timeout_s)
         resp.raise_for_status()
@@ -235,13 +235,13 @@ def _list_location(location: str, project: str, session: requests.Session, cfg: 
         return _candidates(PyPISimple(location, session=session).get_project_page(project, timeout=cfg.timeout_s))
     except NoSuchProjectError:
         return []
+    except UnsupportedRepoVersionError as exc:  # a newer API than this reads: a problem of this location
+        raise ValueError(str(exc)) from None
 
 
 def find_file(cfg: IndexConfig, project: str, version: str, match: Callable[[str, str, str], bool], *,
               session: requests.Session | None = None) -> tuple[list[Candidate], list[str]]:
     """The matching files in every configured location, in order, and what went wrong where."""
-    from pypi_simple import UnsupportedRepoVersionError
-
     s = session or _session(cfg)
     found: list[Candidate] = []
     problems: list[str] = []
@@ -249,7 +249,7 @@ def find_file(cfg: IndexConfig, project: str, version: str, match: Callable[[str
         is_index = loc not in cfg.find_links
         try:
             listing = _list_location(loc, project, s, cfg, is_index)
-        except (requests.RequestException, OSError, ValueError, UnsupportedRepoVersionError) as exc:
+        except (requests.RequestException, OSError, ValueError) as exc:
             problems.append(f"{loc}: {type(exc).__name__}: {exc}")
             continue
         found += [c for c in listing if match(c.filename, project, version)]
