@@ -38,7 +38,8 @@ def make_parser() -> argparse.ArgumentParser:
     arguments.global_options(after, listed=False)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for cmd in TABLE:
-        sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help, parents=[after] if cmd.action is None else [],
+        sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help,
+                            parents=[after] if cmd.action is None else [],
                             epilog="Global options (--recipe, -D, --workspace, -j, -v, -q, ...): see onebit-build --help.")
         if cmd.dry_run:
             sp.add_argument("--dry-run", action="store_true", default=argparse.SUPPRESS, help="print the plan and stop; no network, no build")

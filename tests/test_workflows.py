@@ -217,8 +217,9 @@ def test_every_action_is_pinned_by_its_full_commit_sha(name):
     lines = [m for m in map(USES.match, (WORKFLOWS / name).read_text().splitlines()) if m]
     assert lines, f"{name} uses no action?"
     for m in lines:
-        assert re.fullmatch(r"[0-9a-f]{40}", m["ref"]), f"{name}: {m['action']}@{m['ref']} is not pinned by a commit SHA"
-        assert re.fullmatch(r"\s+#\s*v\d+(\.\d+){2}\s*", m["rest"]), f"{name}: {m['action']}: the version comment is missing"
+        where = f"{name}: {m['action']}@{m['ref']}"
+        assert re.fullmatch(r"[0-9a-f]{40}", m["ref"]), f"{where} is not pinned by a commit SHA"
+        assert re.fullmatch(r"\s+#\s*v\d+(\.\d+){2}\s*", m["rest"]), f"{where}: the version comment is missing"
 
 
 def test_one_action_is_one_commit_in_every_workflow():
@@ -274,9 +275,10 @@ GHA_OK = {"launcher": "sccache", "backend": "gha", "stats": {"requests": 212, "h
 CACHE_CASES = {
     "worked": (GHA_OK, 0, "200 of 212 compiles from the cache"),
     "reads failed": ({**GHA_OK, "stats": {**GHA_OK["stats"], "errors": 7},
-                      "warnings": ["compiler cache: 7 reads or writes of the shared cache gha failed"]}, 1, "7 reads or writes"),
-    "did not start": ({"launcher": "none", "mode": "sccache", "reason": "sccache could not start: cache storage failed",
-                       "warnings": ["compiler cache: sccache could not start (cache storage failed)"]}, 1, "could not start"),
+                      "warnings": ["compiler cache: 7 reads or writes of the shared cache gha failed"]},
+                     1, "7 reads or writes"),
+    "did not start": ({"launcher": "none", "mode": "sccache", "reason": "sccache could not start: storage failed",
+                       "warnings": ["compiler cache: sccache could not start (storage failed)"]}, 1, "could not start"),
 }
 
 
@@ -285,7 +287,8 @@ def test_a_github_cache_backend_that_failed_fails_the_job_and_says_so(tmp_path, 
     cache, rc, said = CACHE_CASES[case]
     manifest(tmp_path / "ws" / "manifests", cache)
     summary = tmp_path / "summary.md"
-    out = ci_step("Compiler cache backend worked", {"ONEBIT_WORKSPACE": str(tmp_path / "ws"), "GITHUB_STEP_SUMMARY": str(summary)})
+    out = ci_step("Compiler cache backend worked",
+                  {"ONEBIT_WORKSPACE": str(tmp_path / "ws"), "GITHUB_STEP_SUMMARY": str(summary)})
     assert out.returncode == rc, out.stdout + out.stderr
     assert said in summary.read_text()
     if rc:
@@ -299,8 +302,9 @@ def test_junit_results_become_a_check_summary(tmp_path):
         "@pytest.mark.skip(reason='not here')\ndef test_later():\n    pass\n")
     junit = tmp_path / "junit"
     junit.mkdir()
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit / 'pytest.xml'}",
-                    str(tmp_path / "test_sample.py")], cwd=tmp_path, capture_output=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    f"--junitxml={junit / 'pytest.xml'}", str(tmp_path / "test_sample.py")],
+                   cwd=tmp_path, capture_output=True, timeout=120)
     out = ci_step("JUnit results in a check summary", {"ONEBIT_JUNIT": str(junit), "RUNNER_TEMP": str(tmp_path),
                                                        "RUN_URL": "https://github.com/o/r/actions/runs/1"})
     assert out.returncode == 0, out.stderr
@@ -308,7 +312,8 @@ def test_junit_results_become_a_check_summary(tmp_path):
     assert doc["title"] == "3 tests, 1 failed, 1 skipped" and doc["conclusion"] == "failure"
     assert "test_bad" in doc["summary"] and "one is not two" in doc["summary"]
     check = next(s for s in steps(load("ci.yml")) if s.get("name") == "JUnit results as a check run")
-    assert "checks.create" in check["with"]["script"] and load("ci.yml")["jobs"]["test"]["permissions"]["checks"] == "write"
+    assert "checks.create" in check["with"]["script"]
+    assert load("ci.yml")["jobs"]["test"]["permissions"]["checks"] == "write"
 
 
 def test_summary_links_lead_to_the_run_on_github(tmp_path):
@@ -317,7 +322,8 @@ def test_summary_links_lead_to_the_run_on_github(tmp_path):
     assert step["env"]["RUN_URL"] == expected
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "report.md").write_text("# smoke PASS\n- logs: [list-devices](logs/list-devices.log), [CPU](logs/cpu.log)\n"
+    (run_dir / "report.md").write_text("# smoke PASS\n"
+                                      "- logs: [list-devices](logs/list-devices.log), [CPU](logs/cpu.log)\n"
                                       "- see [llama.cpp](https://github.com/ggml-org/llama.cpp)\n")
     summary = tmp_path / "summary.md"
     url = "https://github.com/o/r/actions/runs/42"
