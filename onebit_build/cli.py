@@ -10,12 +10,15 @@ import signal
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from onebit_build import options
 from onebit_build.commands import BY_NAME, TABLE, Command, arguments
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, OnebitError, SpaceError, WorkspaceError, is_disk_full
 from onebit_build.core.project import find_root
+
+if TYPE_CHECKING:  # for the annotations only: the module itself is imported where it runs
+    from onebit_build.options import DefineSyntaxError, Options
 
 INTERRUPTED = 130  # the shell's code for a run stopped by Ctrl-C
 
@@ -29,22 +32,25 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="store_true", help="print the version, the digest of pins.yaml and where the recipes come from")
     p.add_argument("--dry-run", action="store_true", help="print the plan of the default job and stop (as 'onebit-build plan')")
     arguments.global_options(p, listed=True)
+    # The global options a command takes after its name: made once, shared by every command
+    # parser (as a parent), rather than added to each of them again.
+    after = argparse.ArgumentParser(add_help=False)
+    arguments.global_options(after, listed=False)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for cmd in TABLE:
         sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help,
+                            parents=[after] if cmd.action is None else [],
                             epilog="Global options (--recipe, -D, --workspace, -j, -v, -q, ...): see onebit-build --help.")
         if cmd.dry_run:
             sp.add_argument("--dry-run", action="store_true", default=argparse.SUPPRESS, help="print the plan and stop; no network, no build")
         if cmd.json:
             sp.add_argument("--json", action="store_true", help=cmd.json)
-        if cmd.action is None:
-            arguments.global_options(sp, listed=False)
         if cmd.arguments:
             getattr(arguments, cmd.arguments)(sp)
     return p
 
 
-def refuse_unused_flags(opts: options.Options, cmd: Command) -> None:
+def refuse_unused_flags(opts: Options, cmd: Command) -> None:
     """A global flag is honoured by every command or refused (exit 2), never ignored."""
     given = {"--dry-run": (opts.dry_run and cmd.name != "plan", "dry_run"), "--model": (opts.model is not None, "takes_model")}
     for flag, (is_given, attr) in given.items():
@@ -53,7 +59,7 @@ def refuse_unused_flags(opts: options.Options, cmd: Command) -> None:
             raise ConfigError(f"{flag} is not taken by '{cmd.name}'", hint=f"drop it; it applies to: {', '.join(users)}")
 
 
-def dispatch(opts: options.Options) -> int:
+def dispatch(opts: Options) -> int:
     cmd = BY_NAME[opts.command]
     refuse_unused_flags(opts, cmd)
     project = None if cmd.name == "completion" else find_root(given=opts.root, env=os.environ, cwd=Path.cwd())
@@ -71,9 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if ns.version:
             return version(ns)
-        return dispatch(options.from_args(ns))
-    except options.DefineSyntaxError as exc:
-        return report_error(define_error_with_examples(exc, ns))
+        # The options module is imported once the arguments are parsed and --version answered:
+        # --help stops before, with only the command table and argparse imported.
+        from onebit_build.options import DefineSyntaxError, from_args
+
+        try:
+            return dispatch(from_args(ns))
+        except DefineSyntaxError as exc:
+            return report_error(define_error_with_examples(exc, ns))
     except KeyboardInterrupt:
         ui.error("interrupted; partial outputs were removed, the next run starts cleanly")
         return INTERRUPTED
@@ -91,10 +102,11 @@ def report_error(err: OnebitError) -> int:
     return err.exit_code
 
 
-def define_error_with_examples(exc: options.DefineSyntaxError, ns: argparse.Namespace) -> OnebitError:
+def define_error_with_examples(exc: DefineSyntaxError, ns: argparse.Namespace) -> OnebitError:
     """The malformed ``-D`` error, its hint made of overrides that the chosen recipe accepts
     (the generic hint stays when the recipe itself cannot be read)."""
     # The job model (YAML, pins) is imported only on this error path: --help stays cheap.
+    from onebit_build import options
     from onebit_build.job.model import load_pins_and_recipe
 
     get = ns.__dict__.get

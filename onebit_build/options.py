@@ -13,8 +13,8 @@ import shlex
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from onebit_build.building.cache.compiler import CacheRequest, request_from
-from onebit_build.core.config import cmake_name_ok
+from onebit_build.building.cache.request import CacheRequest, request_from
+from onebit_build.core.references import cmake_name_ok
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.workspace import default_workspace, mirror_dirs_from
 

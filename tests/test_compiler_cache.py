@@ -11,6 +11,7 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -740,3 +741,21 @@ def test_ccache_hits_across_paths_with_its_base_dir(tmp_path, monkeypatch):
     two, out2 = build_project(make_project(tmp_path / "other" / "b"), tmp_path / "other" / "b" / "build", launcher)
     assert (one.stats.hits, one.stats.misses) == (0, 3) and (two.stats.hits, two.stats.misses) == (3, 0), (one.stats, two.stats)
     assert out1 == out2 and two.to_dict()["launcher"] == "ccache"
+
+
+@needs_sccache
+def test_the_server_of_a_socket_is_found_and_stopped(tmp_path):
+    """server_pids finds the real sccache server started for one socket (and no other), and
+    stop_server leaves none running."""
+    sock_dir = Path(tempfile.mkdtemp(prefix="t-", dir=cr.runtime_dir()))
+    env = {**os.environ, "SCCACHE_SERVER_UDS": str(sock_dir / "server.sock"),
+           "SCCACHE_DIR": str(tmp_path / "cache"), "SCCACHE_IDLE_TIMEOUT": "60"}
+    try:
+        assert cr.start_server(SCCACHE, env) is None
+        pids = cr.server_pids(SCCACHE, sock_dir / "server.sock")
+        assert len(pids) == 1 and cr._running(pids[0]), pids
+        assert cr.server_pids(SCCACHE, sock_dir / "other.sock") == []
+        cr.stop_server(SCCACHE, env)
+        assert not cr._running(pids[0]) and cr.server_pids(SCCACHE, sock_dir / "server.sock") == []
+    finally:
+        shutil.rmtree(sock_dir, ignore_errors=True)

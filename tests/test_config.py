@@ -136,11 +136,21 @@ def test_recipe_references_order_components(tmp_path):
 def test_reference_cycle_and_unknown_component(tmp_path):
     a = Component(name="x", source="s", defines=(("A", "${y.out}"),), targets=("t",))
     b = Component(name="y", source="s", defines=(("B", "${x.out}"),), targets=("t",))
-    with pytest.raises(ConfigError, match="reference cycle"):
+    with pytest.raises(ConfigError, match="reference cycle (x -> y -> x|y -> x -> y)"):
         order_components([a, b], tmp_path / "r.yaml")
     c = Component(name="z", source="s", defines=(("C", "${nope.out}"),), targets=("t",))
     with pytest.raises(ConfigError, match="unknown component 'nope'"):
         order_components([c], tmp_path / "r.yaml")
+
+
+def test_components_ready_together_keep_the_order_of_the_file(tmp_path):
+    def comp(name: str, *refs: str) -> Component:
+        return Component(name=name, source="s", defines=tuple((f"D{i}", f"${{{r}.out}}") for i, r in enumerate(refs)),
+                         targets=("t",))
+
+    # d needs c; a, b and c need nothing: each step takes the first ready one in the file.
+    got = order_components([comp("d", "c"), comp("b"), comp("c"), comp("a", "b")], tmp_path / "r.yaml")
+    assert [c.name for c in got] == ["b", "c", "d", "a"]
 
 
 def test_bad_pin_reference(tmp_path):

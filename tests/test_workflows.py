@@ -4,6 +4,7 @@ a real verification run that never uploads an older run's report."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -203,3 +204,132 @@ def test_cheap_checks_come_before_install_and_doctor_and_the_run_is_locked():
     # the virtual environment is kept in the runner's workspace, created only when missing
     install = next(s for s in steps(doc) if s.get("name") == "Install onebit-build")["run"]
     assert '"$ONEBIT_WORKSPACE/venv"' in install and '[ -x "$venv/bin/python" ] || python3 -m venv' in install
+
+
+# --------------------------------------------------------------------------- ci.yml: pins, scope, caches, checks
+
+USES = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<action>[\w.-]+/[\w./-]+)@(?P<ref>\S+)(?P<rest>.*)$")
+
+
+@pytest.mark.parametrize("name", ["ci.yml", "strix-halo.yml"])
+def test_every_action_is_pinned_by_its_full_commit_sha(name):
+    """A tag can be moved to other code; a commit cannot. The release stays readable in a comment."""
+    lines = [m for m in map(USES.match, (WORKFLOWS / name).read_text().splitlines()) if m]
+    assert lines, f"{name} uses no action?"
+    for m in lines:
+        where = f"{name}: {m['action']}@{m['ref']}"
+        assert re.fullmatch(r"[0-9a-f]{40}", m["ref"]), f"{where} is not pinned by a commit SHA"
+        assert re.fullmatch(r"\s+#\s*v\d+(\.\d+){2}\s*", m["rest"]), f"{where}: the version comment is missing"
+
+
+def test_one_action_is_one_commit_in_every_workflow():
+    seen: dict[str, set[str]] = {}
+    for name in ("ci.yml", "strix-halo.yml"):
+        for m in filter(None, map(USES.match, (WORKFLOWS / name).read_text().splitlines())):
+            seen.setdefault(m["action"], set()).add(m["ref"] + m["rest"].strip())
+    assert all(len(refs) == 1 for refs in seen.values()), seen
+
+
+def test_ci_cancels_the_run_a_newer_push_supersedes():
+    group = load("ci.yml")["concurrency"]
+    assert group["cancel-in-progress"] is True
+    assert "github.ref" in group["group"] and "pull_request.number" in group["group"]
+
+
+GHA_CACHE_VARS = ("SCCACHE_GHA_ENABLED", "ACTIONS_RUNTIME_TOKEN", "ACTIONS_CACHE_URL", "ACTIONS_RESULTS_URL")
+
+
+def test_the_cache_service_token_reaches_only_the_build_steps():
+    doc = load("ci.yml")
+    text = (WORKFLOWS / "ci.yml").read_text()
+    job = doc["jobs"]["test"]
+    assert not set(GHA_CACHE_VARS) & set(doc.get("env") or {}) and not set(GHA_CACHE_VARS) & set(job.get("env") or {})
+    assert "exportVariable" not in text, "a variable exported by github-script reaches every later step"
+    with_token = [s for s in job["steps"] if set(GHA_CACHE_VARS) <= set(s.get("env") or {})]
+    assert {s["name"] for s in with_token} == {"Unit and integration tests", "Default build and smoke test"}
+    for s in with_token:
+        assert "pytest" in s["run"] or "onebit-build" in s["run"]
+        assert s["env"]["ACTIONS_RUNTIME_TOKEN"] == "${{ steps.gha-cache.outputs.ACTIONS_RUNTIME_TOKEN }}"
+
+
+def test_the_model_and_sdist_are_cached_once_keyed_by_their_pins():
+    caches = [s for s in steps(load("ci.yml")) if str(s.get("uses", "")).startswith("actions/cache")]
+    fetched = [s for s in caches if any(d in str(s["with"]["path"]) for d in ("downloads", "models", "ONEBIT_FETCHED"))]
+    assert len(fetched) == 1, [s.get("name") for s in fetched]
+    key = fetched[0]["with"]["key"]
+    assert "pins.yaml" in key and "models.lock" in key and "restore-keys" not in fetched[0]["with"]
+
+
+def ci_step(name: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    step = next(s for s in steps(load("ci.yml")) if s.get("name") == name)
+    return subprocess.run(["bash", "--noprofile", "--norc", "-e", "-c", step["run"]], capture_output=True, text=True,
+                          env={"PATH": os.environ["PATH"], **env}, timeout=60)
+
+
+def manifest(folder: Path, cache: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "default.json").write_text(json.dumps({"components": [{"name": "llama", "compiler_cache": cache}]}))
+
+
+GHA_OK = {"launcher": "sccache", "backend": "gha", "stats": {"requests": 212, "hits": 200, "misses": 12, "errors": 0}}
+CACHE_CASES = {
+    "worked": (GHA_OK, 0, "200 of 212 compiles from the cache"),
+    "reads failed": ({**GHA_OK, "stats": {**GHA_OK["stats"], "errors": 7},
+                      "warnings": ["compiler cache: 7 reads or writes of the shared cache gha failed"]},
+                     1, "7 reads or writes"),
+    "did not start": ({"launcher": "none", "mode": "sccache", "reason": "sccache could not start: storage failed",
+                       "warnings": ["compiler cache: sccache could not start (storage failed)"]}, 1, "could not start"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CACHE_CASES))
+def test_a_github_cache_backend_that_failed_fails_the_job_and_says_so(tmp_path, case):
+    cache, rc, said = CACHE_CASES[case]
+    manifest(tmp_path / "ws" / "manifests", cache)
+    summary = tmp_path / "summary.md"
+    out = ci_step("Compiler cache backend worked",
+                  {"ONEBIT_WORKSPACE": str(tmp_path / "ws"), "GITHUB_STEP_SUMMARY": str(summary)})
+    assert out.returncode == rc, out.stdout + out.stderr
+    assert said in summary.read_text()
+    if rc:
+        assert "::error::compiler cache" in out.stdout and "failed**" in summary.read_text()
+
+
+def test_junit_results_become_a_check_summary(tmp_path):
+    """A real JUnit file (pytest's own) read by the step: counts, the failure named, the verdict."""
+    (tmp_path / "test_sample.py").write_text(
+        "import pytest\n\ndef test_ok():\n    pass\n\ndef test_bad():\n    assert 1 == 2, 'one is not two'\n\n"
+        "@pytest.mark.skip(reason='not here')\ndef test_later():\n    pass\n")
+    junit = tmp_path / "junit"
+    junit.mkdir()
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    f"--junitxml={junit / 'pytest.xml'}", str(tmp_path / "test_sample.py")],
+                   cwd=tmp_path, capture_output=True, timeout=120)
+    out = ci_step("JUnit results in a check summary", {"ONEBIT_JUNIT": str(junit), "RUNNER_TEMP": str(tmp_path),
+                                                       "RUN_URL": "https://github.com/o/r/actions/runs/1"})
+    assert out.returncode == 0, out.stderr
+    doc = json.loads((tmp_path / "junit-check.json").read_text())
+    assert doc["title"] == "3 tests, 1 failed, 1 skipped" and doc["conclusion"] == "failure"
+    assert "test_bad" in doc["summary"] and "one is not two" in doc["summary"]
+    check = next(s for s in steps(load("ci.yml")) if s.get("name") == "JUnit results as a check run")
+    assert "checks.create" in check["with"]["script"]
+    assert load("ci.yml")["jobs"]["test"]["permissions"]["checks"] == "write"
+
+
+def test_summary_links_lead_to_the_run_on_github(tmp_path):
+    expected = "${{ github.server_url }}/${{ github.repository }}/actions/runs/${{ github.run_id }}"
+    step = next(s for s in steps(load("ci.yml")) if s.get("name") == "Smoke verdict to the summary")
+    assert step["env"]["RUN_URL"] == expected
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "report.md").write_text("# smoke PASS\n"
+                                      "- logs: [list-devices](logs/list-devices.log), [CPU](logs/cpu.log)\n"
+                                      "- see [llama.cpp](https://github.com/ggml-org/llama.cpp)\n")
+    summary = tmp_path / "summary.md"
+    url = "https://github.com/o/r/actions/runs/42"
+    out = ci_step("Smoke verdict to the summary", {"ONEBIT_RUN_DIR": str(run_dir), "GITHUB_STEP_SUMMARY": str(summary),
+                                                   "RUN_URL": url})
+    assert out.returncode == 0, out.stderr
+    text = summary.read_text()
+    assert f"[list-devices]({url}#artifacts)" in text and f"[CPU]({url}#artifacts)" in text
+    assert "](logs/" not in text and "[llama.cpp](https://github.com/ggml-org/llama.cpp)" in text

@@ -12,7 +12,6 @@ _ = object()
 _.takes_model  # read with getattr by cli.refuse_unused_flags, beside dry_run
 
 # Called by the standard library or a library, not by us.
-_.handle_starttag, _.handle_data, _.handle_endtag  # html.parser.HTMLParser's callbacks (pkgindex)
 _.proxies, _.trust_env  # requests.Session settings, set for pip's proxy configuration
 _.mtime  # tarfile.TarInfo's field, set for a reproducible bundle
 server._stop_all  # atexit stops every server left running

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
+import psutil
+
 from onebit_build.building.manifest import MANIFEST_NAME, Manifest, load_manifest
 from onebit_build.building.patch import list_patches, patch_digest
 from onebit_build.core.fsutil import StateError
@@ -137,12 +139,8 @@ def processes_using(folders: Iterable[Path]) -> frozenset[Path]:
     started by 'serve' holds no workspace lock)."""
     folders = [f.resolve() for f in folders]
     used = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            exe = (entry / "exe").resolve(strict=True)
-        except OSError:
-            continue
-        used |= {f for f in folders if exe.is_relative_to(f)}
+    for p in psutil.process_iter(["exe"]):  # a process of another user reads as exe None
+        if p.info["exe"]:
+            exe = Path(os.path.realpath(p.info["exe"]))
+            used |= {f for f in folders if exe.is_relative_to(f)}
     return frozenset(used)

@@ -16,12 +16,16 @@ import shlex
 import sys
 import time
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Callable, Mapping
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import unquote, urlsplit
 
 import requests
+from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename,
+                             parse_wheel_filename)
+from packaging.version import InvalidVersion
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
 
 from onebit_build.core import proc
 
@@ -42,8 +46,11 @@ def _pip_default_index() -> str:
 
 
 DEFAULT_INDEX = _pip_default_index()
-JSON_SIMPLE = "application/vnd.pypi.simple.v1+json"
-_CHUNK = 1 << 20
+# Small enough that a broken connection loses little: urllib3 drops a block it could not finish.
+_CHUNK = 1 << 16
+# Retries of a request the index did not answer (or answered 429/5xx), and resumes of one
+# download whose connection broke in mid-file.
+_RETRIES, _RESUMES = 3, 5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,11 +77,6 @@ class Candidate:
     filename: str
     url: str  # http(s) or file URL, or a local path
     sha256: str | None  # what the index says, when it says it
-
-
-def normalize(name: str) -> str:
-    """PEP 503 project-name normalization."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -147,76 +149,47 @@ def load_index_config(*, log: Path | None = None, environ: Mapping[str, str] | N
 
 def sdist_matches(filename: str, name: str, version: str) -> bool:
     """Whether ``filename`` is the sdist of ``name==version``. Pure."""
-    for ext in (".tar.gz", ".tgz", ".zip"):
-        if filename.endswith(ext):
-            stem = filename[: -len(ext)]
-            dist, sep, ver = stem.rpartition("-")
-            return bool(sep) and normalize(dist) == normalize(name) and ver == version
-    return False
+    try:
+        got_name, got_version = parse_sdist_filename(filename)
+    except (InvalidSdistFilename, InvalidVersion):
+        return False
+    return got_name == canonicalize_name(name) and str(got_version) == version
 
 
 def wheel_matches(filename: str, name: str, version: str) -> bool:
     """Whether ``filename`` is a pure-Python wheel of ``name==version``. Pure."""
-    if not filename.endswith(".whl"):
+    try:
+        got_name, got_version, _, tags = parse_wheel_filename(filename)
+    except (InvalidWheelFilename, InvalidVersion):
         return False
-    parts = filename[:-4].split("-")
-    if len(parts) not in (5, 6):
-        return False
-    return normalize(parts[0]) == normalize(name) and parts[1] == version and parts[-2] == "none" and parts[-1] == "any"
+    pure = all(t.abi == "none" and t.platform == "any" for t in tags)
+    return pure and got_name == canonicalize_name(name) and str(got_version) == version
 
 
-class _Anchors(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[tuple[str, str]] = []
-        self._href: str | None = None
-        self._text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._href = dict(attrs).get("href") or ""
-            self._text = []
-
-    def handle_data(self, data: str) -> None:
-        if self._href is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "a" and self._href is not None:
-            self.links.append((self._href, "".join(self._text).strip()))
-            self._href = None
+def _candidates(page) -> list[Candidate]:
+    """The files of a project page that pypi-simple parsed (PEP 503 HTML or PEP 691 JSON)."""
+    return [Candidate(filename=p.filename, url=p.url, sha256=p.digests.get("sha256")) for p in page.packages]
 
 
 def candidates_from_html(html: str, base_url: str) -> list[Candidate]:
     """Every link of a simple-index (or find-links) page, with the hash its fragment gives. Pure."""
-    parser = _Anchors()
-    parser.feed(html)
-    out = []
-    for href, text in parser.links:
-        url, _, fragment = href.partition("#")
-        full = urljoin(base_url, url)
-        filename = unquote(urlsplit(full).path.rsplit("/", 1)[-1]) or text
-        m = re.search(r"sha256=([0-9a-f]{64})", fragment)
-        out.append(Candidate(filename=filename, url=full, sha256=m.group(1) if m else None))
-    return out
+    from pypi_simple import ProjectPage  # only a fetch parses index pages
 
-
-def candidates_from_json(doc: dict, base_url: str) -> list[Candidate]:
-    """Every file of a PEP 691 JSON project page. Pure."""
-    out = []
-    for f in doc.get("files", []):
-        if not isinstance(f, dict) or "filename" not in f or "url" not in f:
-            continue
-        hashes = f.get("hashes") or {}
-        out.append(Candidate(filename=f["filename"], url=urljoin(base_url, f["url"]), sha256=hashes.get("sha256")))
-    return out
+    return _candidates(ProjectPage.from_html("", html, base_url))
 
 
 # --------------------------------------------------------------------------- I/O
 
 
 def _session(cfg: IndexConfig) -> requests.Session:
+    """A session with pip's certificates and proxy that retries what a busy index answers
+    (connection failures, 429 and 5xx) with a growing pause, honouring Retry-After."""
     s = requests.Session()
+    retry = Retry(total=_RETRIES, connect=_RETRIES, read=_RETRIES, status=_RETRIES, backoff_factor=0.5,
+                  status_forcelist=(429, 500, 502, 503, 504), allowed_methods=frozenset({"GET"}),
+                  raise_on_status=False)
+    for scheme in ("https://", "http://"):
+        s.mount(scheme, HTTPAdapter(max_retries=retry))
     if cfg.cert:
         s.verify = cfg.cert
     if cfg.client_cert:
@@ -235,25 +208,35 @@ def _local_path(location: str) -> Path | None:
     return None
 
 
-def _list_location(location: str, project: str, session: requests.Session, cfg: IndexConfig, is_index: bool) -> list[Candidate]:
+def _list_local(page: Path) -> list[Candidate]:
+    """A find-links folder (its files, or its index.html) or a local simple-index page."""
+    if page.is_dir() and (page / "index.html").is_file():
+        return candidates_from_html((page / "index.html").read_text(errors="replace"), page.as_uri() + "/index.html")
+    if page.is_dir():
+        return [Candidate(filename=p.name, url=str(p), sha256=None) for p in sorted(page.iterdir()) if p.is_file()]
+    if page.is_file() and page.suffix in (".html", ".htm"):
+        return candidates_from_html(page.read_text(errors="replace"), page.as_uri())
+    return []
+
+
+def _list_location(location: str, project: str, session: requests.Session, cfg: IndexConfig,
+                   is_index: bool) -> list[Candidate]:
     local = _local_path(location)
     if local is not None:
-        page = local / normalize(project) if is_index else local
-        if page.is_dir() and (page / "index.html").is_file():
-            return candidates_from_html((page / "index.html").read_text(errors="replace"), page.as_uri() + "/index.html")
-        if page.is_dir():
-            return [Candidate(filename=p.name, url=str(p), sha256=None) for p in sorted(page.iterdir()) if p.is_file()]
-        if page.is_file() and page.suffix in (".html", ".htm"):
-            return candidates_from_html(page.read_text(errors="replace"), page.as_uri())
+        return _list_local(local / canonicalize_name(project) if is_index else local)
+    # pypi-simple, imported here: only an index page needs it, and it takes a while to import.
+    from pypi_simple import NoSuchProjectError, ProjectPage, PyPISimple, UnsupportedRepoVersionError
+
+    if not is_index:  # a find-links URL: one HTML page of links
+        resp = session.get(location, timeout=cfg.timeout_s)
+        resp.raise_for_status()
+        return _candidates(ProjectPage.from_html(project, resp.text, resp.url))
+    try:
+        return _candidates(PyPISimple(location, session=session).get_project_page(project, timeout=cfg.timeout_s))
+    except NoSuchProjectError:
         return []
-    url = f"{location}/{normalize(project)}/" if is_index else location
-    resp = session.get(url, headers={"Accept": f"{JSON_SIMPLE}, text/html;q=0.1"}, timeout=cfg.timeout_s)
-    if resp.status_code == 404:
-        return []
-    resp.raise_for_status()
-    if resp.headers.get("Content-Type", "").startswith(JSON_SIMPLE):
-        return candidates_from_json(resp.json(), resp.url)
-    return candidates_from_html(resp.text, resp.url)
+    except UnsupportedRepoVersionError as exc:  # a newer API than this reads: a problem of this location
+        raise ValueError(str(exc)) from None
 
 
 def find_file(cfg: IndexConfig, project: str, version: str, match: Callable[[str, str, str], bool], *,
@@ -273,9 +256,76 @@ def find_file(cfg: IndexConfig, project: str, version: str, match: Callable[[str
     return found, problems
 
 
-def _space_error(where: Path, need_bytes: int | None, exc: OSError) -> SpaceError:
+def _space_error(where: Path, need_bytes: int | None) -> SpaceError:
     need = f" (needs about {need_bytes / 1e6:.0f} MB)" if need_bytes else ""
-    return SpaceError(f"no space left on device at {where}{need}", hint="free some space or use another --workspace; nothing half-written was kept")
+    return SpaceError(f"no space left on device at {where}{need}",
+                      hint="free some space or use another --workspace; nothing half-written was kept")
+
+
+class _Part:
+    """The ``.part`` file a download streams into, hashed as the bytes arrive."""
+
+    def __init__(self, path: Path, progress: ByteProgress):
+        self.path, self.progress = path, progress
+        self.file = None
+        self.hash = hashlib.sha256()
+        self.written = 0
+        self.total: int | None = None
+
+    def open(self) -> None:
+        self.file = open(self.path, "wb")
+
+    def add(self, block: bytes) -> None:
+        self.file.write(block)
+        self.hash.update(block)
+        self.written += len(block)
+        self.progress.update(self.written, self.total)
+
+    def restart(self) -> None:
+        """Back to an empty file (the server sent the whole file, not the rest asked for)."""
+        self.file.seek(0)
+        self.file.truncate()
+        self.hash, self.written = hashlib.sha256(), 0
+
+    def finish(self) -> str:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        return self.hash.hexdigest()
+
+    def discard(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        self.path.unlink(missing_ok=True)
+
+
+def _copy_local(src: Path, part: _Part) -> None:
+    part.total = src.stat().st_size
+    with open(src, "rb") as f:
+        for block in iter(lambda: f.read(_CHUNK), b""):
+            part.add(block)
+
+
+def _stream(url: str, part: _Part, session: requests.Session, timeout_s: float, label: str) -> None:
+    """GET ``url`` into ``part``; a connection lost in mid-file is resumed with a Range
+    request from the bytes already hashed (the adapter's retries cover only the start)."""
+    for resumes_left in range(_RESUMES, -1, -1):
+        have = part.written
+        headers = {"Accept-Encoding": "identity", **({"Range": f"bytes={have}-"} if have else {})}
+        try:
+            with session.get(url, stream=True, timeout=timeout_s, headers=headers) as resp:
+                resp.raise_for_status()
+                if have and resp.status_code != 206:
+                    part.restart()
+                length = resp.headers.get("Content-Length", "")
+                part.total = part.written + int(length) if length.isdigit() else None
+                for block in resp.iter_content(_CHUNK):
+                    part.add(block)
+            return
+        except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
+            if not resumes_left or part.written == have:
+                raise
+            ui.warn(f"{label}: connection lost after {part.written / 1e6:.1f} MB ({type(exc).__name__}); resuming")
 
 
 def download(cand: Candidate, dest: Path, *, want_sha256: str, cfg: IndexConfig, label: str,
@@ -285,56 +335,45 @@ def download(cand: Candidate, dest: Path, *, want_sha256: str, cfg: IndexConfig,
     Raises IntegrityError (the bytes are not the pinned ones; nothing is kept), SpaceError
     (disk full; the partial file is removed) or FetchError (transfer failed)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
-    h = hashlib.sha256()
-    total: int | None = None
-    written = 0
+    partial = dest.with_name(dest.name + ".part")
     progress = ByteProgress(label)
+    part = _Part(partial, progress)
     try:
-        with open(part, "wb") as out:
-            local = _local_path(cand.url)
-            if local is not None:
-                total = local.stat().st_size
-                with open(local, "rb") as src:
-                    for block in iter(lambda: src.read(_CHUNK), b""):
-                        out.write(block)
-                        h.update(block)
-                        written += len(block)
-                        progress.update(written, total)
-            else:
-                s = session or _session(cfg)
-                with s.get(cand.url, stream=True, timeout=cfg.timeout_s) as resp:
-                    resp.raise_for_status()
-                    length = resp.headers.get("Content-Length")
-                    total = int(length) if length and length.isdigit() else None
-                    for block in resp.iter_content(_CHUNK):
-                        out.write(block)
-                        h.update(block)
-                        written += len(block)
-                        progress.update(written, total)
-            out.flush()
-            os.fsync(out.fileno())
-    except OSError as exc:  # requests' errors are OSErrors too
-        part.unlink(missing_ok=True)
-        if is_disk_full(exc):
-            raise _space_error(dest.parent, total, exc) from None
-        if isinstance(exc, requests.RequestException):
-            raise FetchError(f"{label}: download from {cand.url} failed: {exc}", hint="check the network or the index settings of pip") from None
-        raise FetchError(f"{label}: cannot write {part}: {exc.strerror or exc}", hint="check the permissions of the workspace") from None
+        part.open()
+        local = _local_path(cand.url)
+        if local is not None:
+            _copy_local(local, part)
+        else:
+            _stream(cand.url, part, session or _session(cfg), cfg.timeout_s, label)
+        got = part.finish()
+    except OSError as exc:
+        part.discard()
+        raise _transfer_error(exc, cand, part) from None
     except BaseException:
-        part.unlink(missing_ok=True)
+        part.discard()
         raise
     finally:
-        progress.close(written)
-    got = h.hexdigest()
+        progress.close(part.written)
     if got != want_sha256:
-        part.unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
         raise IntegrityError(
             f"{cand.filename}: sha256 {got} is not the pinned {want_sha256}; nothing was unpacked or run and the file was removed",
             hint=f"the index served other bytes than pinned ({cand.url}): do not trust it; check the pin",
         )
-    os.replace(part, dest)
+    os.replace(partial, dest)
     return dest
+
+
+def _transfer_error(exc: OSError, cand: Candidate, part: _Part) -> Exception:
+    """The typed error for a failed transfer (requests' errors are OSErrors too)."""
+    label = part.progress.label
+    if is_disk_full(exc):
+        return _space_error(part.path.parent, part.total)
+    if isinstance(exc, requests.RequestException):
+        return FetchError(f"{label}: download from {cand.url} failed: {exc}",
+                          hint="check the network or the index settings of pip")
+    return FetchError(f"{label}: cannot write {part.path}: {exc.strerror or exc}",
+                      hint="check the permissions of the workspace")
 
 
 def fetch_pinned(project: str, version: str, *, want_sha256: str, dest_dir: Path, kind: str = "sdist",

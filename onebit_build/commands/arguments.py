@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from onebit_build.building.cache.compiler import MODES
+from onebit_build.building.cache.request import MODES
 from onebit_build.running.bench.settings import DEFAULTS as D
 from onebit_build.running.ports import check_host, check_port
 

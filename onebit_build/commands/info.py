@@ -8,19 +8,19 @@ import json
 import sys
 from dataclasses import asdict
 
-import shtab
+from typing import TYPE_CHECKING
 
 from onebit_build import __version__
-from onebit_build.building.cache.compiler import describe, resolve as resolve_cache
-from onebit_build.building.inventory import find_builds
-from onebit_build.building.plan import make_plan, render_plan
 from onebit_build.commands import Command
 from onebit_build.core.errors import ConfigError, ToolMissingError
 from onebit_build.core.project import ProjectRoot, pins_digest
 from onebit_build.core.workspace import Workspace
-from onebit_build.doctor import DoctorRequest, render, run_doctor
-from onebit_build.job.model import load_for, load_pins_and_recipe
-from onebit_build.options import Options
+
+if TYPE_CHECKING:
+    from onebit_build.options import Options
+
+# version, recipes and completion answer at once: what only plan and doctor use (the
+# planner, the build inventory, the compiler cache, doctor) is imported inside them.
 
 
 def version(project: ProjectRoot | None, error: ConfigError | None = None) -> int:
@@ -38,6 +38,10 @@ def version(project: ProjectRoot | None, error: ConfigError | None = None) -> in
 
 def plan(opts: Options, project: ProjectRoot, cmd: Command | None = None) -> int:
     """Print the whole plan without fetching, building or taking the workspace lock."""
+    from onebit_build.building.cache.compiler import resolve as resolve_cache
+    from onebit_build.building.plan import make_plan, render_plan
+    from onebit_build.job.model import load_for
+
     pins, recipe = load_for(opts, project)
     the_plan = make_plan(recipe, pins, workspace=Workspace(root=opts.workspace), patches_dir=project.patches,
                          mirror_dirs=opts.mirror_dirs, offline=opts.offline, toolchain_root=opts.toolchain_root,
@@ -58,6 +62,8 @@ def plan(opts: Options, project: ProjectRoot, cmd: Command | None = None) -> int
 def built_state(opts: Options, project: ProjectRoot, recipe: str, pins) -> dict:
     """Whether the workspace already holds an up-to-date build of ``recipe`` (and, if only stale
     ones, why they would be rebuilt). ``-D`` overrides give a build of their own."""
+    from onebit_build.building.inventory import find_builds
+
     found = [b for b in find_builds(Workspace(root=opts.workspace), recipes_dir=project.recipes, patches_dir=project.patches,
                                     pins=pins) if b.recipe == recipe]
     fresh = [b for b in found if not b.stale]
@@ -75,6 +81,8 @@ def built_state(opts: Options, project: ProjectRoot, recipe: str, pins) -> dict:
 
 def plan_doc(the_plan) -> dict:
     """The plan as plain JSON values (paths and tuples as strings and lists). Pure."""
+    from onebit_build.building.cache.compiler import describe
+
     def plain(value):
         return json.loads(json.dumps(value, default=str))
 
@@ -89,6 +97,8 @@ def plan_doc(the_plan) -> dict:
 
 def recipe_rows(project: ProjectRoot, opts: Options) -> list[dict]:
     """Every recipe of the project, loaded and checked against the pins."""
+    from onebit_build.job.model import load_pins_and_recipe  # YAML and the recipe model: only when listed
+
     rows = []
     for path in sorted(project.recipes.glob("*.yaml")):
         _, r = load_pins_and_recipe(project, str(path))
@@ -115,6 +125,9 @@ def recipes(opts: Options, project: ProjectRoot, cmd: Command) -> int:
 
 
 def doctor(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+    from onebit_build.doctor import DoctorRequest, render, run_doctor
+    from onebit_build.job.model import load_pins_and_recipe
+
     pins, recipe = load_pins_and_recipe(project, opts.recipe, defines=opts.defines)
     report = run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=Workspace(root=opts.workspace),
                                       mirror_dirs=opts.mirror_dirs, offline=opts.offline, toolchain_root=opts.toolchain_root,
@@ -140,6 +153,8 @@ def completion(opts: Options, project: ProjectRoot | None, cmd: Command) -> int:
     """A completion script for bash, zsh or fish, made by shtab from the parser itself:
     subcommands and their sub-actions, every option, recipe names after --recipe."""
     # cli builds the parser and imports this module when the command runs: imported here.
+    import shtab  # and shtab only for this command
+
     from onebit_build.cli import make_parser
 
     sys.stdout.write(shtab.complete(completable(make_parser()), shell=opts.shell))
@@ -149,6 +164,8 @@ def completion(opts: Options, project: ProjectRoot | None, cmd: Command) -> int:
 def completable(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """``parser`` with what each option completes to set on its actions (shtab reads it). The
     global options a command also takes stay out of its help, but not out of its completion."""
+    import shtab
+
     for p in _parsers(parser):
         for action in p._actions:
             names = set(action.option_strings)

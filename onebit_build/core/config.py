@@ -6,6 +6,7 @@ Every error names the file, the key path and the fix. Unknown keys are errors.
 
 from __future__ import annotations
 
+import graphlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -185,19 +186,23 @@ def order_components(components: list[Component], file: Path) -> list[Component]
                 )
             if ref == c.name:
                 raise ConfigError(f"{file}: components.{c.name}: refers to itself", hint="remove the self reference")
+    sorter = graphlib.TopologicalSorter({c.name: c.references() for c in components})
+    try:
+        sorter.prepare()
+    except graphlib.CycleError as exc:
+        raise ConfigError(
+            f"{file}: components: reference cycle {' -> '.join(reversed(exc.args[1]))}",
+            hint="a component may only refer to components built before it",
+        ) from None
+    position = {n: i for i, n in enumerate(names)}
     done: list[str] = []
-    pending = list(names)
-    while pending:
-        for n in pending:
-            if all(r in done for r in by_name[n].references()):
-                done.append(n)
-                pending.remove(n)
-                break
-        else:
-            raise ConfigError(
-                f"{file}: components: reference cycle among {', '.join(pending)}",
-                hint="a component may only refer to components built before it",
-            )
+    ready: list[str] = []
+    while sorter.is_active():  # of the components ready, the one first in the file goes first
+        ready += sorter.get_ready()
+        first = min(ready, key=position.__getitem__)
+        ready.remove(first)
+        done.append(first)
+        sorter.done(first)
     return [by_name[n] for n in done]
 
 

@@ -11,12 +11,21 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-_console = Console(stderr=True, highlight=False, soft_wrap=True)
+_console_made = None
 _verbose = False
 _quiet = False
+
+
+def _console():
+    """The stderr console, made on the first line printed."""
+    global _console_made
+    if _console_made is None:
+        # rich is imported here, on first output, not with the module: --help, completion and
+        # the other quick commands print nothing through it and start without its import time.
+        from rich.console import Console
+
+        _console_made = Console(stderr=True, highlight=False, soft_wrap=True)
+    return _console_made
 
 
 def set_verbose(flag: bool) -> None:
@@ -36,12 +45,12 @@ def is_verbose() -> bool:
 
 def info(msg: str) -> None:
     if not _quiet:
-        _console.print(msg, markup=False)
+        _console().print(msg, markup=False)
 
 
 def result(msg: str) -> None:
     """A line that answers the command (a path, a verdict): printed even with -q."""
-    _console.print(msg, markup=False)
+    _console().print(msg, markup=False)
 
 
 def answer(msg: str) -> None:
@@ -52,15 +61,15 @@ def answer(msg: str) -> None:
 
 def detail(msg: str) -> None:
     if _verbose:
-        _console.print(msg, markup=False, style="dim")
+        _console().print(msg, markup=False, style="dim")
 
 
 def error(msg: str) -> None:
-    _console.print(f"error: {msg}", markup=False, style="bold red")
+    _console().print(f"error: {msg}", markup=False, style="bold red")
 
 
 def warn(msg: str) -> None:
-    _console.print(f"warning: {msg}", markup=False, style="yellow")
+    _console().print(f"warning: {msg}", markup=False, style="yellow")
 
 
 @contextmanager
@@ -83,13 +92,15 @@ class StepProgress:
     """A progress bar fed with (done, total) pairs, e.g. from ninja's ``[n/m]`` lines."""
 
     def __init__(self, label: str):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # see _console
+
         self._enabled = sys.stderr.isatty() and not _verbose and not _quiet
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            console=_console,
+            console=_console(),
             transient=True,
         )
         self._task = None

@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
-from onebit_build.building.builder import missing_compiler
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe, define_problem, find_recipe, load_recipe
 from onebit_build.core.errors import ConfigError
@@ -148,6 +147,10 @@ def check_compiler(recipe: Recipe, opts: Options) -> None:
     named = [k for c in recipe.components for k, _ in c.defines] + [d.name for d in opts.defines]
     if any(k in COMPILER_DEFINES for k in named):
         return
+    # The builder (CMake, scikit-build-core) is imported by the commands that compile, here:
+    # 'recipes' and the other quick commands load recipes through this module without it.
+    from onebit_build.building.builder import missing_compiler
+
     problem = missing_compiler((), os.environ)
     if problem is not None:
         raise problem

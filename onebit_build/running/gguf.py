@@ -3,6 +3,11 @@
 The file may be anything a user passes with ``--model``: every length and count in it is
 checked against what is left of the file before it is used, so a damaged or hostile header
 is a ValueError naming the problem, never a huge read, an overflow or a deep recursion.
+
+Not llama.cpp's ``gguf`` package (the tests use it to write models): its GGUFReader imports
+numpy (1.3 s), trusts the header's counts, and on the hostile headers of tests/test_hostile.py
+raises IndexError, accepts a 2^64-1 byte string, or ran past 60 s at 2.8 GB for a 2^64-1
+item array in a 100-byte file. This reader needs one string key and must stay bounded.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+import psutil
+
 from onebit_build.core.fsutil import sha256_file
 
 CHECKED_NAMES = re.compile(r"^lib(?:ggml|llama|mtmd)[^/]*\.so(?:\.[0-9.]+)?$")
@@ -186,15 +188,9 @@ def _on_disk(path: str, hasher: Callable[[Path], str]) -> OnDisk | None:
 
 def read_environ(pid: int) -> dict[str, str]:
     try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
+        return psutil.Process(pid).environ()
+    except psutil.Error:
         return {}
-    out = {}
-    for item in raw.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep:
-            out[key.decode(errors="replace")] = value.decode(errors="replace")
-    return out
 
 
 def inspect_process(pid: int, *, side: str, device: str, expected: dict[str, str],
@@ -202,6 +198,8 @@ def inspect_process(pid: int, *, side: str, device: str, expected: dict[str, str
     """The provenance of the live process ``pid`` against ``expected`` (real path -> sha256
     of every output of the build, as the manifest records them)."""
     expected = {os.path.realpath(p): h for p, h in expected.items()}
+    # /proc/PID/maps is read here, not through psutil: its memory_maps() gives paths and
+    # sizes but not the device and inode that tell the mapped file from one put in its place.
     try:
         executable = os.readlink(f"/proc/{pid}/exe")
         maps = Path(f"/proc/{pid}/maps").read_text()

@@ -9,6 +9,11 @@ while the shared Redis answers, bytes pass through unchanged; when it cannot be 
 the guard answers as an empty cache (every lookup a miss, every store accepted and
 dropped), so each compile goes on locally at full speed. It tries the shared server again
 every ``retry_after`` seconds, and says what happened in :attr:`RedisGuard.outage`.
+
+Written here, not taken from a library: a Redis client library (redis-py) talks to Redis
+as a client, and a TCP proxy passes bytes through but cannot answer as an empty cache
+when the server is gone. The fallback needs both halves at once, the few commands sccache
+sends parsed and answered locally, which is all this module does.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+import psutil
+
 from onebit_build.building.cache.compiler import START_TIMEOUT_S, Launcher, base_dir_for, build_env, describe
 from onebit_build.core.proc import capture
 from onebit_build.building.cache.redis_guard import RedisGuard
@@ -178,27 +180,26 @@ def stop_server(program: str, env: Mapping[str, str]) -> None:
 def _running(pid: int) -> bool:
     """Whether ``pid`` is alive (an exited process its parent has not reaped is not)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def server_pids(program: str, sock: Path) -> list[int]:
-    """Server processes of ``program`` whose environment names the socket ``sock`` (Linux;
-    the compile commands of a build are sccache processes with that socket too, but they
-    are not servers)."""
-    wanted = {f"SCCACHE_SERVER_UDS={sock}".encode(), b"SCCACHE_START_SERVER=1"}
+    """Server processes of ``program`` whose environment names the socket ``sock`` (the
+    compile commands of a build are sccache processes with that socket too, but they are
+    not servers)."""
     exe = os.path.realpath(program)
     pids = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if os.path.realpath(entry / "exe") != exe or entry.name == str(os.getpid()):
-                continue
-            if wanted <= set((entry / "environ").read_bytes().split(b"\0")):
-                pids.append(int(entry.name))
-        except OSError:
+    for p in psutil.process_iter(["exe"]):  # a process of another user reads as exe None
+        if p.pid == os.getpid() or not p.info["exe"] or os.path.realpath(p.info["exe"]) != exe:
             continue
+        try:
+            env = p.environ()
+        except psutil.Error:
+            continue
+        if env.get("SCCACHE_SERVER_UDS") == str(sock) and env.get("SCCACHE_START_SERVER") == "1":
+            pids.append(p.pid)
     return pids
 
 

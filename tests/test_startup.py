@@ -1,0 +1,61 @@
+"""The quick commands start quickly: --help, --version, recipes and completion import
+neither the build pipeline nor the libraries only other commands need.
+
+Checked by what a real run of the tool imported (a timing would depend on the machine's
+load); the modules named here are the ones that took most of the start-up before."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NEVER = ("rich", "requests", "scikit_build_core", "pypi_simple", "psutil", "onebit_build.building.builder",
+         "onebit_build.building.fetch", "onebit_build.building.plan", "onebit_build.doctor",
+         "onebit_build.running.server", "onebit_build.building.cache.compiler")
+# What the quick commands need beyond that, by command: parsing the arguments needs none of it.
+NOT_FOR_HELP = ("yaml", "onebit_build.options", "onebit_build.core.config", "shtab")
+
+PROBE = """
+import json, sys
+from onebit_build import cli
+try:
+    code = cli.main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def imported(*args: str) -> set[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=REPO, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip(), f"{args} printed nothing"
+    return set(json.loads(r.stderr.strip().splitlines()[-1]))
+
+
+def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return [n for n in names if n in modules]
+
+
+@pytest.mark.parametrize("args", [("--help",), ("--version",), ("recipes",), ("completion", "bash")],
+                         ids=lambda a: " ".join(a))
+def test_quick_commands_leave_the_pipeline_unimported(args):
+    modules = imported(*args)
+    assert loaded(modules, NEVER) == [], f"'onebit-build {' '.join(args)}' imported what it does not use"
+    if args == ("--help",):
+        assert loaded(modules, NOT_FOR_HELP) == [], "--help imported more than the command table and argparse"
+
+
+def test_a_command_that_prints_still_gets_its_console():
+    """rich is imported on the first line printed through ui, so output still works."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    code = "from onebit_build.core import ui; import sys; ui.warn('careful'); print('rich' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "True" and "warning: careful" in r.stderr, r.stderr
