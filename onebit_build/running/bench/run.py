@@ -7,7 +7,6 @@ expected answer prefixes (see :mod:`judge`).
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -18,6 +17,7 @@ import requests
 
 from onebit_build.core import ui
 from onebit_build.core.errors import LockError, SmokeError
+from onebit_build.core.names import label_part
 from onebit_build.core.workspace import FileLock
 from onebit_build.running import server as srvmod
 from onebit_build.running.bench.judge import Expectation, common_prefix, judge_answer, steps_from_probs
@@ -126,7 +126,7 @@ def _ask(server: srvmod.Server, prompt: Prompt, tokens: int, timeout: float) -> 
 
 
 def _log_name(rnd: int, variant: str) -> str:
-    return f"server-r{rnd}-{re.sub(r'[^A-Za-z0-9._+-]+', '_', variant)}.log"
+    return f"server-r{rnd}-{label_part(variant)}.log"
 
 
 Progress = Callable[[str], None]
