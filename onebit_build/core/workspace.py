@@ -209,15 +209,15 @@ def check_target_folder(path: Path, flag: str) -> None:
         there = there.parent
     if not there.is_dir():
         what = "is a file, not a folder" if there == path else f"cannot be made: {there} is a file"
-        raise ConfigError(f"{flag} {path} {what}", hint=f"give {flag} a folder (it is created when missing)")
+        raise WorkspaceError(f"{flag} {path} {what}", hint=f"give {flag} a folder (it is created when missing)")
     try:
         fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=there)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
         at = "" if there == path else f" at {there}"
-        raise ConfigError(f"{flag} {path} is not writable ({exc.strerror or exc}{at})",
-                          hint=f"choose a writable {flag}, or fix the permissions of {there}") from None
+        raise WorkspaceError(f"{flag} {path} is not writable ({exc.strerror or exc}{at})",
+                             hint=f"choose a writable {flag}, or fix the permissions of {there}") from None
 
 
 def pid_alive(pid: int) -> bool:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import requests
 
 from onebit_build.core import ui
-from onebit_build.core.errors import LockError, SmokeError
+from onebit_build.core.errors import BoxLockError, SmokeError
 from onebit_build.core.names import label_part
 from onebit_build.core.workspace import FileLock
 from onebit_build.running import server as srvmod
@@ -262,12 +262,12 @@ class BenchLock(FileLock):
                  on_wait: Callable[[str], None] | None = None):
         super().__init__(path, command, wait_s=wait_s, poll_s=poll_s, on_wait=on_wait or ui.info)
 
-    def busy(self, holder: str) -> LockError:
-        return LockError(f"bench lock {self.path} is held by {holder}",
+    def busy(self, holder: str) -> BoxLockError:
+        return BoxLockError(f"bench lock {self.path} is held by {holder}",
                          hint="wait for that benchmark to finish, or pass --wait SECONDS to wait for it")
 
-    def timed_out(self, holder: str) -> LockError:
-        return LockError(f"bench lock {self.path} is still held by {holder} after waiting {self.wait_s:g} s",
+    def timed_out(self, holder: str) -> BoxLockError:
+        return BoxLockError(f"bench lock {self.path} is still held by {holder} after waiting {self.wait_s:g} s",
                          hint="try again later or wait longer with --wait SECONDS")
 
     def waiting(self, holder: str) -> str:
