@@ -67,5 +67,6 @@ def test_the_allow_list_only_names_functions_still_too_long():
 
 
 def test_lengths_are_measured_from_def_to_last_line_with_methods_and_nested_functions():
-    src = "class A:\n    def m(self):\n        def inner():\n            return 1\n\n        return inner\n\n\nasync def f():\n    pass\n"
+    src = ("class A:\n    def m(self):\n        def inner():\n            return 1\n\n        return inner\n\n\n"
+           "async def f():\n    pass\n")
     assert function_lengths(src) == {"A.m": 5, "A.m.inner": 2, "f": 2}

@@ -123,8 +123,8 @@ def make_plan(
     fields = _toolchain_fields(recipe, toolchain, problems)
     comps = []
     for comp in recipe.components:
-        planned = _component_plan(comp, recipe, pins, fields, trees[comp.source],
-                                  workspace=workspace, mirror_dirs=mirror_dirs, offline=offline, launcher=launcher, env=env)
+        planned = _component_plan(comp, recipe, pins, fields, trees[comp.source], workspace=workspace,
+                                  mirror_dirs=mirror_dirs, offline=offline, launcher=launcher, env=env)
         fields[comp.name] = {"build_dir": planned.build_dir, "source_dir": trees[comp.source], **dict(planned.outputs)}
         comps.append(planned)
     run_env = _run_env(recipe, env, fields, toolchain is not None)

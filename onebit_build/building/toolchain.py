@@ -75,7 +75,8 @@ def find_libhsa(root: Path, patterns: tuple[str, ...]) -> str | None:
     return None
 
 
-def resolve_toolchain(spec: ToolchainSpec, *, override: str | None = None, environ: Mapping[str, str] | None = None) -> ToolchainSettings:
+def resolve_toolchain(spec: ToolchainSpec, *, override: str | None = None,
+                      environ: Mapping[str, str] | None = None) -> ToolchainSettings:
     env = os.environ if environ is None else environ
     if override:
         root, how = Path(override), "--toolchain-root"
@@ -83,7 +84,8 @@ def resolve_toolchain(spec: ToolchainSpec, *, override: str | None = None, envir
         root, how = Path(env[spec.root_env]), f"${spec.root_env}"
     else:
         root, how = Path(spec.root), "recipe"
-    return ToolchainSettings(root=root, root_from=how, ar=find_ar(root, spec.ar), libhsa=find_libhsa(root, spec.libhsa), spec=spec)
+    return ToolchainSettings(root=root, root_from=how, ar=find_ar(root, spec.ar), libhsa=find_libhsa(root, spec.libhsa),
+                             spec=spec)
 
 
 def toolchain_refs(values: tuple[tuple[str, str], ...]) -> set[str]:
@@ -112,7 +114,8 @@ def join_lists(value: str, separator: str | None) -> str:
     return value.replace(separator, ";") if separator else value
 
 
-def runtime_env(recipe: Recipe, toolchain: ToolchainSettings | None, environ: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
+def runtime_env(recipe: Recipe, toolchain: ToolchainSettings | None,
+                environ: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
     """The smoke stage's environment. A variable the user already set wins ("given");
     otherwise ``${toolchain.*}`` is filled from the toolchain."""
     env = os.environ if environ is None else environ
@@ -124,7 +127,8 @@ def runtime_env(recipe: Recipe, toolchain: ToolchainSettings | None, environ: Ma
         refs = toolchain_refs(((key, value),))
         if refs:
             if toolchain is None:
-                raise ToolMissingError(f"smoke.env.{key} needs a toolchain", hint="add a toolchain section to the recipe")
+                raise ToolMissingError(f"smoke.env.{key} needs a toolchain",
+                                       hint="add a toolchain section to the recipe")
             for name in sorted(refs):
                 toolchain.require(name, f"smoke.env.{key}")
             value = resolve_refs(value, pins={}, components={"toolchain": toolchain.fields()})

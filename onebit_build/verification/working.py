@@ -171,9 +171,11 @@ def _check_server(named: Path, server: Path, folder: Path, given: str) -> None:
         raise _refuse(named, f"this is not the llama-server of the build in {folder} (that is {server})",
                       hint="give the build folder itself")
     if not server.is_file():
-        raise _refuse(named, f"its llama-server ({server}) is missing", hint="the build was cleaned or moved: rebuild it, or give another")
+        raise _refuse(named, f"its llama-server ({server}) is missing",
+                      hint="the build was cleaned or moved: rebuild it, or give another")
     if not os.access(server, os.X_OK):
-        raise _refuse(named, f"its llama-server ({server}) is not executable", hint="restore the file's execute permission")
+        raise _refuse(named, f"its llama-server ({server}) is not executable",
+                      hint="restore the file's execute permission")
 
 
 def resolve_working(path: Path, *, recipe: str) -> ResolvedBuild:
