@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 from onebit_build.commands import BY_NAME, TABLE, Command, arguments
 from onebit_build.core import ui
-from onebit_build.core.errors import ConfigError, OnebitError, SpaceError, WorkspaceError, is_disk_full
+from onebit_build.core.errors import (
+    INTERRUPTED, ConfigError, OnebitError, SpaceError, WorkspaceError, exit_codes_sentence, is_disk_full,
+)
 from onebit_build.core.project import find_root
 
 if TYPE_CHECKING:  # for the annotations only: the module itself is imported where it runs
     from onebit_build.options import DefineSyntaxError, Options
-
-INTERRUPTED = 130  # the shell's code for a run stopped by Ctrl-C
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -28,7 +28,7 @@ def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="onebit-build",
                                 description="Fetch pinned sources, apply patches, build llama-server, verify and smoke-test it.",
                                 epilog="Global options go before or after the command. 'onebit-build COMMAND --help' shows a"
-                                       " command's own options.")
+                                       " command's own options. " + exit_codes_sentence())
     p.add_argument("--version", action="store_true", help="print the version, the digest of pins.yaml and where the recipes come from")
     p.add_argument("--dry-run", action="store_true", help="print the plan of the default job and stop (as 'onebit-build plan')")
     arguments.global_options(p, listed=True)

@@ -14,13 +14,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from onebit_build.building.cache.request import CacheRequest, request_from
-from onebit_build.core.references import cmake_name_ok
+from onebit_build.core.names import CMAKE_NAME, is_cmake_name
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.workspace import default_workspace, mirror_dirs_from
 
 HRX_RECIPE = "strix-halo"
 DEFAULT_RECIPE = "default"
-DEFINE_RE = re.compile(r"^(?:(?P<comp>[A-Za-z0-9_.-]+):)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::[A-Z]+)?=(?P<value>.*)$", re.S)
+DEFINE_RE = re.compile(rf"^(?:(?P<comp>[A-Za-z0-9_.-]+):)?(?P<name>{CMAKE_NAME.pattern})(?::[A-Z]+)?=(?P<value>.*)$", re.S)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,7 +173,7 @@ def parse_define(text: str) -> Define:
         name = text.split(":", 1)[0]
     else:
         name = m.group("name")
-    if not cmake_name_ok(name):
+    if not is_cmake_name(name):
         raise ConfigError(f"-D {name}=...: {name!r} is not a CMake variable name",
                           hint="use letters, digits and '_' only, not starting with a digit")
     return Define(component=comp, name=name, value=m.group("value"))

@@ -26,7 +26,7 @@ from typing import Mapping
 from onebit_build.building.builder import compiler_path, resolve_refs
 from onebit_build.building.cmake import find_tools
 from onebit_build.building.downloads import cache_dir, recipe_downloads, unpacked_tree
-from onebit_build.building.plan import resolve_toolchain
+from onebit_build.building.toolchain import resolve_toolchain
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe
 from onebit_build.core.errors import OnebitError, ToolMissingError

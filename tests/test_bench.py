@@ -37,7 +37,7 @@ from onebit_build.running.bench import (
     steps_from_probs,
     summarize,
 )
-from onebit_build.core.errors import ConfigError, LockError
+from onebit_build.core.errors import BoxLockError, ConfigError
 from onebit_build.running.measure import Completion, Sample, answer_starts_with
 from onebit_build.running.model import ModelFile
 from onebit_build.running.server import AnswerError, completion_from_reply
@@ -355,12 +355,12 @@ def test_lock_held_elsewhere_fails_at_once_naming_the_holder(tmp_path):
     holder = hold_lock(lock, 30)
     try:
         t0 = time.monotonic()
-        with pytest.raises(LockError) as err:
+        with pytest.raises(BoxLockError) as err:
             with BenchLock(lock, "second"):
                 pass
         assert time.monotonic() - t0 < 2
         assert f"pid {holder.pid}" in str(err.value) and "holder-test-bench" in str(err.value)
-        assert err.value.exit_code == 3
+        assert err.value.exit_code == 15
     finally:
         holder.kill()
         holder.wait()
@@ -372,7 +372,7 @@ def test_lock_waits_for_the_holder_then_times_out_or_takes_it(tmp_path):
     told: list[str] = []
     try:
         t0 = time.monotonic()
-        with pytest.raises(LockError, match="still held by pid"):
+        with pytest.raises(BoxLockError, match="still held by pid"):
             with BenchLock(lock, "second", wait_s=1.0, poll_s=0.1, on_wait=told.append):
                 pass
         assert 1.0 <= time.monotonic() - t0 < 4
@@ -512,7 +512,7 @@ def test_cli_held_lock_fails_naming_the_holder(llama_server, gemma_model, tmp_pa
     finally:
         holder.kill()
         holder.wait()
-    assert done.returncode == 3, done.stderr
+    assert done.returncode == 15, done.stderr
     assert f"pid {holder.pid}" in done.stderr and "holder-test-bench" in done.stderr and "--wait" in done.stderr
     assert not (tmp_path / "run" / "bench.json").exists()
 

@@ -12,7 +12,8 @@ import pytest
 from _support import bare_mirror, git, make_repo
 from onebit_build.core.pins import Pin, SdistMirror
 from onebit_build.core.errors import FetchError, IntegrityError
-from onebit_build.building.fetch import FetchRequest, check_member, fetch, safe_extract, sdist_git_store
+from onebit_build.building.fetch import FetchRequest, fetch, safe_extract, sdist_git_store
+from onebit_build.core.names import member_problem
 from onebit_build.core.workspace import Workspace
 
 
@@ -123,7 +124,7 @@ def test_ambiguous_prefix_is_refused(tmp_path):
     ("pkg/dir/ok", "../sibling", True, False, None),
 ])
 def test_check_member(name, link, sym, hard, why):
-    got = check_member(name, link, sym, hard)
+    got = member_problem(name, link=link, symlink=sym, hardlink=hard)
     if why is None:
         assert got is None
     else:

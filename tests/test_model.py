@@ -15,10 +15,10 @@ from onebit_build.core.model_spec import ModelSpec
 
 from onebit_build.core.pins import load_pins
 from onebit_build.core.errors import ConfigError, FetchError, IntegrityError
+from onebit_build.core.names import member_problem
 from onebit_build.running.model import (
     cache_action,
     ensure_model,
-    is_safe_member,
     join_parts,
     local_model,
     locate_parts,
@@ -112,7 +112,7 @@ def test_cache_action_decisions():
     ],
 )
 def test_safe_member_names(name, safe):
-    assert is_safe_member(name) is safe
+    assert (member_problem(name) is None) is safe
 
 
 # --------------------------------------------------------------------------- parts on real zips

@@ -33,7 +33,7 @@ def test_prefix_that_is_a_file(tmp_path):
     prefix = tmp_path / "prefix"
     prefix.write_text("a file")
     out = cli("--workspace", str(tmp_path / "ws"), "install", "--prefix", str(prefix))
-    assert out.returncode == 2, out.stderr
+    assert out.returncode == 14, out.stderr
     assert error_line(out) == (f"error: --prefix {prefix} is a file, not a folder"
                                " (give --prefix a folder (it is created when missing))")
     assert not (tmp_path / "ws").exists()  # refused before the build
@@ -42,7 +42,7 @@ def test_prefix_that_is_a_file(tmp_path):
 def test_prefix_below_a_file(tmp_path):
     (tmp_path / "f").write_text("a file")
     out = cli("--workspace", str(tmp_path / "ws"), "install", "--prefix", str(tmp_path / "f" / "opt"))
-    assert out.returncode == 2 and f"cannot be made: {tmp_path / 'f'} is a file" in error_line(out)
+    assert out.returncode == 14 and f"cannot be made: {tmp_path / 'f'} is a file" in error_line(out)
 
 
 def test_read_only_prefix_names_the_prefix_not_the_workspace(tmp_path):
@@ -54,7 +54,7 @@ def test_read_only_prefix_names_the_prefix_not_the_workspace(tmp_path):
     caps = "-dac_override,-dac_read_search"
     drop = ("setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}") if os.geteuid() == 0 else ()
     out = cli("--workspace", str(tmp_path / "ws"), "install", "--prefix", str(ro / "llama"), prefix=drop)
-    assert out.returncode == 2, out.stderr
+    assert out.returncode == 14, out.stderr
     line = error_line(out)
     assert f"--prefix {ro / 'llama'} is not writable (Permission denied at {ro})" in line
     assert "choose a writable --prefix" in line and "--workspace" not in line
@@ -65,7 +65,7 @@ def test_bench_out_that_is_a_file(tmp_path):
     out_file = tmp_path / "results"
     out_file.write_text("earlier results")
     out = cli("--workspace", str(tmp_path / "ws"), "bench", "--out", str(out_file))
-    assert out.returncode == 2, out.stderr
+    assert out.returncode == 14, out.stderr
     assert error_line(out).startswith(f"error: --out {out_file} is a file, not a folder")
     assert out_file.read_text() == "earlier results"
 
@@ -95,7 +95,7 @@ def test_run_dir_name_over_255_bytes(tmp_path):
 
 def test_a_name_too_long_met_anywhere_else_is_named():
     err = os_error(OSError(errno.ENAMETOOLONG, "File name too long", "/x/" + "y" * 300))
-    assert err.exit_code == 2 and str(err).startswith("file name too long at /x/yyy")
+    assert err.exit_code == 14 and str(err).startswith("file name too long at /x/yyy")
     assert "shorter --workspace" in str(err)
     err = os_error(OSError(errno.EACCES, "Permission denied", "/usr/local/llama"))
-    assert err.exit_code == 2 and "--workspace" not in str(err)
+    assert err.exit_code == 14 and "--workspace" not in str(err)

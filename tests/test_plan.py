@@ -11,7 +11,7 @@ from _support import REPO, run_cli
 from onebit_build.core.config import Recipe, SmokeSpec, ToolchainSpec, load_recipe
 from onebit_build.core.pins import load_pins
 from onebit_build.core.errors import ToolMissingError
-from onebit_build.building.plan import join_lists, resolve_toolchain, runtime_env
+from onebit_build.building.toolchain import join_lists, resolve_toolchain, runtime_env
 from test_hrx_standins import fake_toolchain
 
 SPEC = ToolchainSpec(root="/opt/rocm-therock", root_env="ONEBIT_TOOLCHAIN_ROOT",

@@ -79,7 +79,7 @@ def test_workspace_that_is_a_file(tmp_path):
     f = tmp_path / "ws"
     f.write_text("not a folder")
     r = cli("--workspace", str(f), "--offline", "fetch")
-    assert r.returncode == 2
+    assert r.returncode == 14
     assert "is a file, not a folder" in one_line_error(r)
 
 
@@ -91,7 +91,7 @@ def test_read_only_workspace(tmp_path):
     ro.chmod(0o555)
     prefix = no_override() if os.geteuid() == 0 else ()
     r = cli("--workspace", str(ro / "ws"), "--offline", "fetch", prefix=prefix)
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 14, r.stderr
     line = one_line_error(r)
     assert "not writable" in line and "--workspace" in line
 

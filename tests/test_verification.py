@@ -18,6 +18,7 @@ import pytest
 from onebit_build.building import manifest as manifest_mod
 from onebit_build.building.artifacts import Artifact, ArtifactSet
 from onebit_build.building.verify import compare_sets
+from onebit_build.core.config import VerificationSpec
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.fsutil import sha256_file
 from onebit_build.verification import answers, provenance, report, speed, verdict, working
@@ -41,6 +42,12 @@ def test_coverage_of_the_median_interval():
     assert speed.coverage(4, 1) == pytest.approx(1 - 2 / 16)
     assert speed.coverage(9, 2) == pytest.approx(1 - 2 * 10 / 512)
     assert speed.coverage(1, 1) == 0.0
+
+
+def test_the_minimum_of_rounds_is_the_fewest_whose_interval_has_the_coverage():
+    n = speed.MIN_ROUNDS
+    assert speed.coverage(n, 1) >= speed.CONFIDENCE > speed.coverage(n - 1, 1)
+    assert VerificationSpec().rounds == n  # a recipe without verification.rounds starts there
 
 
 def test_median_interval_takes_the_narrowest_with_the_coverage():

@@ -109,7 +109,7 @@ def test_box_already_locked(tmp_path):
     with BenchLock(lock, "a benchmark of the test"):
         out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "verify-run", "--working", str(b), "--lock", str(lock),
                       "--run-dir", str(run_dir))
-    assert out.returncode == 3, out.stderr
+    assert out.returncode == 15, out.stderr
     line = out.stderr.strip().splitlines()[-1]
     assert "bench lock" in line and "is held by" in line and "a benchmark of the test" in line and "--wait" in line
     assert not run_dir.exists()  # the folder made for this run is removed again: nothing half-written

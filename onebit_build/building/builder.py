@@ -19,7 +19,8 @@ from onebit_build.building.cmake import Tools, build_argv, configure_argv, find_
 from onebit_build.building.cache import shaders
 from onebit_build.building.cache.session import CacheSession
 from onebit_build.building.cache.compiler import NO_LAUNCHER, Launcher, PrefixMap, describe, launcher_defines, prefix_maps, with_prefix_maps
-from onebit_build.core.config import REF_RE, Component, relative_inside
+from onebit_build.core.config import REF_RE, Component
+from onebit_build.core.names import relative_inside
 from onebit_build.core.pins import Pin
 from onebit_build.core.errors import BuildError, CommandError, ConfigError, ToolMissingError
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state

@@ -15,7 +15,7 @@ from scikit_build_core.cmake import CMake, CMaker
 from scikit_build_core.errors import CMakeNotFoundError
 from scikit_build_core.program_search import best_program, get_ninja_programs
 
-from onebit_build.core.config import cmake_name_ok
+from onebit_build.core.names import is_cmake_name
 from onebit_build.core.errors import ConfigError, ToolMissingError
 
 CMAKE_MIN = ">=3.24"
@@ -59,7 +59,7 @@ def init_cache_text(defines: Sequence[tuple[str, str]]) -> str:
     ConfigError: neither can be written so that it stays one value. Pure."""
     lines = []
     for name, value in defines:
-        if not cmake_name_ok(name):
+        if not is_cmake_name(name):
             raise ConfigError(f"CMake define name {name!r} is not a variable name",
                               hint="use letters, digits and '_' only, not starting with a digit")
         if "\0" in value:

@@ -21,7 +21,8 @@ from onebit_build.core.pins import Pin, SdistMirror
 from onebit_build.core.errors import FetchError, IntegrityError, SpaceError, is_disk_full
 from onebit_build.core.fsutil import sha256_file
 from onebit_build.core.gitops import Git, init_bare
-from onebit_build.core.workspace import Workspace, safe_name
+from onebit_build.core.names import file_part, member_problem
+from onebit_build.core.workspace import Workspace
 
 
 
@@ -73,7 +74,7 @@ def _try_fetch(bare: Git, source: str, pin: Pin, *, is_bundle: bool) -> tuple[bo
             if r.status == 0 and bare.has_commit(pin.commit):
                 return True, ""
             complaint = last_line(r.err) or complaint
-    r = bare.run("fetch", "--no-tags", source, f"+refs/*:refs/onebit/from/{safe_name(pin.name)}/*", check=False)
+    r = bare.run("fetch", "--no-tags", source, f"+refs/*:refs/onebit/from/{file_part(pin.name)}/*", check=False)
     _raise_if_disk_full(bare, r.err, pin)
     if r.status != 0:
         return False, last_line(r.err) or complaint
@@ -256,7 +257,7 @@ def _from_network(bare: Git, req: FetchRequest, tried: list[str]) -> Found:
 
 def _sdist_dir(ws: Workspace, m: SdistMirror) -> Path:
     """Keyed by the pinned sha256 too: a new pin never reuses another file's store."""
-    return ws.downloads / f"{safe_name(m.package)}-{safe_name(m.version)}-{m.sha256[:16]}"
+    return ws.downloads / f"{file_part(m.package)}-{file_part(m.version)}-{m.sha256[:16]}"
 
 
 def _cached_archive_sha(ws: Workspace, pin: Pin) -> str | None:
@@ -267,31 +268,6 @@ def _cached_archive_sha(ws: Workspace, pin: Pin) -> str | None:
     return None
 
 
-def check_member(name: str, linkname: str | None, is_sym: bool, is_hard: bool) -> str | None:
-    """Why an archive member is unsafe to extract, or None. Pure."""
-    p = PurePosixPath(name)
-    if p.is_absolute() or name.startswith("/"):
-        return "absolute path"
-    if ".." in p.parts:
-        return "path with '..'"
-    if is_sym or is_hard:
-        if linkname is None:
-            return "link without target"
-        target = PurePosixPath(linkname)
-        if target.is_absolute():
-            return "link to an absolute path"
-        base = p.parent if is_sym else PurePosixPath()
-        depth = 0
-        for part in (base / target).parts:
-            if part == "..":
-                depth -= 1
-                if depth < 0:
-                    return "link escaping the archive"
-            elif part not in (".", ""):
-                depth += 1
-    return None
-
-
 def safe_extract(archive: Path, dest: Path, *, only_prefix: str | None = None) -> int:
     """Extract a tar archive into ``dest`` refusing anything that could land outside it.
     With ``only_prefix`` only members below that path are extracted. Returns the count."""
@@ -299,7 +275,8 @@ def safe_extract(archive: Path, dest: Path, *, only_prefix: str | None = None) -
     with tarfile.open(archive, "r:*") as tar:
         members = []
         for mem in tar:
-            why = check_member(mem.name, mem.linkname if (mem.issym() or mem.islnk()) else None, mem.issym(), mem.islnk())
+            why = member_problem(mem.name, link=mem.linkname if (mem.issym() or mem.islnk()) else None,
+                                 symlink=mem.issym(), hardlink=mem.islnk())
             if why:
                 raise IntegrityError(
                     f"{archive.name}: unsafe member {mem.name!r}: {why}",

@@ -20,11 +20,11 @@ from onebit_build.core import ui
 from onebit_build.core.errors import CommandError, PatchError
 from onebit_build.core.fsutil import read_state, write_state, StateError
 from onebit_build.core.gitops import FIXED_IDENTITY, Git
-from onebit_build.core.workspace import Workspace, safe_name
+from onebit_build.core.names import file_part, patch_number
+from onebit_build.core.workspace import Workspace
 
 STAMP_KIND = "onebit-build/prepared-tree"
 STAMP_SCHEMA = 1
-PATCH_NAME = re.compile(r"^(\d{4})-[A-Za-z0-9._-]+\.patch$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,12 +65,12 @@ def list_patches(patch_root: Path, source: str) -> tuple[PatchFile, ...]:
     for p in sorted(d.iterdir()):
         if p.suffix != ".patch":
             continue
-        m = PATCH_NAME.match(p.name)
-        if not m:
+        number = patch_number(p.name)
+        if number is None:
             raise PatchError(f"{p}: patch file name must be NNNN-name.patch", hint="rename it, e.g. 0003-fix-something.patch")
-        if m.group(1) in numbers:
-            raise PatchError(f"{p}: number {m.group(1)} is used twice (also {numbers[m.group(1)]})", hint="renumber the series")
-        numbers[m.group(1)] = p.name
+        if number in numbers:
+            raise PatchError(f"{p}: number {number} is used twice (also {numbers[number]})", hint="renumber the series")
+        numbers[number] = p.name
         out.append(PatchFile(name=p.name, path=p, sha256=hashlib.sha256(p.read_bytes()).hexdigest()))
     return tuple(out)
 
@@ -85,7 +85,7 @@ def patch_digest(commit: str, patches: tuple[PatchFile, ...]) -> str:
 
 
 def canonical_path(ws: Workspace, source: str, commit: str, digest: str) -> Path:
-    return ws.src_dir / f"{safe_name(source)}-{commit[:12]}-{digest[:12]}"
+    return ws.src_dir / f"{file_part(source)}-{commit[:12]}-{digest[:12]}"
 
 
 def _stamp_path(tree: Path) -> Path:

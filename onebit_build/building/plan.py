@@ -1,12 +1,9 @@
-"""Plan: the concrete settings a run will use, and the whole run described without doing it.
+"""Plan: the whole run described without doing it.
 
-- :func:`resolve_toolchain` turns a recipe's ``toolchain:`` section into paths (root, the
-  archiver, the HSA runtime library), honouring ``--toolchain-root`` and the recipe's
-  environment variable;
-- :func:`runtime_env` gives the smoke stage's environment with ``${toolchain.*}`` filled;
-- :func:`make_plan` / :func:`render_plan` describe sources, pins, patches, every configure
-  command with every define, targets, outputs and the runtime environment, for
-  ``--dry-run``. Nothing here touches the network, a build dir or a server.
+:func:`make_plan` / :func:`render_plan` describe sources, pins, patches, every configure
+command with every define, targets, outputs and the runtime environment, for ``--dry-run``.
+The toolchain's paths come from :mod:`onebit_build.building.toolchain`. Nothing here touches
+the network, a build dir or a server.
 """
 
 from __future__ import annotations
@@ -22,126 +19,11 @@ from onebit_build.building.builder import resolve_refs
 from onebit_build.building.downloads import cache_dir, cmake_defines, places, unpacked_tree
 from onebit_build.building.cache.shaders import ShaderCache, plan_shader_cache, wants_shaders
 from onebit_build.building.cache.compiler import NO_LAUNCHER, Launcher, describe, launcher_defines, prefix_maps, with_prefix_maps
-from onebit_build.core.config import REF_RE, Component, Recipe, ToolchainSpec
+from onebit_build.building.toolchain import ToolchainSettings, join_lists, resolve_toolchain, toolchain_refs
+from onebit_build.core.config import Component, Recipe
 from onebit_build.core.pins import Pin, Pins
-from onebit_build.core.errors import ToolMissingError
 from onebit_build.building.patch import PatchFile, canonical_path, list_patches, patch_digest
 from onebit_build.core.workspace import Workspace
-
-# --------------------------------------------------------------------------- toolchain
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolchainSettings:
-    root: Path
-    root_from: str  # "recipe", "$NAME" or "--toolchain-root"
-    ar: str | None
-    libhsa: str | None
-    spec: ToolchainSpec
-
-    def fields(self) -> dict[str, str]:
-        """Values for ``${toolchain.FIELD}``; only the ones that were found."""
-        out = {"root": str(self.root)}
-        if self.ar:
-            out["ar"] = self.ar
-        if self.libhsa:
-            out["libhsa"] = self.libhsa
-        return out
-
-    def require(self, name: str, where: str) -> None:
-        if name in self.fields():
-            return
-        if name == "ar":
-            tried = ", ".join(self.spec.ar) or "(no candidates)"
-            raise ToolMissingError(
-                f"{where}: no archiver for ${{toolchain.ar}} (tried {tried} under {self.root} and on PATH)",
-                hint="install binutils (Debian: apt-get install binutils) or LLVM's llvm-ar",
-            )
-        if name == "libhsa":
-            raise ToolMissingError(
-                f"{where}: no HSA runtime under {self.root} (looked for {', '.join(self.spec.libhsa) or 'nothing'})",
-                hint="install TheRock there, point --toolchain-root at it, or set IREE_HAL_AMDGPU_LIBHSA_PATH",
-            )
-
-
-def find_ar(root: Path, candidates: tuple[str, ...]) -> str | None:
-    """The first candidate that exists: a path relative to ``root`` (has a '/') or a program on PATH."""
-    for cand in candidates:
-        if "/" in cand:
-            p = root / cand
-            if p.is_file() and os.access(p, os.X_OK):
-                return str(p)
-        else:
-            found = shutil.which(cand)
-            if found:
-                return found
-    return None
-
-
-def find_libhsa(root: Path, patterns: tuple[str, ...]) -> str | None:
-    for pattern in patterns:
-        for p in sorted(root.glob(pattern)):
-            if p.is_file():
-                return str(p)
-    return None
-
-
-def resolve_toolchain(spec: ToolchainSpec, *, override: str | None = None, environ: Mapping[str, str] | None = None) -> ToolchainSettings:
-    env = os.environ if environ is None else environ
-    if override:
-        root, how = Path(override), "--toolchain-root"
-    elif env.get(spec.root_env):
-        root, how = Path(env[spec.root_env]), f"${spec.root_env}"
-    else:
-        root, how = Path(spec.root), "recipe"
-    return ToolchainSettings(root=root, root_from=how, ar=find_ar(root, spec.ar), libhsa=find_libhsa(root, spec.libhsa), spec=spec)
-
-
-def toolchain_refs(values: tuple[tuple[str, str], ...]) -> set[str]:
-    out = set()
-    for _, v in values:
-        for ref in REF_RE.findall(v):
-            parts = ref.split(".")
-            if parts[0] == "toolchain" and len(parts) == 2:
-                out.add(parts[1])
-    return out
-
-
-def component_fields(recipe: Recipe, toolchain: ToolchainSettings | None) -> dict[str, dict[str, str]]:
-    """The reference table a build starts with: ``toolchain`` when the recipe has one.
-    Raises ToolMissingError naming the missing piece when a component needs it."""
-    if toolchain is None:
-        return {}
-    for comp in recipe.components:
-        for name in sorted(toolchain_refs((*comp.defines, *comp.env))):
-            toolchain.require(name, f"component {comp.name}")
-    return {"toolchain": toolchain.fields()}
-
-
-def join_lists(value: str, separator: str | None) -> str:
-    """A list written with the recipe's separator becomes a CMake list (';')."""
-    return value.replace(separator, ";") if separator else value
-
-
-def runtime_env(recipe: Recipe, toolchain: ToolchainSettings | None, environ: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
-    """The smoke stage's environment. A variable the user already set wins ("given");
-    otherwise ``${toolchain.*}`` is filled from the toolchain."""
-    env = os.environ if environ is None else environ
-    out = []
-    for key, value in recipe.smoke.env:
-        if env.get(key):
-            out.append((key, env[key]))
-            continue
-        refs = toolchain_refs(((key, value),))
-        if refs:
-            if toolchain is None:
-                raise ToolMissingError(f"smoke.env.{key} needs a toolchain", hint="add a toolchain section to the recipe")
-            for name in sorted(refs):
-                toolchain.require(name, f"smoke.env.{key}")
-            value = resolve_refs(value, pins={}, components={"toolchain": toolchain.fields()})
-        out.append((key, value))
-    return tuple(out)
-
 
 # --------------------------------------------------------------------------- the plan
 
@@ -235,50 +117,66 @@ def make_plan(
     env = os.environ if environ is None else environ
     toolchain = resolve_toolchain(recipe.toolchain, override=toolchain_root, environ=env) if recipe.toolchain else None
     problems: list[str] = []
-    names = []
-    for c in recipe.components:
-        if c.source not in names:
-            names.append(c.source)
+    names = list(dict.fromkeys(c.source for c in recipe.components))
     sources = tuple(_source_plan(pins.get(n), workspace, patches_dir, mirror_dirs, offline) for n in names)
     trees = {s.name: s.tree for s in sources}
-    fields: dict[str, dict[str, str]] = {}
-    if toolchain is not None:
-        if not toolchain.root.is_dir():
-            problems.append(f"toolchain root {toolchain.root} does not exist (install TheRock, or use --toolchain-root)")
-        fields["toolchain"] = dict(toolchain.fields())
-        for name in ("ar", "libhsa"):
-            if name not in fields["toolchain"]:
-                fields["toolchain"][name] = f"<{name} not found under {toolchain.root}>"
-                if any(name in toolchain_refs((*c.defines, *c.env, *recipe.smoke.env)) for c in recipe.components):
-                    problems.append(f"toolchain {name}: not found under {toolchain.root}")
+    fields = _toolchain_fields(recipe, toolchain, problems)
     comps = []
     for comp in recipe.components:
-        bdir = f"{workspace.build_dir}/{recipe.name}-{comp.name}-<key>"
-        defines = tuple((k, join_lists(resolve_refs(v, pins=pins.sources, components=fields), comp.list_separator)) for k, v in comp.defines)
-        cenv = tuple((k, resolve_refs(v, pins=pins.sources, components=fields)) for k, v in comp.env)
-        # What the build sets besides the recipe: the path maps (in the key) and the launchers (not).
-        defines = with_prefix_maps(defines, prefix_maps(Path(trees[comp.source]), Path(bdir)), environ=env)
-        defines += planned_download_defines(comp, workspace)
-        configure = ["cmake", "-S", trees[comp.source], "-B", bdir, "-G", "Ninja", f"-DCMAKE_BUILD_TYPE={comp.build_type}"]
-        configure += [f"-D{k}={v}" for k, v in (*defines, *launcher_defines(launcher)) if v or launcher.active]
-        prefix = f"{bdir}/onebit-prefix"
-        outputs = tuple((n, f"{bdir}/{rel}") for n, rel in comp.outputs)
-        fields[comp.name] = {"build_dir": bdir, "source_dir": trees[comp.source], **dict(outputs)}
-        if comp.assemble is not None:
-            fields[comp.name]["prefix"] = prefix
-        comps.append(ComponentPlan(
-            name=comp.name, source=comp.source, build_dir=bdir, configure=tuple(configure),
-            build=("cmake", "--build", bdir, "--target", *comp.targets), defines=defines, targets=comp.targets,
-            outputs=outputs + ((("prefix", prefix),) if comp.assemble is not None else ()),
-            assemble=_assemble_lines(comp, prefix), artifacts=comp.artifacts, env=cenv,
-            downloads=_download_plans(comp, workspace, mirror_dirs, offline),
-        ))
+        planned = _component_plan(comp, recipe, pins, fields, trees[comp.source], workspace=workspace,
+                                  mirror_dirs=mirror_dirs, offline=offline, launcher=launcher, env=env)
+        fields[comp.name] = {"build_dir": planned.build_dir, "source_dir": trees[comp.source], **dict(planned.outputs)}
+        comps.append(planned)
     run_env = _run_env(recipe, env, fields, toolchain is not None)
     shader_cache = None
     if any(wants_shaders(c.defines) for c in comps):
         shader_cache = plan_shader_cache(launcher, glslc=shutil.which("glslc", path=env.get("PATH")), env=env)
     return Plan(recipe=recipe, workspace=workspace.root, toolchain=toolchain, sources=sources, components=tuple(comps),
                 runtime_env=tuple(run_env), problems=tuple(problems), launcher=launcher, shader_cache=shader_cache)
+
+
+def _toolchain_fields(recipe: Recipe, toolchain: ToolchainSettings | None,
+                      problems: list[str]) -> dict[str, dict[str, str]]:
+    """The reference table the plan starts with; a missing piece is shown in place and,
+    when something refers to it, added to ``problems``."""
+    fields: dict[str, dict[str, str]] = {}
+    if toolchain is None:
+        return fields
+    if not toolchain.root.is_dir():
+        problems.append(f"toolchain root {toolchain.root} does not exist (install TheRock, or use --toolchain-root)")
+    fields["toolchain"] = dict(toolchain.fields())
+    for name in ("ar", "libhsa"):
+        if name not in fields["toolchain"]:
+            fields["toolchain"][name] = f"<{name} not found under {toolchain.root}>"
+            if any(name in toolchain_refs((*c.defines, *c.env, *recipe.smoke.env)) for c in recipe.components):
+                problems.append(f"toolchain {name}: not found under {toolchain.root}")
+    return fields
+
+
+def _component_plan(comp: Component, recipe: Recipe, pins: Pins, fields: dict[str, dict[str, str]], tree: str, *,
+                    workspace: Workspace, mirror_dirs: tuple[Path, ...], offline: bool, launcher: Launcher,
+                    env: Mapping[str, str]) -> ComponentPlan:
+    """One component as the run would configure and build it (its outputs include the
+    assembled prefix, when it has one)."""
+    bdir = f"{workspace.build_dir}/{recipe.name}-{comp.name}-<key>"
+    defines = tuple((k, join_lists(resolve_refs(v, pins=pins.sources, components=fields), comp.list_separator))
+                    for k, v in comp.defines)
+    cenv = tuple((k, resolve_refs(v, pins=pins.sources, components=fields)) for k, v in comp.env)
+    # What the build sets besides the recipe: the path maps (in the key) and the launchers (not).
+    defines = with_prefix_maps(defines, prefix_maps(Path(tree), Path(bdir)), environ=env)
+    defines += planned_download_defines(comp, workspace)
+    configure = ["cmake", "-S", tree, "-B", bdir, "-G", "Ninja", f"-DCMAKE_BUILD_TYPE={comp.build_type}"]
+    configure += [f"-D{k}={v}" for k, v in (*defines, *launcher_defines(launcher)) if v or launcher.active]
+    prefix = f"{bdir}/onebit-prefix"
+    outputs = tuple((n, f"{bdir}/{rel}") for n, rel in comp.outputs)
+    if comp.assemble is not None:
+        outputs += (("prefix", prefix),)
+    return ComponentPlan(
+        name=comp.name, source=comp.source, build_dir=bdir, configure=tuple(configure),
+        build=("cmake", "--build", bdir, "--target", *comp.targets), defines=defines, targets=comp.targets,
+        outputs=outputs, assemble=_assemble_lines(comp, prefix), artifacts=comp.artifacts, env=cenv,
+        downloads=_download_plans(comp, workspace, mirror_dirs, offline),
+    )
 
 
 def _run_env(recipe: Recipe, env: Mapping[str, str], fields: dict[str, dict[str, str]],

@@ -18,11 +18,8 @@ from onebit_build.core.model_spec import ModelSpec, load_model
 from onebit_build.core.downloads_spec import DownloadSpec, load_downloads
 from onebit_build.core.requires_spec import RequiresSpec, load_requires
 from onebit_build.core.yamlnode import Node, Range, check_schema, load_yaml
-# The name and reference checks were part of this module: their names stay importable from here.
-from onebit_build.core.references import (  # noqa: F401
-    CMAKE_NAME_RE, COMPONENT_NAME_RE, PIN_FIELDS, RECIPE_NAME_RE, REF_RE, RESERVED_REF_HEADS, TOOLCHAIN_FIELDS,
-    cmake_name_ok, define_problem, pin_ref_problem, relative_inside, toolchain_ref_problem,
-)
+from onebit_build.core.names import is_cmake_name, is_component_name, is_file_name, relative_inside
+from onebit_build.core.references import REF_RE, RESERVED_REF_HEADS, pin_ref_problem, toolchain_ref_problem
 
 RECIPE_SCHEMA = 1
 # --------------------------------------------------------------------------- recipes
@@ -95,6 +92,11 @@ class SmokeSpec:
     skip_reason: str = ""
 
 
+# The fewest rounds that can decide a speed verdict (verification/speed.py says why), the one
+# owner of that number: the recipe's verification.rounds, --rounds and the verdict use it.
+VERIFY_MIN_ROUNDS = 5
+
+
 @dataclass(frozen=True, kw_only=True)
 class VerificationSpec:
     """How 'verify-run' judges speed: "on par" within ``tolerance`` (a fraction: 0.03 is
@@ -102,12 +104,8 @@ class VerificationSpec:
     decided or ``budget_s`` is spent."""
 
     tolerance: float = 0.03
-    rounds: int = 5  # rounds before the first look at the interval
+    rounds: int = VERIFY_MIN_ROUNDS  # rounds before the first look at the interval
     budget_s: float = 900.0  # seconds of speed rounds per device before "too noisy" is the answer
-
-
-# The fewest rounds whose median interval reaches 90 % coverage (verification/speed.py).
-VERIFY_MIN_ROUNDS = 5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,7 +212,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
     check_schema(root, RECIPE_SCHEMA)
     toolchain = _load_toolchain(root)
     name = root.get("name", str)
-    if not RECIPE_NAME_RE.fullmatch(name):
+    if not is_file_name(name):
         root.fail(f"recipe name {name!r} is not a name",
                   "use letters, digits, '.', '-' and '_', starting with a letter or digit", key="name")
     if name != path.stem:
@@ -267,7 +265,7 @@ def _load_components(root: Node, pins: Pins, toolchain: ToolchainSpec | None) ->
         node.only({"name", "source", "build_type", "defines", "targets", "outputs", "env", "artifacts",
                    "list_separator", "assemble", "downloads"})
         cname = node.get("name", str)
-        if not COMPONENT_NAME_RE.fullmatch(cname):
+        if not is_component_name(cname):
             node.fail(f"component name {cname!r} is not a name",
                       "use letters, digits, '-' and '_', starting with a letter", key="name")
         if cname in RESERVED_REF_HEADS or any(c.name == cname for c in components):
@@ -286,7 +284,7 @@ def _load_component(node: Node, name: str, pins: Pins, toolchain: ToolchainSpec 
         )
     defines = _str_map(node, "defines")
     for key, _ in defines:
-        if not cmake_name_ok(key):
+        if not is_cmake_name(key):
             node.fail(f"define {key!r} is not a CMake variable name",
                       "use letters, digits and '_' only, not starting with a digit", key="defines")
     _check_pin_refs(node, defines, pins)
@@ -318,7 +316,7 @@ def _load_outputs(node: Node) -> tuple[tuple[str, str], ...]:
     folder that cannot leave it (collecting checks again after symbolic links)."""
     outputs = _str_map(node, "outputs")
     for name, rel in outputs:
-        if not COMPONENT_NAME_RE.fullmatch(name):
+        if not is_component_name(name):
             node.fail(f"output name {name!r} is not a name",
                       "use letters, digits, '-' and '_', starting with a letter", key="outputs")
         if not relative_inside(rel):

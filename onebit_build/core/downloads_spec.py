@@ -4,17 +4,14 @@ them itself, checks their sha256 and hands CMake the unpacked tree. Validated at
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
 
+from onebit_build.core.names import is_fetch_name, is_file_name, relative_inside
 from onebit_build.core.pins import SHA256_RE
 from onebit_build.core.yamlnode import Node
 
-# FetchContent names become CMake variable names (FETCHCONTENT_SOURCE_DIR_<NAME>).
-NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
-FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +41,7 @@ def load_downloads(node: Node) -> tuple[DownloadSpec, ...]:
         dnode = Node(node.file, node.where(f"downloads[{i}]"), raw)
         dnode.only({"name", "url", "sha256", "lock"})
         name = dnode.get("name", str)
-        if not NAME_RE.match(name):
+        if not is_fetch_name(name):
             dnode.fail(
                 f"name {name!r} is not a FetchContent name",
                 "use letters, digits and '_' (e.g. hsa_runtime_headers)",
@@ -64,7 +61,7 @@ def load_downloads(node: Node) -> tuple[DownloadSpec, ...]:
             dnode.fail(
                 f"url {url!r} is not a plain https URL", "give the https URL the pinned CMake code downloads", key="url"
             )
-        if not FILE_RE.match(PurePosixPath(parts.path).name or ""):
+        if not is_file_name(PurePosixPath(parts.path).name, max_len=200):
             dnode.fail(f"url {url!r} does not end in a file name", "give the URL of the archive itself", key="url")
         sha = dnode.get("sha256", str, fix="copy the sha256 the pinned CMake code checks (URL_HASH)")
         if not SHA256_RE.match(sha):
@@ -72,7 +69,7 @@ def load_downloads(node: Node) -> tuple[DownloadSpec, ...]:
                 f"sha256 {sha!r} is not 64 lower-case hex digits", "copy the pinned URL_HASH SHA256 value", key="sha256"
             )
         lock = dnode.get("lock", str, required=False, default=None)
-        if lock is not None and (not lock or lock.startswith("/") or ".." in PurePosixPath(lock).parts):
+        if lock is not None and not relative_inside(lock):
             dnode.fail(
                 f"lock {lock!r} must be a relative path inside the source tree", "e.g. MODULE.cmake.lock", key="lock"
             )

@@ -1,8 +1,41 @@
-"""Typed errors. Each carries an exit code and a message that says what to do next."""
+"""Typed errors. Each carries an exit code and a message that says what to do next.
+
+:data:`EXIT_CODES` is the one table of what each exit code means: every code has one
+meaning and one owner (an error class below, or the CLI's success and Ctrl-C). The README's
+"Exit codes:" sentence is :func:`exit_codes_sentence`, checked by a test.
+"""
 
 from __future__ import annotations
 
 import errno
+
+SUCCESS = 0
+INTERRUPTED = 130  # the shell's code for a run stopped by Ctrl-C (or SIGTERM)
+
+EXIT_CODES: dict[int, str] = {
+    SUCCESS: "success",
+    1: "unexpected error",
+    2: "usage or configuration (an option, recipe, pin or value is refused)",
+    3: "workspace in use (another run holds its lock)",
+    4: "fetch",
+    5: "integrity (bytes are not the pinned ones)",
+    6: "patch",
+    7: "missing tool",
+    8: "command failed",
+    9: "build",
+    10: "a served llama-server failed (it did not start, did not answer or failed its checks)",
+    11: "verification failed (NOT VERIFIED)",
+    12: "not available (no build, model or output to use)",
+    13: "disk full",
+    14: "unusable folder (the workspace or a folder to write is a file, not writable, or its name is too long)",
+    15: "box in use (a benchmark or verification holds the bench lock)",
+    INTERRUPTED: "interrupted",
+}
+
+
+def exit_codes_sentence() -> str:
+    """The table as the README says it: ``Exit codes: 0 success, 1 ..., 130 interrupted.``"""
+    return "Exit codes: " + ", ".join(f"{code} {meaning}" for code, meaning in sorted(EXIT_CODES.items())) + "."
 
 
 class OnebitError(Exception):
@@ -29,8 +62,17 @@ class ConfigError(OnebitError):
 
 
 class LockError(OnebitError):
+    """The workspace is in use: another run holds its lock."""
+
     exit_code = 3
     kind = "lock"
+
+
+class BoxLockError(LockError):
+    """The machine is in use: a benchmark or verification holds the bench lock."""
+
+    exit_code = 15
+    kind = "box"
 
 
 class FetchError(OnebitError):
@@ -104,9 +146,10 @@ class SpaceError(OnebitError):
 
 
 class WorkspaceError(OnebitError):
-    """The workspace cannot be used (a file, not writable)."""
+    """A folder the run must write cannot be used: the workspace, ``--prefix`` or ``--out`` is
+    a file or not writable, or the system refused a write (permission, read-only, name too long)."""
 
-    exit_code = 2
+    exit_code = 14
     kind = "workspace"
 
 

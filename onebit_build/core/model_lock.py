@@ -15,7 +15,8 @@ from typing import Literal
 
 from onebit_build.core.errors import ConfigError, IntegrityError
 from onebit_build.core.fsutil import atomic_write_text
-from onebit_build.core.pins import NAME_RE, SHA256_RE
+from onebit_build.core.names import is_file_name
+from onebit_build.core.pins import SHA256_RE
 from onebit_build.core.yamlnode import Node, check_schema, load_yaml
 
 LOCK_SCHEMA = 1
@@ -44,7 +45,7 @@ def read_model_lock(path: Path) -> dict[str, LockedModel]:
         return out
     for name in node.data:
         name = str(name)
-        if not NAME_RE.match(name):
+        if not is_file_name(name):
             node.fail("not a valid model name", "use the recipe's model.name", key=name)
         entry = node.child(name)
         assert entry is not None

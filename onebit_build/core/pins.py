@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from onebit_build.core.errors import ConfigError
+from onebit_build.core.names import is_file_name
 from onebit_build.core.yamlnode import Node, check_schema, load_yaml
 
 PINS_SCHEMA = 1
@@ -18,7 +19,6 @@ LOCK_SCHEMA = 1
 
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 ABBREV_SHA = re.compile(r"^[0-9a-f]{4,39}$")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -85,7 +85,7 @@ def load_pins(path: Path) -> Pins:
     sources: dict[str, Pin] = {}
     for name in sources_node.data:
         name = str(name)
-        if not NAME_RE.match(name):
+        if not is_file_name(name):
             sources_node.fail("not a valid source name", "use letters, digits, '.', '_' and '-'", key=name)
         node = sources_node.child(name)
         assert node is not None

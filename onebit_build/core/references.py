@@ -1,42 +1,24 @@
-"""Names and references in a recipe, and the checks that keep them from becoming code or a
-path outside their folder: CMake variable names, component and output names, output paths,
-``${pin.SOURCE.FIELD}`` and ``${toolchain.FIELD}``. Pure functions: each returns what is
+"""References in a recipe and the checks that keep them from becoming code:
+``${pin.SOURCE.FIELD}``, ``${toolchain.FIELD}`` and the defines that hold them (the name rules
+themselves are in :mod:`onebit_build.core.names`). Pure functions: each returns what is
 wrong (a problem and its fix) or None; the recipe loader and ``-D`` both use them."""
 
 from __future__ import annotations
 
 import re
-from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
+
+from onebit_build.core.names import is_cmake_name
 
 if TYPE_CHECKING:
     from onebit_build.core.config import ToolchainSpec
     from onebit_build.core.pins import Pins
 
 REF_RE = re.compile(r"\$\{([^}]*)\}")
-# A recipe name: it becomes part of folder and file names (build folders, manifests).
-RECIPE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-# A component or output name: it becomes part of folder and file names.
-COMPONENT_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
-# A CMake variable name as a recipe or ``-D`` may set it: a C identifier.
-CMAKE_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def cmake_name_ok(name: str) -> bool:
-    return CMAKE_NAME_RE.fullmatch(name) is not None
-
 
 # ``${pin.SRC.FIELD}`` and ``${toolchain.FIELD}`` are not component references.
 RESERVED_REF_HEADS = ("pin", "toolchain")
 TOOLCHAIN_FIELDS = ("root", "ar", "libhsa")
-
-
-def relative_inside(rel: str) -> bool:
-    """True for a relative path (or glob) with no '..' part and no backslash. Pure."""
-    parts = PurePosixPath(rel).parts
-    return bool(rel) and not rel.startswith("/") and "\\" not in rel and "\0" not in rel and ".." not in parts
-
-
 PIN_FIELDS = ("commit", "short", "build_number", "branch")
 
 
@@ -59,7 +41,7 @@ def pin_ref_problem(key: str, value: str, pins: Pins) -> tuple[str, str] | None:
 def define_problem(key: str, value: str, pins: Pins, toolchain: ToolchainSpec | None) -> tuple[str, str] | None:
     """(problem, fix) for a define that cannot be written or resolved: a name that is not a
     CMake variable name, or a bad ``${pin...}`` / ``${toolchain...}`` reference. Pure."""
-    if not cmake_name_ok(key):
+    if not is_cmake_name(key):
         return f"{key!r} is not a CMake variable name", "use letters, digits and '_' only, not starting with a digit"
     return pin_ref_problem(key, value, pins) or toolchain_ref_problem(key, value, toolchain)
 

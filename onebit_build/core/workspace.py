@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from onebit_build.core.errors import ConfigError, LockError, WorkspaceError
+from onebit_build.core.names import file_part
 
 
 def default_workspace() -> Path:
@@ -58,11 +59,11 @@ class Workspace:
         return self.root / "onebit-build.lock"
 
     def bare_repo(self, source: str) -> Path:
-        return self.git_dir / f"{safe_name(source)}.git"
+        return self.git_dir / f"{file_part(source)}.git"
 
     def new_run_dir(self, recipe: str, command: str) -> Path:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        base = self.runs / f"{stamp}-{safe_name(recipe)}-{command}"
+        base = self.runs / f"{stamp}-{file_part(recipe)}-{command}"
         path = base
         n = 1
         while path.exists():
@@ -70,10 +71,6 @@ class Workspace:
             path = Path(f"{base}-{n}")
         path.mkdir(parents=True)
         return path
-
-
-def safe_name(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
 
 class FileLock:
@@ -212,15 +209,15 @@ def check_target_folder(path: Path, flag: str) -> None:
         there = there.parent
     if not there.is_dir():
         what = "is a file, not a folder" if there == path else f"cannot be made: {there} is a file"
-        raise ConfigError(f"{flag} {path} {what}", hint=f"give {flag} a folder (it is created when missing)")
+        raise WorkspaceError(f"{flag} {path} {what}", hint=f"give {flag} a folder (it is created when missing)")
     try:
         fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=there)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
         at = "" if there == path else f" at {there}"
-        raise ConfigError(f"{flag} {path} is not writable ({exc.strerror or exc}{at})",
-                          hint=f"choose a writable {flag}, or fix the permissions of {there}") from None
+        raise WorkspaceError(f"{flag} {path} is not writable ({exc.strerror or exc}{at})",
+                             hint=f"choose a writable {flag}, or fix the permissions of {there}") from None
 
 
 def pid_alive(pid: int) -> bool:

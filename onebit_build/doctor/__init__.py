@@ -38,7 +38,7 @@ from onebit_build.building.fetch import local_mirror_candidates, sdist_store_cac
 from onebit_build.building.manifest import Manifest, load_latest
 from onebit_build.building.patch import list_patches
 from onebit_build.core.gitops import Git
-from onebit_build.building.plan import ToolchainSettings, join_lists, resolve_toolchain, runtime_env, toolchain_refs
+from onebit_build.building.toolchain import ToolchainSettings, join_lists, resolve_toolchain, runtime_env, toolchain_refs
 from onebit_build.core.workspace import Workspace
 from onebit_build.running.server import parse_list_devices
 from onebit_build.requirements import Check, download_checks, gather, requirement_checks

@@ -22,7 +22,7 @@ from onebit_build.building.cache.compiler import Launcher, resolve as resolve_la
 from onebit_build.building.fetch import FetchRequest, FetchResult, fetch
 from onebit_build.building.manifest import MANIFEST_NAME, latest_path, make_manifest, write_manifest
 from onebit_build.building.patch import PrepareRequest, PreparedTree, list_patches, prepare
-from onebit_build.building.plan import component_fields, join_lists, resolve_toolchain
+from onebit_build.building.toolchain import component_fields, join_lists, resolve_toolchain
 from onebit_build.core import ui
 from onebit_build.core.config import Component, Recipe
 from onebit_build.core.errors import ConfigError, NotAvailableError

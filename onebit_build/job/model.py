@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Iterator
 
 from onebit_build.core import ui
-from onebit_build.core.config import Recipe, define_problem, find_recipe, load_recipe
+from onebit_build.core.config import Recipe, find_recipe, load_recipe
+from onebit_build.core.references import define_problem
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.pins import Pins, apply_lock, load_pins, read_lock
 from onebit_build.core.proc import which

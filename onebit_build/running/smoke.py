@@ -13,7 +13,6 @@ The checks are pure (:mod:`smoke_checks`: a server answer in, a :class:`SmokeChe
 from __future__ import annotations
 
 import os
-import re
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -26,6 +25,7 @@ from onebit_build.running import server as srvmod
 from onebit_build.core import ui
 from onebit_build.core.config import PromptCheck, Recipe, SmokeSpec
 from onebit_build.core.errors import SmokeError
+from onebit_build.core.names import label_part
 from onebit_build.running.measure import Completion, Sample
 from onebit_build.running.model import ModelFile, has_chat_template
 from onebit_build.running.offload import check_offload
@@ -99,8 +99,7 @@ class SmokeResult:
 
 
 def log_name(device: str) -> str:
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", device)
-    return f"server-{safe}.log"
+    return f"server-{label_part(device)}.log"
 
 
 

@@ -149,26 +149,42 @@ def _manifest_above(server: Path) -> Path | None:
     return None
 
 
+def _locate(named: Path) -> tuple[Path, str | None]:
+    """The folder holding the build manifest ``named`` points at, and how it was given
+    (SERVER_FILE, or None when the folder itself or its manifest was named)."""
+    if named.is_file():
+        if named.name == MANIFEST:
+            return named.parent, None
+        folder = _manifest_above(named)
+        if folder is None:
+            raise _refuse(named, f"not a build: no {MANIFEST} in the folders above this file")
+        return folder, SERVER_FILE
+    if named.is_dir():
+        if not (named / MANIFEST).is_file() and not (named / INSTALLED_MANIFEST).is_file():
+            raise _refuse(named, f"not a build: the folder holds no {MANIFEST}")
+        return named, None
+    raise _refuse(named, "not a file or folder")
+
+
+def _check_server(named: Path, server: Path, folder: Path, given: str) -> None:
+    if given == SERVER_FILE and server.resolve() != named:
+        raise _refuse(named, f"this is not the llama-server of the build in {folder} (that is {server})",
+                      hint="give the build folder itself")
+    if not server.is_file():
+        raise _refuse(named, f"its llama-server ({server}) is missing",
+                      hint="the build was cleaned or moved: rebuild it, or give another")
+    if not os.access(server, os.X_OK):
+        raise _refuse(named, f"its llama-server ({server}) is not executable",
+                      hint="restore the file's execute permission")
+
+
 def resolve_working(path: Path, *, recipe: str) -> ResolvedBuild:
     """The working build ``path`` names (see the module's docstring), for ``recipe``."""
     named = Path(path).expanduser()
     if not named.exists():
         raise _refuse(named, "no such file or folder")
     named = named.resolve()
-    if named.is_file():
-        if named.name == MANIFEST:
-            folder, given = named.parent, None
-        else:
-            folder = _manifest_above(named)
-            if folder is None:
-                raise _refuse(named, f"not a build: no {MANIFEST} in the folders above this file")
-            given = SERVER_FILE
-    elif named.is_dir():
-        if not (named / MANIFEST).is_file() and not (named / INSTALLED_MANIFEST).is_file():
-            raise _refuse(named, f"not a build: the folder holds no {MANIFEST}")
-        folder, given = named, None
-    else:
-        raise _refuse(named, "not a file or folder")
+    folder, given = _locate(named)
     installed = not (folder / MANIFEST).is_file()
     manifest_path = folder / (INSTALLED_MANIFEST if installed else MANIFEST)
     doc = read_build_manifest(manifest_path, named)
@@ -194,13 +210,7 @@ def resolve_working(path: Path, *, recipe: str) -> ResolvedBuild:
                 raise _refuse(named, f"the build folder this run made ({folder}) no longer exists",
                               hint="give an existing working build, or rebuild it")
     server = folder / rel
-    if given == SERVER_FILE and server.resolve() != named:
-        raise _refuse(named, f"this is not the llama-server of the build in {folder} (that is {server})",
-                      hint="give the build folder itself")
-    if not server.is_file():
-        raise _refuse(named, f"its llama-server ({server}) is missing", hint="the build was cleaned or moved: rebuild it, or give another")
-    if not os.access(server, os.X_OK):
-        raise _refuse(named, f"its llama-server ({server}) is not executable", hint="restore the file's execute permission")
+    _check_server(named, server, folder, given)
     return ResolvedBuild(folder=folder, server=server, manifest_path=manifest_path, manifest=doc, given_as=given,
                          outputs=outputs_of(doc, server_comp=comp, folder=folder, installed=installed))
 

@@ -9,7 +9,6 @@ parsed and checked before the bench lock is taken or a server starts.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +16,10 @@ from typing import Any, Iterable
 
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.fsutil import StateError, read_state
+from onebit_build.core.names import is_label, label_part
 from onebit_build.running import server as srvmod
 from onebit_build.running.bench.judge import Expectation, Step
-from onebit_build.running.bench.settings import ALL_DEVICES, BENCH_KIND, BENCH_SCHEMA, NAME_RE, PROMPT_NAMES, RESERVED_ARGS
+from onebit_build.running.bench.settings import ALL_DEVICES, BENCH_KIND, BENCH_SCHEMA, PROMPT_NAMES, RESERVED_ARGS
 import yaml
 
 
@@ -63,7 +63,7 @@ def parse_config(text: str) -> Config:
     """``NAME=ARGS`` (ARGS split like a shell would; may be empty) into a Config."""
     name, sep, rest = text.partition("=")
     name = name.strip()
-    if not sep or not NAME_RE.match(name):
+    if not sep or not is_label(name):
         raise ConfigError(
             f"--config {text!r}: expected NAME='SERVER ARGS' with a simple name",
             hint="e.g. --config t1='-t 1' (names: letters, digits, . _ + -)",
@@ -117,14 +117,14 @@ def server_in(path: Path) -> Path:
 def parse_build(text: str) -> Build:
     """``[NAME=]PATH``; without a name the build is named after its folder."""
     name, sep, rest = text.partition("=")
-    if sep and NAME_RE.match(name) and rest:
+    if sep and is_label(name) and rest:
         path = Path(rest)
     else:
         name, path = "", Path(text)
     server = server_in(path)
     if not name:
         folder = server.parent.parent if server.parent.name == "bin" else server.parent
-        name = re.sub(r"[^A-Za-z0-9._+-]", "_", folder.name) or "server"
+        name = label_part(folder.name) or "server"
     return Build(name=name, server=server)
 
 

@@ -7,7 +7,6 @@ expected answer prefixes (see :mod:`judge`).
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -17,7 +16,8 @@ from typing import Any, Callable
 import requests
 
 from onebit_build.core import ui
-from onebit_build.core.errors import LockError, SmokeError
+from onebit_build.core.errors import BoxLockError, SmokeError
+from onebit_build.core.names import label_part
 from onebit_build.core.workspace import FileLock
 from onebit_build.running import server as srvmod
 from onebit_build.running.bench.judge import Expectation, common_prefix, judge_answer, steps_from_probs
@@ -126,7 +126,7 @@ def _ask(server: srvmod.Server, prompt: Prompt, tokens: int, timeout: float) -> 
 
 
 def _log_name(rnd: int, variant: str) -> str:
-    return f"server-r{rnd}-{re.sub(r'[^A-Za-z0-9._+-]+', '_', variant)}.log"
+    return f"server-r{rnd}-{label_part(variant)}.log"
 
 
 Progress = Callable[[str], None]
@@ -262,12 +262,12 @@ class BenchLock(FileLock):
                  on_wait: Callable[[str], None] | None = None):
         super().__init__(path, command, wait_s=wait_s, poll_s=poll_s, on_wait=on_wait or ui.info)
 
-    def busy(self, holder: str) -> LockError:
-        return LockError(f"bench lock {self.path} is held by {holder}",
+    def busy(self, holder: str) -> BoxLockError:
+        return BoxLockError(f"bench lock {self.path} is held by {holder}",
                          hint="wait for that benchmark to finish, or pass --wait SECONDS to wait for it")
 
-    def timed_out(self, holder: str) -> LockError:
-        return LockError(f"bench lock {self.path} is still held by {holder} after waiting {self.wait_s:g} s",
+    def timed_out(self, holder: str) -> BoxLockError:
+        return BoxLockError(f"bench lock {self.path} is still held by {holder} after waiting {self.wait_s:g} s",
                          hint="try again later or wait longer with --wait SECONDS")
 
     def waiting(self, holder: str) -> str:

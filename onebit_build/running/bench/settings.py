@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 
@@ -26,7 +25,6 @@ DEFAULTS = BenchDefaults()
 BENCH_KIND = "onebit-bench"
 BENCH_SCHEMA = 1
 PROMPT_NAMES = ("code", "prose", "short")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 # Arguments the bench sets itself for every server; a config may not give them.
 RESERVED_ARGS = ("-m", "--model", "--host", "--port", "--device", "-dev", "-np", "--parallel")
 ALL_DEVICES = "all"
