@@ -26,6 +26,7 @@ from onebit_build.running import server as srvmod
 from onebit_build.core import ui
 from onebit_build.core.config import PromptCheck, Recipe, SmokeSpec
 from onebit_build.core.errors import SmokeError
+from onebit_build.core.model_spec import served_name
 from onebit_build.running.measure import Completion, Sample
 from onebit_build.running.model import ModelFile, has_chat_template
 from onebit_build.running.offload import check_offload
@@ -209,6 +210,7 @@ class _DeviceRun:
     chat: bool = False  # the model has its own chat template: check /v1/chat/completions
     threads: int | None = None  # the server's -t
     references: tuple[SpeedReference, ...] = ()  # speed references; only one of the same workload is used
+    alias: str | None = None  # the name the server lists the model by; None: its path
 
 
 def _smoke_device(run: _DeviceRun, *, server_bin: Path, log: Path, threads: int | None) -> DeviceResult:
@@ -216,7 +218,7 @@ def _smoke_device(run: _DeviceRun, *, server_bin: Path, log: Path, threads: int 
     device, spec = run.device, run.spec
     sspec = srvmod.ServerSpec(
         binary=server_bin, model=run.model.path, log=log, device=device, ctx_size=spec.ctx_size,
-        env=spec.env, health_timeout_s=spec.health_timeout_s, threads=threads,
+        env=spec.env, health_timeout_s=spec.health_timeout_s, threads=threads, alias=run.alias,
     )
     try:
         server = srvmod.start(sspec)
@@ -253,7 +255,7 @@ def _checks_on(server: srvmod.Server, run: _DeviceRun) -> tuple[list[SmokeCheck]
     checks.append(_guarded("offload", device, server, lambda: check_offload(device, _load_log(server))))
     checks.append(_guarded("health", device, server, lambda: check_health(device, *server.get_json("/health"))))
     checks.append(_guarded("catalog", device, server, lambda: check_catalog(
-        device, *server.get_json("/v1/models"), model_id=str(model.path), ctx_size=spec.ctx_size)))
+        device, *server.get_json("/v1/models"), model_id=run.alias or str(model.path), ctx_size=spec.ctx_size)))
     checks.append(_guarded("props", device, server, lambda: check_props(
         device, *server.get_json("/props"), expect_commit=run.expect_commit, model_path=model.path, ctx_size=spec.ctx_size)))
     if run.chat:  # only a model with its own template answers the chat endpoint meaningfully
@@ -356,7 +358,8 @@ def run_smoke(
                                         {"listed": list(listed or ())}))
         else:
             run = _DeviceRun(device=device, spec=spec, model=model, expect_commit=expect_commit, deadlines=deadlines,
-                             chat=has_chat_template(model.path) is True, threads=threads, references=references)
+                             chat=has_chat_template(model.path) is True, threads=threads, references=references,
+                             alias=served_name(recipe.model, sha256=model.sha256, file=model.path))
             results.append(_smoke_device(run, server_bin=server_bin, log=logs / log_name(device), threads=threads))
     return SmokeResult(
         recipe=recipe.name, server_bin=server_bin, model=model, expect_commit=expect_commit, run_dir=run_dir,
