@@ -15,6 +15,7 @@ from onebit_build.building.cache.compiler import describe, resolve as resolve_ca
 from onebit_build.building.inventory import find_builds
 from onebit_build.building.plan import make_plan, render_plan
 from onebit_build.commands import Command
+from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, ToolMissingError
 from onebit_build.core.project import ProjectRoot, pins_digest
 from onebit_build.core.workspace import Workspace
@@ -48,10 +49,9 @@ def plan(opts: Options, project: ProjectRoot, cmd: Command | None = None) -> int
                "overrides": [d.render() for d in opts.defines], **plan_doc(the_plan), "built": state}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
-        sys.stdout.write(render_plan(the_plan, project=project.describe()))
-        for d in opts.defines:
-            sys.stdout.write(f"override   -D {d.render()}\n")
-        sys.stdout.write(f"built      {state['summary']}\n")
+        text = render_plan(the_plan, project=project.describe())
+        text += "".join(f"override   -D {d.render()}\n" for d in opts.defines)
+        ui.answer_text(text + f"built      {state['summary']}\n")
     return 0
 
 
