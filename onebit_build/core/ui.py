@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn, TransferSpeedColumn)
 
 _console = Console(stderr=True, highlight=False, soft_wrap=True)
 _verbose = False
@@ -133,6 +134,22 @@ def fit(line: str, columns: int | None = None) -> str:
     if columns is None or len(line) <= columns:
         return line
     return line[: max(columns - 1, 1)] + "…"
+
+
+class ByteBar:
+    """A download's bar on a terminal: bytes so far of the total, speed, time left."""
+
+    def __init__(self, label: str) -> None:
+        self._progress = Progress(TextColumn(f"  {label}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                                  TimeRemainingColumn(), console=_console, transient=True, disable=_quiet)
+        self._task = self._progress.add_task(label, total=None)
+        self._progress.start()
+
+    def update(self, done: int, total: int | None) -> None:
+        self._progress.update(self._task, completed=done, total=total)
+
+    def stop(self) -> None:
+        self._progress.stop()
 
 
 class StepProgress:
