@@ -105,3 +105,18 @@ def test_plan_lines_fit_the_terminal_width_and_say_how_to_see_them_whole():
     assert "-v or --json shows them whole" in out.stderr
     whole = run_cli(REPO, "-v", "plan", env={"COLUMNS": "90"})
     assert max(len(line) for line in whole.stdout.splitlines()) > 200  # the prefix-map flags, whole
+
+
+def test_only_changed_outputs_are_listed(capsys, tmp_path):
+    from types import SimpleNamespace
+
+    from onebit_build.job.build import show_outputs
+
+    outs = [SimpleNamespace(name=f"lib{i}.so", path=tmp_path / f"lib{i}.so", sha256=f"{i}" * 64) for i in range(3)]
+    before = {str(outs[0].path): outs[0].sha256, str(outs[1].path): "f" * 64}  # lib1 changed, lib2 is new
+    show_outputs([SimpleNamespace(outputs=outs)], tmp_path / "build-manifest.json", before)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0].strip() for line in lines[:-1]] == ["lib1.so", "lib2.so"]
+    assert lines[-1] == f"  1 output(s) up to date, see {tmp_path / 'build-manifest.json'}"
+    show_outputs([SimpleNamespace(outputs=outs)], tmp_path / "m.json", {})
+    assert capsys.readouterr().err.splitlines()[-1] == f"  manifest: {tmp_path / 'm.json'}"

@@ -130,7 +130,7 @@ def run_build(job: Job, fetched: dict[str, FetchResult], trees: dict[str, Prepar
             source_head=tree.head, patch_digest=tree.patch_digest, defines=defines,
             build_root=build_root or job.workspace.build_dir, log=job.log(f"build-{comp.name}.log"),
             jobs=job.opts.jobs, env=env, assemble=assemble_plan(job, comp, defines),
-            inputs=dependency_inputs(comp, results), launcher=launcher,
+            inputs=dependency_inputs(comp, results), launcher=launcher, fresh=job.opts.fresh and build_root is None,
         ), tools)
         fields[comp.name] = {"build_dir": str(res.build_dir), "source_dir": str(tree.path), **{o.name: str(o.path) for o in res.outputs}}
         results.append(res)
@@ -230,7 +230,8 @@ def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
     with ui.stage("build") as st:
         builds = run_build(job, fetched, trees)
         t_manifest = time.monotonic()
-        before = recorded_outputs(builds[-1].build_dir / MANIFEST_NAME)
+        before = {**recorded_outputs(latest_path(job.workspace, recipe.name)),  # kept when --fresh empties the folder
+                  **recorded_outputs(builds[-1].build_dir / MANIFEST_NAME)}
         man = write_manifests(job, fetched, trees, builds)
         manifest_s = time.monotonic() - t_manifest
         st["note"] = "; ".join(f"{b.component}{' (up to date)' if b.reused else f' built in {b.seconds:.0f} s'}{cache_note(b)}" for b in builds)
@@ -241,8 +242,8 @@ def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
 
 
 def recorded_outputs(manifest: Path) -> dict[str, str]:
-    """The sha256 of each output (by path) that a build folder's manifest records; empty
-    when there is none yet or it cannot be read."""
+    """The sha256 of each output (by path) that a manifest records; empty when there is none
+    yet or it cannot be read."""
     try:
         doc = read_manifest(manifest)
     except (OSError, StateError, ValueError):
@@ -251,8 +252,8 @@ def recorded_outputs(manifest: Path) -> dict[str, str]:
 
 
 def show_outputs(builds: list, manifest: Path, before: dict[str, str]) -> None:
-    """The outputs whose bytes changed since the build folder's last manifest (every one with
-    -v), then one line for the rest and the manifest that lists them all."""
+    """The outputs whose bytes changed since the last manifest (every one with -v), then one
+    line for the rest and the manifest that lists them all."""
     outputs = [o for b in builds for o in b.outputs]
     changed = [o for o in outputs if ui.is_verbose() or before.get(str(o.path)) != o.sha256]
     for o in changed:
