@@ -46,8 +46,8 @@ def make_parser() -> argparse.ArgumentParser:
 
 def refuse_unused_flags(opts: options.Options, cmd: Command) -> None:
     """A global flag is honoured by every command or refused (exit 2), never ignored."""
-    given = {"--dry-run": (opts.dry_run and cmd.name != "plan", "dry_run"), "--model": (opts.model is not None, "takes_model"),
-             "--fresh": (opts.fresh, "builds")}
+    given = {"--dry-run": (opts.dry_run and cmd.name != "plan", "dry_run"),
+             "--model": (opts.model is not None, "takes_model"), "--fresh": (opts.fresh, "builds")}
     for flag, (is_given, attr) in given.items():
         if is_given and not getattr(cmd, attr):
             users = [c.name for c in TABLE if getattr(c, attr)]

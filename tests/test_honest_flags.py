@@ -79,7 +79,8 @@ BUILDERS = [c.name for c in TABLE if c.builds]
 @pytest.mark.parametrize("command", every_command())
 def test_fresh_is_taken_by_the_commands_that_build_and_refused_elsewhere(command, tmp_path):
     ws = tmp_path / "ws"
-    args = [a.replace("PREFIX", str(tmp_path / "prefix")).replace("WORKING", str(tmp_path)) for a in REQUIRED.get(command, [])]
+    args = [a.replace("PREFIX", str(tmp_path / "prefix")).replace("WORKING", str(tmp_path))
+            for a in REQUIRED.get(command, [])]
     # A recipe that is not there: a command that takes --fresh goes on and stops at the recipe.
     out = run_cli(REPO, "--workspace", str(ws), "--recipe", "no-such-recipe", "--fresh", command, *args, timeout=120)
     refusal = f"error: --fresh is not taken by '{command}' (drop it; it applies to: {', '.join(BUILDERS)})"

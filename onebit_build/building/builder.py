@@ -303,7 +303,8 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
 
     reused = None if req.fresh else _reusable(req, key, bdir)
     if reused is not None:
-        return result(reused, True, {**describe(req.launcher), "stats": None, "note": "build folder reused: nothing compiled"})
+        note = "build folder reused: nothing compiled"
+        return result(reused, True, {**describe(req.launcher), "stats": None, "note": note})
     if gone is not None:
         raise ToolMissingError(f"{gone.message}; the build of {req.component.name} in {bdir} must be made again",
                                hint=gone.hint)

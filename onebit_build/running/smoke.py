@@ -370,7 +370,8 @@ def run_smoke(
                                              threads=threads))
     return SmokeResult(
         recipe=recipe.name, server_bin=Path(server_bin), model=model, expect_commit=expect_commit,
-        run_dir=Path(run_dir), devices_expected=wanted, devices_listed=listed, checks=(device_check,), device_results=tuple(results),
+        run_dir=Path(run_dir), devices_expected=wanted, devices_listed=listed, checks=(device_check,),
+        device_results=tuple(results),
         started_at=started_at, seconds=time.monotonic() - t0,
     )
 

@@ -253,8 +253,8 @@ def devices_to_compare(req: RunRequest) -> tuple[tuple[str, ...], dict[str, str]
 def _spec(req: RunRequest, side: Side, device: str, log: Path) -> srvmod.ServerSpec:
     spec = req.recipe.smoke
     return srvmod.ServerSpec(binary=side.build.server, model=req.model.path, log=log, device=device, ctx_size=spec.ctx_size,
-                             threads=spec.threads, extra_args=side.args, env=req.env, health_timeout_s=spec.health_timeout_s,
-                             alias=served_name(req.recipe.model, sha256=req.model.sha256, file=req.model.path))
+                             threads=spec.threads, extra_args=side.args, env=req.env,
+                             health_timeout_s=spec.health_timeout_s, alias=served_name(req.recipe.model, sha256=req.model.sha256, file=req.model.path))
 
 
 def _pieces(server: srvmod.Server, tokens: tuple[int, ...]) -> tuple[str, ...]:
