@@ -323,17 +323,9 @@ def measure_speed(*, server_bin: Path, model: ModelFile, spec: SmokeSpec, device
     return replace(speed, workload=workload.to_dict(), reference_tok_s=None, on_par=None, reference_note="")
 
 
-def run_smoke(
-    *,
-    recipe: Recipe,
-    server_bin: Path,
-    model: ModelFile,
-    run_dir: Path,
-    expect_commit: str,
-    devices: tuple[str, ...] | None = None,
-    threads: int | None = None,
-    references: tuple[SpeedReference, ...] = (),
-) -> SmokeResult:
+def run_smoke(*, recipe: Recipe, server_bin: Path, model: ModelFile, run_dir: Path, expect_commit: str,
+              devices: tuple[str, ...] | None = None, threads: int | None = None,
+              references: tuple[SpeedReference, ...] = ()) -> SmokeResult:
     """Smoke-test ``server_bin`` serving ``model`` on each device (the recipe's by default).
 
     Failed checks are results, not exceptions; this raises only on misuse: ValueError for
