@@ -8,10 +8,9 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
-from _support import REPO
+from _support import REPO, run_in_terminal
 
 CHILD = textwrap.dedent("""\
     import functools, hashlib, http.server, sys, threading
@@ -41,22 +40,9 @@ def _run(tmp_path: Path, *, terminal: bool) -> str:
         out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         return out.stdout + out.stderr
-    master, slave = os.openpty()
-    proc = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave)
-    os.close(slave)
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # the child closed its side
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    assert proc.wait(timeout=60) == 0, b"".join(chunks)
-    return b"".join(chunks).decode("utf-8", "replace")
+    rc, text = run_in_terminal(argv, env, timeout=120)
+    assert rc == 0, text
+    return text
 
 
 def test_a_download_on_a_terminal_shows_a_bar(tmp_path):

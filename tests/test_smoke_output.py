@@ -120,3 +120,23 @@ def test_only_changed_outputs_are_listed(capsys, tmp_path):
     assert lines[-1] == f"  1 output(s) up to date, see {tmp_path / 'build-manifest.json'}"
     show_outputs([SimpleNamespace(outputs=outs)], tmp_path / "m.json", {})
     assert capsys.readouterr().err.splitlines()[-1] == f"  manifest: {tmp_path / 'm.json'}"
+
+
+@pytest.mark.slow
+def test_on_a_terminal_the_running_check_is_named_while_it_runs(llama_server, gemma_model):
+    import os
+    import sys
+
+    from _support import run_in_terminal
+
+    ws = workspace_for_tests()
+    env = {k: v for k, v in os.environ.items() if k not in ("ONEBIT_MIRROR_DIR", "ONEBIT_WORKSPACE", "COLUMNS")}
+    env["ONEBIT_ROOT"] = str(REPO)
+    rc, text = run_in_terminal([sys.executable, "-m", "onebit_build", "--workspace", str(ws), *shared_from_user(ws),
+                                "--model", str(gemma_model), "smoke"], env, timeout=900)
+    assert rc == 0, text[-3000:]
+    # The spinner's line names each check before it ends (rich redraws it in place)...
+    for running in ("CPU start: loading gemma-3-270m-q4_k_m.gguf ...", "CPU answer:capital ...", "CPU speed ..."):
+        assert running in text, running
+    # ...and each finished check stays as its own line.
+    assert "CPU pass /v1/models lists only gemma-3-270m-q4_k_m" in text and "smoke PASS: 10/10" in text
