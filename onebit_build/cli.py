@@ -52,11 +52,15 @@ def make_parser() -> argparse.ArgumentParser:
 
 def refuse_unused_flags(opts: Options, cmd: Command) -> None:
     """A global flag is honoured by every command or refused (exit 2), never ignored."""
-    given = {"--dry-run": (opts.dry_run and cmd.name != "plan", "dry_run"), "--model": (opts.model is not None, "takes_model")}
+    given = {"--dry-run": (opts.dry_run and cmd.name != "plan", "dry_run"),
+             "--model": (opts.model is not None, "takes_model"), "--fresh": (opts.fresh, "builds")}
     for flag, (is_given, attr) in given.items():
         if is_given and not getattr(cmd, attr):
             users = [c.name for c in TABLE if getattr(c, attr)]
             raise ConfigError(f"{flag} is not taken by '{cmd.name}'", hint=f"drop it; it applies to: {', '.join(users)}")
+    for other, is_given in (("--server", opts.server is not None), ("--dry-run", opts.dry_run)):
+        if opts.fresh and is_given:  # nothing is built then, so nothing would start over
+            raise ConfigError(f"--fresh is not taken with {other}: nothing is built", hint="drop one of the two")
 
 
 def dispatch(opts: Options) -> int:

@@ -93,6 +93,7 @@ class Options:
     mirror_dirs: tuple[Path, ...] = ()
     offline: bool = False
     locked: bool = False
+    fresh: bool = False  # --fresh: configure every component from an empty build folder
     jobs: int | None = None
     json: bool = False
     dry_run: bool = False
@@ -195,7 +196,7 @@ def from_args(ns: argparse.Namespace) -> Options:
         workspace=check_path_length("--workspace", Path(get("workspace") or default_workspace()).expanduser().resolve(),
                                     room=WORKSPACE_ROOM),
         mirror_dirs=mirror_dirs_from([*(get("mirror_dir") or ()), *(get("mirror_dir_after") or ())]),
-        offline=bool(get("offline")), locked=bool(get("locked")), jobs=get("jobs"),
+        offline=bool(get("offline")), locked=bool(get("locked")), jobs=get("jobs"), fresh=bool(get("fresh")),
         json=bool(get("json")),
         dry_run=bool(get("dry_run")) or command == "plan", gc_dry_run=bool(get("gc_dry_run")), names=bool(get("names")),
         shell=get("shell") or "bash",

@@ -260,3 +260,25 @@ def ggml_only_project(root: Path) -> Path:
     (root / "recipes").mkdir()
     (root / "recipes" / "default.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     return root
+
+
+def run_in_terminal(argv: list[str], env: dict[str, str], timeout: float = 600) -> tuple[int, str]:
+    """Run ``argv`` with a pseudo-terminal as its stdin, stdout and stderr (as a person's
+    shell would); its exit code and all it wrote, escape sequences included."""
+    master, slave = os.openpty()
+    proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the child closed its side
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    if proc.poll() is None and time.monotonic() >= deadline:
+        proc.kill()
+    return proc.wait(timeout=60), b"".join(chunks).decode("utf-8", "replace")

@@ -71,3 +71,27 @@ def test_the_hint_of_a_malformed_define_works(recipe, tmp_path):
     for example in examples:
         ran = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--recipe", recipe, *shlex.split(example), "plan")
         assert ran.returncode == 0, (example, ran.stderr)
+
+
+BUILDERS = [c.name for c in TABLE if c.builds]
+
+
+@pytest.mark.parametrize("command", every_command())
+def test_fresh_is_taken_by_the_commands_that_build_and_refused_elsewhere(command, tmp_path):
+    ws = tmp_path / "ws"
+    args = [a.replace("PREFIX", str(tmp_path / "prefix")).replace("WORKING", str(tmp_path))
+            for a in REQUIRED.get(command, [])]
+    # A recipe that is not there: a command that takes --fresh goes on and stops at the recipe.
+    out = run_cli(REPO, "--workspace", str(ws), "--recipe", "no-such-recipe", "--fresh", command, *args, timeout=120)
+    refusal = f"error: --fresh is not taken by '{command}' (drop it; it applies to: {', '.join(BUILDERS)})"
+    if command in BUILDERS:
+        assert refusal not in out.stderr and "no-such-recipe" in out.stderr, out.stderr
+    else:
+        assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == refusal, out.stderr
+    assert not (ws / "build").exists()
+
+
+def test_fresh_is_refused_where_nothing_is_built(tmp_path):
+    for extra in (["--dry-run"], ["--server", str(tmp_path / "llama-server")]):
+        out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--fresh", "smoke", *extra)
+        assert out.returncode == 2 and f"--fresh is not taken with {extra[0]}: nothing is built" in out.stderr

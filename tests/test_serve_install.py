@@ -49,7 +49,7 @@ def test_serve_prints_the_base_url_answers_and_stops_on_ctrl_c(llama_server, gem
         assert f"OpenAI base URL: http://127.0.0.1:{port}/v1" in text, text
         pid = int(re.search(r"\(pid (\d+),", text).group(1))
         models = requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=30).json()
-        assert models["data"][0]["id"]
+        assert [m["id"] for m in models["data"]] == ["gemma-3-270m-q4_k_m"]  # the recipe's model name, not a path
         r = requests.post(f"http://127.0.0.1:{port}/v1/completions", json={"prompt": "Question: What is the capital of France?\nAnswer:", "max_tokens": 8, "temperature": 0},
                           timeout=120)
         assert r.status_code == 200 and "Paris" in r.json()["choices"][0]["text"]

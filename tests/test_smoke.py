@@ -210,6 +210,10 @@ def test_default_recipe_passes_on_cpu(default_run):
     assert len(recipe.smoke.prompts) >= 3
     start = next(c for c in cpu.checks if c.name == "start")
     assert start.evidence["argv"][-2:] == ["-t", str(THREADS)]
+    # The server lists the model by the recipe's name, and the catalog check compared that name.
+    assert start.evidence["argv"][-4:-2] == ["--alias", recipe.model.name]
+    catalog = next(c for c in cpu.checks if c.name == "catalog")
+    assert catalog.evidence["ids"] == [recipe.model.name] == [catalog.evidence["expected_id"]]
     props = next(c for c in cpu.checks if c.name == "props")
     assert props.evidence["build_info"].endswith("-0c1e570")
     assert Path(props.evidence["model_path"]).resolve() == Path(result.model.path).resolve()

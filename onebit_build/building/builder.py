@@ -71,6 +71,7 @@ class BuildRequest:
     # re-assembled dependency gives this component a new build dir too.
     inputs: tuple[tuple[str, str], ...] = ()
     launcher: Launcher = NO_LAUNCHER  # the compiler cache; never part of the build key
+    fresh: bool = False  # configure from an empty build folder, even when a finished one matches
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -301,20 +302,17 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
                            configure_argv=tuple(conf), build_argv=tuple(bld), seconds=time.monotonic() - t0, defines=defines,
                            prefix_maps=maps, compiler_cache=cache)
 
-    # A finished build dir with this key whose outputs are unchanged: nothing to do.
-    try:
-        stamp = read_state(stamp_path, STAMP_KIND, STAMP_SCHEMA)
-        if stamp.get("key") == key and stamp.get("complete") and stamp.get("assemble") == _assemble_digest(req):
-            outs = _outputs(req.component, bdir) + _prefix_output(req, bdir)
-            recorded = {o["name"]: o["sha256"] for o in stamp.get("outputs", [])}
-            if all(recorded.get(o.name) == o.sha256 for o in outs):
-                return result(outs, True, {**describe(req.launcher), "stats": None, "note": "build folder reused: nothing compiled"})
-    except (FileNotFoundError, StateError, BuildError):
-        pass
+    reused = None if req.fresh else _reusable(req, key, bdir)
+    if reused is not None:
+        note = "build folder reused: nothing compiled"
+        return result(reused, True, {**describe(req.launcher), "stats": None, "note": note})
     if gone is not None:
         raise ToolMissingError(f"{gone.message}; the build of {req.component.name} in {bdir} must be made again",
                                hint=gone.hint)
 
+    if req.fresh and bdir.exists():
+        ui.info(f"  --fresh: emptying {bdir}")
+        shutil.rmtree(bdir)
     bdir.mkdir(parents=True, exist_ok=True)
     write_state(stamp_path, STAMP_KIND, STAMP_SCHEMA, {"key": key, "complete": False, "request": _request_doc(req, toolchain)})
     cache = _configure_and_build(req, tools, bdir, defines, conf, bld, env)
@@ -324,6 +322,21 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
         "outputs": [{"name": o.name, "path": str(o.path), "sha256": o.sha256, "size": o.size} for o in outs],
     })
     return result(outs, False, cache)
+
+
+def _reusable(req: BuildRequest, key: str, bdir: Path) -> tuple[Output, ...] | None:
+    """The outputs of a finished build folder with this key whose outputs are unchanged
+    (nothing to do); None when it must be built."""
+    try:
+        stamp = read_state(bdir / "onebit-build.json", STAMP_KIND, STAMP_SCHEMA)
+        if stamp.get("key") == key and stamp.get("complete") and stamp.get("assemble") == _assemble_digest(req):
+            outs = _outputs(req.component, bdir) + _prefix_output(req, bdir)
+            recorded = {o["name"]: o["sha256"] for o in stamp.get("outputs", [])}
+            if all(recorded.get(o.name) == o.sha256 for o in outs):
+                return outs
+    except (FileNotFoundError, StateError, BuildError):
+        pass
+    return None
 
 
 def _configure_and_build(req: BuildRequest, tools: Tools, bdir: Path, defines: tuple[tuple[str, str], ...],

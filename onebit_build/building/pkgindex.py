@@ -415,32 +415,29 @@ def fetch_pinned(project: str, version: str, *, want_sha256: str, dest_dir: Path
 
 
 class ByteProgress:
-    """``label: 12.3/76.6 MB`` now and then (a bar on a terminal)."""
+    """A bar on a terminal (:class:`ui.ByteBar`); elsewhere ``label: 12.3/76.6 MB`` now and then."""
 
     def __init__(self, label: str, every_s: float = 10.0):
         self.label = label
         self.every_s = every_s
         self.t0 = time.monotonic()
         self.last = 0.0
-        self.tty = sys.stderr.isatty() and not ui.is_verbose()
+        self.bar = ui.ByteBar(label) if sys.stderr.isatty() and not ui.is_verbose() else None
 
     def update(self, done: int, total: int | None) -> None:
+        if self.bar is not None:
+            self.bar.update(done, total)
+            return
         now = time.monotonic()
-        if now - self.last < (0.5 if self.tty else self.every_s):
+        if now - self.last < self.every_s:  # not a terminal (a CI log): a line now and then
             return
         self.last = now
         of = f"/{total / 1e6:.1f}" if total else ""
-        line = f"  {self.label}: {done / 1e6:.1f}{of} MB"
-        if self.tty:
-            sys.stderr.write("\r" + line + "   ")
-            sys.stderr.flush()
-        else:
-            ui.info(line)
+        ui.info(f"  {self.label}: {done / 1e6:.1f}{of} MB")
 
     def close(self, done: int) -> None:
-        if self.tty and self.last:
-            sys.stderr.write("\r")
-            sys.stderr.flush()
+        if self.bar is not None:
+            self.bar.stop()
         secs = time.monotonic() - self.t0
         if done:
             ui.info(f"  {self.label}: {done / 1e6:.1f} MB in {secs:.1f} s")

@@ -30,6 +30,11 @@ class Command:
     action: str | None = None  # its one sub-action ('patches export', 'pins lock')
     takes_model: bool = False  # uses --model
 
+    @property
+    def builds(self) -> bool:
+        """Its job runs the build stage (so it takes --fresh)."""
+        return self.until is not None and self.until >= Stage.BUILD
+
     def runner(self) -> Callable[..., int]:
         module, _, function = self.run.partition(":")
         return getattr(importlib.import_module(f"onebit_build.commands.{module}"), function)

@@ -65,6 +65,8 @@ def global_options(p: argparse.ArgumentParser, *, listed: bool) -> None:
     add("--mirror-dir", metavar="DIR", action="append", help="folder with NAME.git / NAME.bundle mirrors (repeatable; also $ONEBIT_MIRROR_DIR)")
     add("--offline", action="store_true", help="use only the cache and mirrors; fail fast otherwise")
     add("--locked", action="store_true", help="refuse pins not fully resolved in pins.lock")
+    add("--fresh", action="store_true", help="configure and build again from an empty build folder (as cmake --fresh);"
+        " for the commands that build")
     add("-j", "--jobs", type=positive_int, metavar="N", help="parallel build jobs (default: ninja's)")
     add("--toolchain-root", metavar="DIR", help="toolchain folder for recipes with one (overrides the recipe and its variable)")
     add("--model", metavar="PATH", help="smoke, serve, bench: use this local GGUF instead of the recipe's model")

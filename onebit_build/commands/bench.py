@@ -10,6 +10,7 @@ from onebit_build.commands import Command
 from onebit_build.core import ui
 from onebit_build.core.errors import NotAvailableError, SmokeError, VerifyError
 from onebit_build.core.fsutil import StateError
+from onebit_build.core.model_spec import served_name
 from onebit_build.core.project import ProjectRoot
 from onebit_build.core.workspace import Workspace, check_target_folder
 from onebit_build.job.model import load_pins_and_recipe
@@ -46,6 +47,7 @@ def bench(opts: Options, project: ProjectRoot, cmd: Command) -> int:
         result = b.run_bench(b.BenchRequest(
             variants=variants, model=mf, prompts=prompts, run_dir=run_dir, rounds=bo.rounds, decode_tokens=bo.decode_tokens,
             prefix_tokens=bo.prefix_tokens, tie_margin=bo.tie_margin, ctx_size=bo.ctx_size, given=given, env=env, lock=lock_path,
+            alias=served_name(recipe.model if recipe else None, sha256=mf.sha256, file=mf.path),
         ))
         outputs = b.write_outputs(result, run_dir)
     sys.stdout.write("\n" + b.render_table(result) + "\n")

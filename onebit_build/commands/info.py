@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from onebit_build import __version__
 from onebit_build.commands import Command
+from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, ToolMissingError
 from onebit_build.core.project import ProjectRoot, pins_digest
 from onebit_build.core.workspace import Workspace
@@ -52,10 +53,9 @@ def plan(opts: Options, project: ProjectRoot, cmd: Command | None = None) -> int
                "overrides": [d.render() for d in opts.defines], **plan_doc(the_plan), "built": state}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
-        sys.stdout.write(render_plan(the_plan, project=project.describe()))
-        for d in opts.defines:
-            sys.stdout.write(f"override   -D {d.render()}\n")
-        sys.stdout.write(f"built      {state['summary']}\n")
+        text = render_plan(the_plan, project=project.describe())
+        text += "".join(f"override   -D {d.render()}\n" for d in opts.defines)
+        ui.answer_text(text + f"built      {state['summary']}\n")
     return 0
 
 

@@ -7,6 +7,7 @@ from onebit_build.commands import Command
 from onebit_build.core import ui
 from onebit_build.building.install import install_tree
 from onebit_build.core.errors import ConfigError
+from onebit_build.core.model_spec import served_name
 from onebit_build.core.project import ProjectRoot
 from onebit_build.core.workspace import check_target_folder
 from onebit_build.job.build import server_of
@@ -55,4 +56,5 @@ def serve_spec(opts: Options, project: ProjectRoot) -> ServerSpec:
         log.parent.mkdir(parents=True, exist_ok=True)
         return ServerSpec(binary=server_of(built.builds, job.recipe), model=model.path, log=log, host=opts.serve.host,
                           port=opts.serve.port, fixed_port=True, extra_args=opts.serve.extra,
+                          alias=served_name(job.recipe.model, sha256=model.sha256, file=model.path),
                           env=with_runtime_env(job.recipe, opts.toolchain_root).smoke.env, health_timeout_s=300.0)

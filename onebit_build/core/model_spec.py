@@ -8,7 +8,9 @@ file is checked before it is opened.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
@@ -31,6 +33,20 @@ class ModelSpec:
     @property
     def requirements(self) -> tuple[str, ...]:
         return tuple(req for req, _ in self.pypi)
+
+
+# The name llama-server lists the model by (its --alias, the id in /v1/models): the server
+# splits the value at commas and strips spaces, and a leading '-' would read as an option.
+MODEL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+
+
+def served_name(spec: ModelSpec | None, *, sha256: str, file: Path) -> str:
+    """The name a server of this model is given: the recipe's model name when ``file`` is the
+    recipe's model (its pinned sha256, or none pinned), else the file's own stem made safe."""
+    if spec is not None and (not spec.sha256 or spec.sha256 == sha256):
+        return spec.name
+    safe = re.sub(r"[^A-Za-z0-9._+-]+", "_", file.stem).lstrip("._+-")[:128]
+    return safe or "model"
 
 
 def pinned(text: str) -> tuple[str, str]:
@@ -82,8 +98,12 @@ def load_model(root: Node) -> ModelSpec | None:
                     fix="record the file's sha256 (or name a path_env for a user-supplied file)").lower()
     if sha and not SHA256_RE.match(sha):
         mnode.fail(f"{sha!r} is not a sha256", "give 64 hex digits", key="sha256")
+    name = mnode.get("name", str)
+    if not MODEL_NAME_RE.fullmatch(name):
+        mnode.fail(f"{name!r} is not a model name llama-server can list",
+                   "use letters, digits and . _ + - (up to 128, starting with a letter or digit)", key="name")
     model = ModelSpec(
-        name=mnode.get("name", str),
+        name=name,
         file=mnode.get("file", str),
         sha256=sha,
         pypi=_load_pypi(mnode),

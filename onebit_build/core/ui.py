@@ -6,6 +6,8 @@ through :func:`answer`, so that ``$(onebit-build -q build)`` is the server's pat
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import time
 from contextlib import contextmanager
@@ -59,6 +61,19 @@ def answer(msg: str) -> None:
     sys.stdout.flush()
 
 
+def answer_text(text: str) -> None:
+    """A multi-line answer (the plan) on stdout, each line cut to the terminal's width; when
+    any was cut, stderr says how to see them whole."""
+    columns = width(sys.stdout)
+    lines = text.splitlines()
+    fitted = [fit(line, columns) if columns else line for line in lines]
+    sys.stdout.write("".join(line + "\n" for line in fitted))
+    sys.stdout.flush()
+    cut = sum(1 for a, b in zip(lines, fitted) if a != b)
+    if cut:
+        info(f"({cut} line(s) cut to {columns} columns; -v or --json shows them whole)")
+
+
 def detail(msg: str) -> None:
     if _verbose:
         _console().print(msg, markup=False, style="dim")
@@ -86,6 +101,67 @@ def stage(name: str) -> Iterator[dict[str, str]]:
     status = fields.get("status") or "ok"  # a stage that ran to its end but found faults says so
     line = f"{name:<8} {status} ({time.monotonic() - t0:.1f} s){'  ' + note if note else ''}"
     (info if status == "ok" else result)(line)
+
+
+class CheckStatus:
+    """Checks as they run: on a terminal a spinner names the check now running; every check
+    that finishes prints one line (stderr), terminal or not. Nothing with -q."""
+
+    def __init__(self) -> None:
+        self._live = _console().status("") if sys.stderr.isatty() and not _verbose and not _quiet else None
+
+    def __enter__(self) -> "CheckStatus":
+        if self._live is not None:
+            self._live.start()
+        return self
+
+    def running(self, what: str) -> None:
+        if self._live is not None:
+            self._live.update(fit(what))
+
+    def done(self, line: str) -> None:
+        info(fit(line))
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+
+def width(stream=None) -> int | None:
+    """The width lines are cut to: COLUMNS when set, else the terminal's; None with -v or when
+    ``stream`` (stderr by default) is no terminal (a CI log keeps whole lines)."""
+    if _verbose or (not os.environ.get("COLUMNS") and not (stream or sys.stderr).isatty()):
+        return None
+    return shutil.get_terminal_size((80, 24)).columns
+
+
+def fit(line: str, columns: int | None = None) -> str:
+    """``line`` cut to the width with an ellipsis where it would wrap; the full text stays in
+    the logs and the manifest."""
+    columns = columns or width()
+    if columns is None or len(line) <= columns:
+        return line
+    return line[: max(columns - 1, 1)] + "…"
+
+
+class ByteBar:
+    """A download's bar on a terminal: bytes so far of the total, speed, time left."""
+
+    def __init__(self, label: str) -> None:
+        from rich.progress import (  # see _console
+            BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn,
+        )
+
+        self._progress = Progress(TextColumn(f"  {label}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                                  TimeRemainingColumn(), console=_console(), transient=True, disable=_quiet)
+        self._task = self._progress.add_task(label, total=None)
+        self._progress.start()
+
+    def update(self, done: int, total: int | None) -> None:
+        self._progress.update(self._task, completed=done, total=total)
+
+    def stop(self) -> None:
+        self._progress.stop()
 
 
 class StepProgress:

@@ -20,13 +20,13 @@ from onebit_build.building.cmake import find_tools
 from onebit_build.building.downloads import check_against_lock, cmake_defines, provide_all
 from onebit_build.building.cache.compiler import Launcher, resolve as resolve_launcher
 from onebit_build.building.fetch import FetchRequest, FetchResult, fetch
-from onebit_build.building.manifest import MANIFEST_NAME, latest_path, make_manifest, write_manifest
+from onebit_build.building.manifest import MANIFEST_NAME, latest_path, make_manifest, read_manifest, write_manifest
 from onebit_build.building.patch import PrepareRequest, PreparedTree, list_patches, prepare
 from onebit_build.building.toolchain import component_fields, join_lists, resolve_toolchain
 from onebit_build.core import ui
 from onebit_build.core.config import Component, Recipe
 from onebit_build.core.errors import ConfigError, NotAvailableError
-from onebit_build.core.fsutil import atomic_write_text
+from onebit_build.core.fsutil import StateError, atomic_write_text
 from onebit_build.core.gitops import Git
 from onebit_build.core.pins import Pin, Pins, read_lock, render_lock
 from onebit_build.job.model import Job
@@ -130,7 +130,7 @@ def run_build(job: Job, fetched: dict[str, FetchResult], trees: dict[str, Prepar
             source_head=tree.head, patch_digest=tree.patch_digest, defines=defines,
             build_root=build_root or job.workspace.build_dir, log=job.log(f"build-{comp.name}.log"),
             jobs=job.opts.jobs, env=env, assemble=assemble_plan(job, comp, defines),
-            inputs=dependency_inputs(comp, results), launcher=launcher,
+            inputs=dependency_inputs(comp, results), launcher=launcher, fresh=job.opts.fresh and build_root is None,
         ), tools)
         fields[comp.name] = {"build_dir": str(res.build_dir), "source_dir": str(tree.path), **{o.name: str(o.path) for o in res.outputs}}
         results.append(res)
@@ -230,16 +230,36 @@ def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
     with ui.stage("build") as st:
         builds = run_build(job, fetched, trees)
         t_manifest = time.monotonic()
+        before = {**recorded_outputs(latest_path(job.workspace, recipe.name)),  # kept when --fresh empties the folder
+                  **recorded_outputs(builds[-1].build_dir / MANIFEST_NAME)}
         man = write_manifests(job, fetched, trees, builds)
         manifest_s = time.monotonic() - t_manifest
         st["note"] = "; ".join(f"{b.component}{' (up to date)' if b.reused else f' built in {b.seconds:.0f} s'}{cache_note(b)}" for b in builds)
         if manifest_s >= 1.0:
             st["note"] += f"; artifacts and manifest in {manifest_s:.0f} s"
-    for b in builds:
-        for o in b.outputs:
-            ui.info(f"  {o.name}: {o.path}  sha256 {o.sha256[:16]}")
-    ui.info(f"  manifest: {man}")
+    show_outputs(builds, man, before)
     return Built(fetched=fetched, trees=trees, builds=builds, manifest=man)
+
+
+def recorded_outputs(manifest: Path) -> dict[str, str]:
+    """The sha256 of each output (by path) that a manifest records; empty when there is none
+    yet or it cannot be read."""
+    try:
+        doc = read_manifest(manifest)
+    except (OSError, StateError, ValueError):
+        return {}
+    return {str(o.get("path")): str(o.get("sha256")) for c in doc.get("components", []) for o in c.get("outputs", [])}
+
+
+def show_outputs(builds: list, manifest: Path, before: dict[str, str]) -> None:
+    """The outputs whose bytes changed since the last manifest (every one with -v), then one
+    line for the rest and the manifest that lists them all."""
+    outputs = [o for b in builds for o in b.outputs]
+    changed = [o for o in outputs if ui.is_verbose() or before.get(str(o.path)) != o.sha256]
+    for o in changed:
+        ui.info(ui.fit(f"  {o.name}: {o.path}  sha256 {o.sha256[:16]}"))
+    same = len(outputs) - len(changed)
+    ui.info(f"  {same} output(s) up to date, see {manifest}" if same else f"  manifest: {manifest}")
 
 
 def cache_note(build) -> str:

@@ -57,6 +57,7 @@ class ServerSpec:
     port: int | None = None  # preferred port; another free one is chosen when it is taken...
     fixed_port: bool = False  # ...unless the user chose it: then never another
     threads: int | None = None
+    alias: str | None = None  # the name /v1/models lists (--alias); None: the model's path
     extra_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     health_timeout_s: float = 60.0
@@ -103,10 +104,17 @@ def server_argv(spec: ServerSpec, port: int) -> list[str]:
         "--log-verbosity", str(LOAD_LOG_VERBOSITY),
         *device_args(spec.device),
     ]
+    if spec.alias is not None and not _gives_alias(spec.extra_args):
+        argv += ["--alias", spec.alias]
     if spec.threads is not None:
         argv += ["-t", str(spec.threads)]
     argv += list(spec.extra_args)
     return argv
+
+
+def _gives_alias(args: tuple[str, ...]) -> bool:
+    """True when the user's own server arguments name the model already (theirs wins)."""
+    return any(a in ("-a", "--alias") or a.startswith("--alias=") for a in args)
 
 
 def parse_list_devices(text: str) -> tuple[str, ...]:
@@ -427,7 +435,8 @@ def serve_foreground(spec: ServerSpec, *, has_chat_template: bool) -> int:
     server = start(spec)
     try:
         base = f"http://{client_host(spec.host)}:{server.port}/v1"
-        ui.info(f"serving {spec.model.name} on {spec.host}:{server.port} (pid {server.pid}, log {spec.log})")
+        named = f" as {spec.alias}" if spec.alias and not _gives_alias(spec.extra_args) else ""
+        ui.info(f"serving {spec.model.name}{named} on {spec.host}:{server.port} (pid {server.pid}, log {spec.log})")
         ui.info("Ctrl-C stops the server")
         ui.answer(f"OpenAI base URL: {base}")
         if not has_chat_template:

@@ -25,6 +25,7 @@ from onebit_build.running import server as srvmod
 from onebit_build.core import ui
 from onebit_build.core.config import PromptCheck, Recipe, SmokeSpec
 from onebit_build.core.errors import SmokeError
+from onebit_build.core.model_spec import served_name
 from onebit_build.core.names import label_part
 from onebit_build.running.measure import Completion, Sample
 from onebit_build.running.model import ModelFile, has_chat_template
@@ -161,13 +162,23 @@ def _failed(name: str, device: str | None, exc: BaseException, server: srvmod.Se
     return SmokeCheck(name=name, device=device, passed=False, summary=f"{name}: {exc}", evidence=evidence)
 
 
-def _guarded(name: str, device: str, server: srvmod.Server, fn: Callable[[], SmokeCheck]) -> SmokeCheck:
+def _shown(status: ui.CheckStatus | None, check: SmokeCheck) -> SmokeCheck:
+    if status is not None:
+        where = f"{check.device} " if check.device else ""
+        status.done(f"  {where}{'pass' if check.passed else 'FAIL'} {check.summary}")
+    return check
+
+
+def _guarded(name: str, run: _DeviceRun, server: srvmod.Server, fn: Callable[[], SmokeCheck]) -> SmokeCheck:
+    """Run one check (its time measured, shown as it runs); a failed request is a failed check."""
+    if run.status is not None:
+        run.status.running(f"{run.device} {name} ...")
+    t0 = time.monotonic()
     try:
         check = fn()
     except (SmokeError, requests.RequestException) as exc:
-        check = _failed(name, device, exc, server)
-    ui.detail(f"  {device} {'pass' if check.passed else 'FAIL'} {check.summary}")
-    return check
+        check = _failed(name, run.device, exc, server)
+    return _shown(run.status, replace(check, seconds=time.monotonic() - t0))
 
 
 def _not_started(device: str, summary: str, evidence: dict[str, Any]) -> DeviceResult:
@@ -208,6 +219,8 @@ class _DeviceRun:
     chat: bool = False  # the model has its own chat template: check /v1/chat/completions
     threads: int | None = None  # the server's -t
     references: tuple[SpeedReference, ...] = ()  # speed references; only one of the same workload is used
+    alias: str | None = None  # the name the server lists the model by; None: its path
+    status: ui.CheckStatus | None = None  # where each check is shown as it runs
 
 
 def _smoke_device(run: _DeviceRun, *, server_bin: Path, log: Path, threads: int | None) -> DeviceResult:
@@ -215,13 +228,14 @@ def _smoke_device(run: _DeviceRun, *, server_bin: Path, log: Path, threads: int 
     device, spec = run.device, run.spec
     sspec = srvmod.ServerSpec(
         binary=server_bin, model=run.model.path, log=log, device=device, ctx_size=spec.ctx_size,
-        env=spec.env, health_timeout_s=spec.health_timeout_s, threads=threads,
+        env=spec.env, health_timeout_s=spec.health_timeout_s, threads=threads, alias=run.alias,
     )
+    if run.status is not None:
+        run.status.running(f"{device} start: loading {run.model.path.name} ...")
     try:
         server = srvmod.start(sspec)
     except SmokeError as exc:
-        check = _failed("start", device, exc)
-        ui.detail(f"  {device} FAIL {check.summary}")
+        check = _shown(run.status, replace(_failed("start", device, exc), seconds=time.monotonic() - t0))
         return DeviceResult(device=device, checks=(check,), speed=None, log=log, seconds=time.monotonic() - t0)
     try:
         checks, speed = _checks_on(server, run)
@@ -244,20 +258,21 @@ def _load_log(server: srvmod.Server) -> str:
 def _checks_on(server: srvmod.Server, run: _DeviceRun) -> tuple[list[SmokeCheck], Speed | None]:
     """Every check of one healthy server, in order; then its speed on the first prompt."""
     device, spec, model = run.device, run.spec, run.model
-    checks = [SmokeCheck(
-        name="start", device=device, passed=True,
+    checks = [_shown(run.status, SmokeCheck(
+        name="start", device=device, passed=True, seconds=server.ready_s or 0.0,
         summary=f"llama-server healthy on port {server.port} after {server.ready_s:.1f} s",
         evidence={"port": server.port, "pid": server.pid, "ready_s": round(server.ready_s or 0.0, 3), "argv": server.argv},
-    )]
-    checks.append(_guarded("offload", device, server, lambda: check_offload(device, _load_log(server))))
-    checks.append(_guarded("health", device, server, lambda: check_health(device, *server.get_json("/health"))))
-    checks.append(_guarded("catalog", device, server, lambda: check_catalog(
-        device, *server.get_json("/v1/models"), model_id=str(model.path), ctx_size=spec.ctx_size)))
-    checks.append(_guarded("props", device, server, lambda: check_props(
+    ))]
+    checks.append(_guarded("offload", run, server, lambda: check_offload(device, _load_log(server))))
+    checks.append(_guarded("health", run, server, lambda: check_health(device, *server.get_json("/health"))))
+    checks.append(_guarded("catalog", run, server, lambda: check_catalog(
+        device, *server.get_json("/v1/models"), model_id=run.alias or str(model.path), ctx_size=spec.ctx_size)))
+    checks.append(_guarded("props", run, server, lambda: check_props(
         device, *server.get_json("/props"), expect_commit=run.expect_commit, model_path=model.path, ctx_size=spec.ctx_size)))
     if run.chat:  # only a model with its own template answers the chat endpoint meaningfully
         body = chat_request(max_tokens=max(spec.answer_tokens, CHAT_MIN_TOKENS))
-        checks.append(_guarded("chat", device, server, lambda: check_chat(device, *server.post_json("/v1/chat/completions", body))))
+        checks.append(_guarded("chat", run, server,
+                               lambda: check_chat(device, *server.post_json("/v1/chat/completions", body))))
     answers: dict[str, tuple[str, bool]] = {}
     for prompt in spec.prompts:
         def ask(prompt: PromptCheck = prompt) -> SmokeCheck:
@@ -265,20 +280,19 @@ def _checks_on(server: srvmod.Server, run: _DeviceRun) -> tuple[list[SmokeCheck]
             check = check_answer(device, prompt, got, n_predict=spec.answer_tokens)
             answers[prompt.name] = (got.text, check.passed)
             return check
-        checks.append(_guarded(f"answer:{prompt.name}", device, server, ask))
+        checks.append(_guarded(f"answer:{prompt.name}", run, server, ask))
     if not spec.prompts:
         checks.append(SmokeCheck(name="answer", device=device, passed=False, summary="the recipe lists no smoke prompts", evidence={}))
         checks.append(SmokeCheck(name="speed", device=device, passed=False,
                                  summary="speed invalid: no prompt to check the timed answers against", evidence={}))
         return checks, None
-    speed: Speed | None = None
-    try:
-        speed = _speed_on(server, run, answers)
-        checks.append(check_speed(speed))
-    except (SmokeError, requests.RequestException) as exc:
-        checks.append(_failed("speed", device, exc, server))
-    ui.detail(f"  {device} {'pass' if checks[-1].passed else 'FAIL'} {checks[-1].summary}")
-    return checks, speed
+    measured: list[Speed] = []
+
+    def timed() -> SmokeCheck:
+        measured.append(_speed_on(server, run, answers))
+        return check_speed(measured[0])
+    checks.append(_guarded("speed", run, server, timed))
+    return checks, (measured[0] if measured else None)
 
 
 def measure_speed(*, server_bin: Path, model: ModelFile, spec: SmokeSpec, device: str, log: Path,
@@ -308,17 +322,9 @@ def measure_speed(*, server_bin: Path, model: ModelFile, spec: SmokeSpec, device
     return replace(speed, workload=workload.to_dict(), reference_tok_s=None, on_par=None, reference_note="")
 
 
-def run_smoke(
-    *,
-    recipe: Recipe,
-    server_bin: Path,
-    model: ModelFile,
-    run_dir: Path,
-    expect_commit: str,
-    devices: tuple[str, ...] | None = None,
-    threads: int | None = None,
-    references: tuple[SpeedReference, ...] = (),
-) -> SmokeResult:
+def run_smoke(*, recipe: Recipe, server_bin: Path, model: ModelFile, run_dir: Path, expect_commit: str,
+              devices: tuple[str, ...] | None = None, threads: int | None = None,
+              references: tuple[SpeedReference, ...] = ()) -> SmokeResult:
     """Smoke-test ``server_bin`` serving ``model`` on each device (the recipe's by default).
 
     Failed checks are results, not exceptions; this raises only on misuse: ValueError for
@@ -329,50 +335,64 @@ def run_smoke(
     decode speed is judged only against a reference in ``references`` measured on the same
     workload."""
     spec = recipe.smoke
+    wanted = _wanted_devices(devices, spec, expect_commit, Path(server_bin))
+    logs = Path(run_dir) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    with ui.CheckStatus() as status:
+        listed, device_check = _list_devices(Path(server_bin), wanted, spec, logs, status)
+        missing = srvmod.missing_devices(wanted, listed or ())
+        deadlines = Deadlines(spec=spec, t0=t0)
+        results: list[DeviceResult] = []
+        for device in wanted:
+            if deadlines.left_s() <= 0:
+                results.append(_not_started(device, f"{device} not started: {deadlines.stage_hit()}",
+                                            {"stage_timeout_s": spec.stage_timeout_s}))
+            elif device in missing:
+                results.append(_not_started(device, f"{device} is not offered by this llama-server (--list-devices); "
+                                            "not started", {"listed": list(listed or ())}))
+            else:
+                run = _DeviceRun(device=device, spec=spec, model=model, expect_commit=expect_commit,
+                                 deadlines=deadlines, chat=has_chat_template(model.path) is True, threads=threads,
+                                 references=references, status=status,
+                                 alias=served_name(recipe.model, sha256=model.sha256, file=model.path))
+                results.append(_smoke_device(run, server_bin=Path(server_bin), log=logs / log_name(device),
+                                             threads=threads))
+    return SmokeResult(
+        recipe=recipe.name, server_bin=Path(server_bin), model=model, expect_commit=expect_commit,
+        run_dir=Path(run_dir), devices_expected=wanted, devices_listed=listed, checks=(device_check,),
+        device_results=tuple(results),
+        started_at=started_at, seconds=time.monotonic() - t0,
+    )
+
+
+def _wanted_devices(devices: tuple[str, ...] | None, spec: SmokeSpec, expect_commit: str,
+                    server_bin: Path) -> tuple[str, ...]:
+    """The devices to test (the recipe's by default); ValueError or SmokeError on misuse."""
     wanted = tuple(devices) if devices is not None else spec.devices
     if not wanted:
         raise ValueError("run_smoke: no devices to test")
     if not expect_commit.strip():
         raise ValueError("run_smoke: expect_commit is empty")
-    server_bin = Path(server_bin)
     if not server_bin.is_file() or not os.access(server_bin, os.X_OK):
-        raise SmokeError(f"llama-server not found or not executable: {server_bin}", hint="build it first with 'onebit-build build'")
-    run_dir = Path(run_dir)
-    logs = run_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    t0 = time.monotonic()
-    listed, device_check = _list_devices(server_bin, wanted, spec, logs)
-    missing = srvmod.missing_devices(wanted, listed or ())
-    results: list[DeviceResult] = []
-    deadlines = Deadlines(spec=spec, t0=t0)
-    for device in wanted:
-        if deadlines.left_s() <= 0:
-            results.append(_not_started(device, f"{device} not started: {deadlines.stage_hit()}",
-                                        {"stage_timeout_s": spec.stage_timeout_s}))
-        elif device in missing:
-            results.append(_not_started(device, f"{device} is not offered by this llama-server (--list-devices); not started",
-                                        {"listed": list(listed or ())}))
-        else:
-            run = _DeviceRun(device=device, spec=spec, model=model, expect_commit=expect_commit, deadlines=deadlines,
-                             chat=has_chat_template(model.path) is True, threads=threads, references=references)
-            results.append(_smoke_device(run, server_bin=server_bin, log=logs / log_name(device), threads=threads))
-    return SmokeResult(
-        recipe=recipe.name, server_bin=server_bin, model=model, expect_commit=expect_commit, run_dir=run_dir,
-        devices_expected=wanted, devices_listed=listed, checks=(device_check,), device_results=tuple(results),
-        started_at=started_at, seconds=time.monotonic() - t0,
-    )
+        raise SmokeError(f"llama-server not found or not executable: {server_bin}",
+                         hint="build it first with 'onebit-build build'")
+    return wanted
 
 
-def _list_devices(server_bin: Path, wanted: tuple[str, ...], spec: SmokeSpec, logs: Path) -> tuple[tuple[str, ...] | None, SmokeCheck]:
+def _list_devices(server_bin: Path, wanted: tuple[str, ...], spec: SmokeSpec, logs: Path,
+                  status: ui.CheckStatus | None = None) -> tuple[tuple[str, ...] | None, SmokeCheck]:
     """The devices the binary lists (None when it cannot say) and the check that every
     wanted one is among them."""
     listed: tuple[str, ...] | None
+    if status is not None:
+        status.running("llama-server --list-devices ...")
+    t0 = time.monotonic()
     try:
         listed = srvmod.list_devices(server_bin, env=spec.env, log=logs / "list-devices.log")
         check = check_devices(wanted, listed)
     except SmokeError as exc:
         listed = None
         check = _failed("devices", None, exc)
-    ui.detail(f"  {'pass' if check.passed else 'FAIL'} {check.summary}")
-    return listed, check
+    return listed, _shown(status, replace(check, seconds=time.monotonic() - t0))

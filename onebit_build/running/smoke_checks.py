@@ -25,6 +25,7 @@ class SmokeCheck:
     passed: bool
     summary: str  # one line for a person
     evidence: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0  # how long the check took (its requests; the start: until healthy)
 
 
 @dataclass(frozen=True, kw_only=True)

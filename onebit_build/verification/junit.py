@@ -1,11 +1,15 @@
 """Checks as JUnit XML, the format CI systems show as test results (``--junit FILE``).
 
-One ``<testsuite>`` per command; one ``<testcase>`` per check, failed with its reason.
-Written atomically. Pure apart from the write.
+One ``<testsuite>`` per command; one ``<testcase>`` per check, with the time it took and the
+class name ``<recipe>.<device>`` (``<recipe>`` alone for a check of the whole run). A failed
+case carries ``<failure message=...>`` with the evidence as its text; a passing one carries
+its evidence (the measured value, the answer) in ``<system-out>``. Written atomically. Pure
+apart from the write.
 """
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +38,9 @@ def junit_xml(suite: str, cases: Sequence[Case], *, seconds: float = 0.0) -> byt
         if not c.ok:
             f = ET.SubElement(tc, "failure", message=c.message or "failed")
             f.text = c.detail or c.message
-        elif c.message:
+        elif c.detail or c.message:
             out = ET.SubElement(tc, "system-out")
-            out.text = c.message
+            out.text = c.detail or c.message
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
 
@@ -46,8 +50,21 @@ def write_junit(path: Path, suite: str, cases: Sequence[Case], *, seconds: float
     return Path(path)
 
 
+def classname(recipe: str, device: str | None) -> str:
+    """The class of a case: ``<recipe>.<device>``, or the recipe alone for the whole run."""
+    return f"{recipe}.{device}" if device else recipe
+
+
+def evidence_text(summary: str, evidence: dict) -> str:
+    """The summary line, then the evidence as indented JSON (what a reader of the CI page sees)."""
+    if not evidence:
+        return summary
+    return summary + "\n" + json.dumps(evidence, indent=2, sort_keys=True, default=str)
+
+
 def smoke_cases(result) -> list[Case]:
-    """The checks of a smoke result (``running.smoke.SmokeResult``), one case each, named
-    ``DEVICE/check`` (checks of the whole run by their name alone)."""
-    return [Case(name=f"{c.device}/{c.name}" if c.device else c.name, classname="smoke", ok=c.passed,
-                 message=c.summary if not c.passed else "", detail=c.summary) for c in result.all_checks]
+    """The checks of a smoke result (``running.smoke.SmokeResult``), one case each, named by
+    the check and classed by recipe and device, with the check's time and evidence."""
+    return [Case(name=c.name, classname=classname(result.recipe, c.device), ok=c.passed, seconds=c.seconds,
+                 message="" if c.passed else c.summary, detail=evidence_text(c.summary, c.evidence))
+            for c in result.all_checks]

@@ -33,6 +33,7 @@ from onebit_build.core import ui
 from onebit_build.core.config import Recipe
 from onebit_build.core.errors import ConfigError, SmokeError, VerifyError
 from onebit_build.core.fsutil import atomic_write_text, sha256_file
+from onebit_build.core.model_spec import served_name
 from onebit_build.running import server as srvmod
 from onebit_build.running.bench.plan import Prompt
 from onebit_build.running.bench.settings import DEFAULTS as BENCH_DEFAULTS
@@ -42,7 +43,7 @@ from onebit_build.verification import report as report_mod
 from onebit_build.verification import speed as speed_mod
 from onebit_build.verification.answers import Answer, AnswerComparison, compare
 from onebit_build.running.devices import pick_devices
-from onebit_build.verification.junit import Case, write_junit
+from onebit_build.verification.junit import Case, classname, evidence_text, write_junit
 from onebit_build.verification.provenance import Provenance, inspect_process
 from onebit_build.verification.speed_rounds import METRICS, speed_on
 from onebit_build.verification.verdict import Part, Verdict, answers_part, artifacts_part, provenance_part, speed_part, verdict
@@ -252,7 +253,8 @@ def devices_to_compare(req: RunRequest) -> tuple[tuple[str, ...], dict[str, str]
 def _spec(req: RunRequest, side: Side, device: str, log: Path) -> srvmod.ServerSpec:
     spec = req.recipe.smoke
     return srvmod.ServerSpec(binary=side.build.server, model=req.model.path, log=log, device=device, ctx_size=spec.ctx_size,
-                             threads=spec.threads, extra_args=side.args, env=req.env, health_timeout_s=spec.health_timeout_s)
+                             threads=spec.threads, extra_args=side.args, env=req.env,
+                             health_timeout_s=spec.health_timeout_s, alias=served_name(req.recipe.model, sha256=req.model.sha256, file=req.model.path))
 
 
 def _pieces(server: srvmod.Server, tokens: tuple[int, ...]) -> tuple[str, ...]:
@@ -307,18 +309,29 @@ def answers_on(req: RunRequest, device: str, hasher: Callable[[Path], str]) -> t
 # --------------------------------------------------------------------------- the run
 
 
-def junit_cases(v: Verdict) -> list[Case]:
-    """One case per part, and one per device and prompt or metric inside answers and speed."""
+def junit_cases(v: Verdict, *, recipe: str, times: dict[str, float] | None = None) -> list[Case]:
+    """One case per part (class ``<recipe>``), and one per device and prompt or metric inside
+    answers and speed (class ``<recipe>.<device>``), each with its evidence and the time of
+    the step that made it (``times``: ``artifacts``, ``answers/DEVICE``, ``speed/DEVICE``; a
+    device's prompts share its answers step, its two metrics its speed rounds)."""
+    times = times or {}
     cases = []
     for p in v.parts:
-        cases.append(Case(name=p.name, classname="verify-run", ok=p.ok, message="" if p.ok else p.summary, detail="\n".join(p.lines)))
+        spent = sum(s for k, s in times.items() if k == p.name or k.startswith(f"{p.name}/"))
+        cases.append(Case(name=p.name, classname=recipe, ok=p.ok, message="" if p.ok else p.summary, seconds=spent,
+                          detail="\n".join([p.summary, *p.lines])))
         if p.name == "answers":
             for c in p.data.get("comparisons", []):
-                cases.append(Case(name=f"{c['device']}/{c['prompt']}", classname="verify-run.answers", ok=c["same"], message=c["difference"]))
+                cases.append(Case(name=f"answer:{c['prompt']}", classname=classname(recipe, c["device"]), ok=c["same"],
+                                  message=c["difference"], seconds=times.get(f"answers/{c['device']}", 0.0),
+                                  detail=evidence_text(c["difference"] or "the same answer", c)))
         if p.name == "speed":
             for d in p.data.get("per_device", []):
-                msg = f"{d['verdict']}, new/working {d['median_ratio']:.3f}" if d.get("median_ratio") is not None else d["verdict"]
-                cases.append(Case(name=f"{d['device']} {d['metric']}", classname="verify-run.speed", ok=d["ok"], message=msg))
+                msg = (f"{d['verdict']}, new/working {d['median_ratio']:.3f}" if d.get("median_ratio") is not None
+                       else d["verdict"])
+                cases.append(Case(name=f"speed:{d['metric']}", classname=classname(recipe, d["device"]), ok=d["ok"],
+                                  message="" if d["ok"] else msg, seconds=times.get(f"speed/{d['device']}", 0.0),
+                                  detail=evidence_text(msg, d)))
     return cases
 
 
@@ -337,6 +350,37 @@ def bundle_files(req: RunRequest, lists: dict[str, Any]) -> list[tuple[str, Path
     return files
 
 
+def _compare_on_devices(req: RunRequest, devices: tuple[str, ...] | list[str], hasher: Callable[[Path], str],
+                        times: dict[str, float]):
+    """Per device: both builds' answers, then (when the new build answered) their speeds; the
+    time of each step goes into ``times`` (``answers/DEVICE``, ``speed/DEVICE``)."""
+    comparisons: list[AnswerComparison] = []
+    provs: list[Provenance] = []
+    speeds: dict[tuple[str, str], speed_mod.SpeedVerdict] = {}
+    for dev in devices:
+        t0 = time.monotonic()
+        with ui.stage("answers") as st:
+            got, p = answers_on(req, dev, hasher)
+            provs += p
+            comparisons += [compare(dev, pr.name, new=got[NEW][pr.name], working=got[WORKING][pr.name])
+                            for pr in req.recipe.smoke.prompts]
+            same = sum(1 for c in comparisons if c.device == dev and c.same)
+            st["note"] = f"{dev}: {same}/{len(req.recipe.smoke.prompts)} the same"
+        times[f"answers/{dev}"] = time.monotonic() - t0
+        if any(a.error for a in got[NEW].values()):
+            for metric in METRICS:
+                speeds[(dev, metric)] = speed_mod.speed_verdict([], tolerance=req.tolerance, rounds_asked=req.rounds)
+            continue
+        t0 = time.monotonic()
+        with ui.stage("speed") as st:
+            v, p = speed_on(req, dev, hasher)
+            speeds.update(v)
+            provs += p
+            st["note"] = "; ".join(f"{dev} {m} {v[(dev, m)].label}" for m in METRICS)
+        times[f"speed/{dev}"] = time.monotonic() - t0
+    return comparisons, speeds, provs
+
+
 def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) -> RunOutcome:
     """The whole run after the builds are known; the caller holds the workspace and bench locks."""
     if req.rounds < 1:
@@ -345,31 +389,15 @@ def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) ->
     t0 = time.monotonic()
     hasher = HashCache()
     (req.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    times: dict[str, float] = {}
     with ui.stage("artifacts") as st:
         art, lists, working_sets = artifacts_stage(req, hasher)
         st["note"] = art.summary
         if not art.ok:
             st["status"] = "DIFFERENT"
+    times["artifacts"] = time.monotonic() - t0
     devices, not_compared = devices_to_compare(req)
-    comparisons: list[AnswerComparison] = []
-    provs: list[Provenance] = []
-    speeds: dict[tuple[str, str], speed_mod.SpeedVerdict] = {}
-    for dev in devices:
-        with ui.stage("answers") as st:
-            got, p = answers_on(req, dev, hasher)
-            provs += p
-            comparisons += [compare(dev, pr.name, new=got[NEW][pr.name], working=got[WORKING][pr.name]) for pr in req.recipe.smoke.prompts]
-            same = sum(1 for c in comparisons if c.device == dev and c.same)
-            st["note"] = f"{dev}: {same}/{len(req.recipe.smoke.prompts)} the same"
-        if any(a.error for a in got[NEW].values()):
-            for metric in METRICS:
-                speeds[(dev, metric)] = speed_mod.speed_verdict([], tolerance=req.tolerance, rounds_asked=req.rounds)
-            continue
-        with ui.stage("speed") as st:
-            v, p = speed_on(req, dev, hasher)
-            speeds.update(v)
-            provs += p
-            st["note"] = "; ".join(f"{dev} {m} {v[(dev, m)].label}" for m in METRICS)
+    comparisons, speeds, provs = _compare_on_devices(req, devices, hasher, times)
     parts = [art, answers_part(comparisons, not_compared=not_compared), speed_part(speeds), provenance_part(provs)]
     result = verdict(parts)
     reference, adopted = None, ""
@@ -389,7 +417,8 @@ def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) ->
                   "speed budget": f"{req.budget_s:g} s per device"},
     )
     written = report_mod.write_all(req.run_dir, result, facts, bundle_files=[*bundle_files(req, lists), *project_files])
-    junit = write_junit(req.junit, "verify-run", junit_cases(result), seconds=facts.seconds) if req.junit else None
+    junit = (write_junit(req.junit, "verify-run", junit_cases(result, recipe=req.recipe.name, times=times),
+                         seconds=facts.seconds) if req.junit else None)
     return RunOutcome(verdict=result, written=written, junit=junit, reference=reference, adopted=adopted)
 
 

@@ -44,6 +44,7 @@ class BenchRequest:
     health_timeout_s: float = DEFAULTS.health_timeout_s
     request_timeout_s: float = DEFAULTS.request_timeout_s
     lock: Path | None = None  # recorded only; the caller holds it
+    alias: str | None = None  # the name the servers list the model by
 
     @property
     def baseline(self) -> Variant:
@@ -184,7 +185,7 @@ def _serve_round(req: BenchRequest, v: Variant, rnd: int, log: Path, expectation
     server's record, the samples and a line of progress."""
     spec = srvmod.ServerSpec(
         binary=v.server, model=req.model.path, log=log, device=v.device, ctx_size=req.ctx_size,
-        extra_args=v.args, env=req.env, health_timeout_s=req.health_timeout_s,
+        extra_args=v.args, env=req.env, health_timeout_s=req.health_timeout_s, alias=req.alias,
     )
     try:
         server = srvmod.start(spec)
