@@ -11,12 +11,6 @@ PACKAGE = Path(__file__).resolve().parent.parent / "onebit_build"
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 50
 
-# Functions still being split elsewhere: "module path:qualified name". Each entry goes when
-# its split lands; a name here that is no longer too long fails the test, so the list only shrinks.
-TEMPORARILY_ALLOWED = {
-    "running/smoke.py:run_smoke",
-    "verification/run.py:run",
-}
 
 
 def function_lengths(source: str) -> dict[str, int]:
@@ -56,13 +50,7 @@ def test_no_module_is_over_450_lines():
 
 def test_no_function_is_over_50_lines():
     long = long_functions()
-    offenders = {k: n for k, n in long.items() if k not in TEMPORARILY_ALLOWED}
-    assert not offenders, f"functions over {MAX_FUNCTION_LINES} lines (split them): {offenders}"
-
-
-def test_the_allow_list_only_names_functions_still_too_long():
-    stale = TEMPORARILY_ALLOWED - set(long_functions())
-    assert not stale, f"no longer over {MAX_FUNCTION_LINES} lines: remove from TEMPORARILY_ALLOWED: {sorted(stale)}"
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them): {long}"
 
 
 def test_lengths_are_measured_from_def_to_last_line_with_methods_and_nested_functions():

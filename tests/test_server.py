@@ -25,10 +25,9 @@ from onebit_build.running.server import (
     health_state,
     is_bind_failure,
     first_error_line,
-    missing_devices,
-    parse_list_devices,
     server_argv,
 )
+from onebit_build.running.devices import missing_devices, parse_list_devices
 from _support import serving
 
 REPO = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from onebit_build.running.server import CPU_DEVICE
+from onebit_build.running.devices import CPU_DEVICE
 from onebit_build.running.smoke_checks import SmokeCheck
 
 _OFFLOADED = re.compile(r"offloaded (?P<n>-?\d+)/(?P<m>\d+) layers to GPU")

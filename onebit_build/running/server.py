@@ -27,10 +27,10 @@ from onebit_build.core import proc
 from onebit_build.core import ui
 from onebit_build.core.errors import CommandError, SmokeError
 from onebit_build.core.fsutil import tail_lines
+from onebit_build.running.devices import CPU_DEVICE, parse_list_devices
 from onebit_build.running.measure import Completion
 # The port helpers were part of this module: their names stay importable from here.
 from onebit_build.running.ports import HOST, bind_error, bind_problem, client_host, free_port, port_is_free
-CPU_DEVICE = "CPU"
 LOAD_LOG_VERBOSITY = 4
 LOG_TAIL_LINES = 30
 BIND_ERRORS = ("couldn't bind", "address already in use")
@@ -115,32 +115,6 @@ def server_argv(spec: ServerSpec, port: int) -> list[str]:
 def _gives_alias(args: tuple[str, ...]) -> bool:
     """True when the user's own server arguments name the model already (theirs wins)."""
     return any(a in ("-a", "--alias") or a.startswith("--alias=") for a in args)
-
-
-def parse_list_devices(text: str) -> tuple[str, ...]:
-    """Device names from ``llama-server --list-devices`` output (lines ``  NAME: description``
-    after ``Available devices:``; ``(none)`` means no device besides the CPU)."""
-    names: list[str] = []
-    in_list = False
-    for line in text.splitlines():
-        if line.strip() == "Available devices:":
-            in_list = True
-            continue
-        if not in_list:
-            continue
-        if not line.startswith((" ", "\t")):
-            in_list = False
-            continue
-        item = line.strip()
-        if item == "(none)" or ":" not in item:
-            continue
-        names.append(item.split(":", 1)[0].strip())
-    return tuple(names)
-
-
-def missing_devices(expected: tuple[str, ...], available: tuple[str, ...]) -> tuple[str, ...]:
-    """Expected devices the binary does not offer. The CPU is always there."""
-    return tuple(d for d in expected if d != CPU_DEVICE and d not in available)
 
 
 HealthState = Literal["ready", "loading", "unexpected"]

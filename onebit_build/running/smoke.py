@@ -22,6 +22,7 @@ from typing import Any, Callable
 import requests
 
 from onebit_build.running import server as srvmod
+from onebit_build.running.devices import missing_devices
 from onebit_build.core import ui
 from onebit_build.core.config import PromptCheck, Recipe, SmokeSpec
 from onebit_build.core.errors import SmokeError
@@ -342,7 +343,7 @@ def run_smoke(*, recipe: Recipe, server_bin: Path, model: ModelFile, run_dir: Pa
     t0 = time.monotonic()
     with ui.CheckStatus() as status:
         listed, device_check = _list_devices(Path(server_bin), wanted, spec, logs, status)
-        missing = srvmod.missing_devices(wanted, listed or ())
+        missing = missing_devices(wanted, listed or ())
         deadlines = Deadlines(spec=spec, t0=t0)
         results: list[DeviceResult] = []
         for device in wanted:

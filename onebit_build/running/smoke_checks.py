@@ -11,6 +11,7 @@ from typing import Any
 
 from onebit_build.core.config import PromptCheck
 from onebit_build.running import server as srvmod
+from onebit_build.running.devices import missing_devices
 from onebit_build.running.measure import Completion, Sample, Stat, answer_contains, decode_stat, prompt_stat, timed_sample, timing_problem
 
 SHORT_TEXT = 200  # characters of generated text kept as evidence
@@ -63,7 +64,7 @@ def short(text: str, n: int = SHORT_TEXT) -> str:
 
 
 def check_devices(expected: tuple[str, ...], listed: tuple[str, ...]) -> SmokeCheck:
-    missing = srvmod.missing_devices(expected, listed)
+    missing = missing_devices(expected, listed)
     evidence = {"expected": list(expected), "listed": list(listed), "missing": list(missing), "cpu_always_present": True}
     if missing:
         return SmokeCheck(

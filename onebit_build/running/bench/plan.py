@@ -18,6 +18,7 @@ from onebit_build.core.errors import ConfigError
 from onebit_build.core.fsutil import StateError, read_state
 from onebit_build.core.names import is_label, label_part
 from onebit_build.running import server as srvmod
+from onebit_build.running.devices import CPU_DEVICE, missing_devices
 from onebit_build.running.bench.judge import Expectation, Step
 from onebit_build.running.bench.settings import ALL_DEVICES, BENCH_KIND, BENCH_SCHEMA, PROMPT_NAMES, RESERVED_ARGS
 import yaml
@@ -216,10 +217,10 @@ def make_variants(configs: tuple[Config, ...], builds: tuple[Build, ...], device
 def pick_devices(requested: tuple[str, ...], listed: tuple[str, ...]) -> tuple[str, ...]:
     """The devices to use on one build: ``all`` means the CPU and every listed device."""
     if not requested:
-        return (srvmod.CPU_DEVICE,)
+        return (CPU_DEVICE,)
     out: list[str] = []
     for d in requested:
-        names = (srvmod.CPU_DEVICE, *listed) if d == ALL_DEVICES else (d,)
+        names = (CPU_DEVICE, *listed) if d == ALL_DEVICES else (d,)
         for n in names:
             if n not in out:
                 out.append(n)
@@ -229,14 +230,14 @@ def pick_devices(requested: tuple[str, ...], listed: tuple[str, ...]) -> tuple[s
 def resolve_devices(builds: tuple[Build, ...], requested: tuple[str, ...], *, env: tuple[tuple[str, str], ...], log_dir: Path) -> dict[str, tuple[str, ...]]:
     """The devices each build is benchmarked on. ``--list-devices`` is asked only when a
     device other than the CPU is wanted; a wanted device a build does not offer is an error."""
-    need_list = any(d != srvmod.CPU_DEVICE for d in requested)
+    need_list = any(d != CPU_DEVICE for d in requested)
     out: dict[str, tuple[str, ...]] = {}
     for b in builds:
         listed: tuple[str, ...] = ()
         if need_list:
             listed = srvmod.list_devices(b.server, env=env, log=Path(log_dir) / f"list-devices-{b.name}.log")
         devices = pick_devices(requested, listed)
-        missing = srvmod.missing_devices(devices, listed)
+        missing = missing_devices(devices, listed)
         if missing:
             raise ConfigError(
                 f"{b.name}: this llama-server does not offer {', '.join(missing)} (--list-devices shows: {', '.join(listed) or 'none'}; the CPU is always there)",
