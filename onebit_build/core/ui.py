@@ -14,8 +14,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from rich.console import Console
-from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn, TransferSpeedColumn)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 _console = Console(stderr=True, highlight=False, soft_wrap=True)
 _verbose = False
@@ -140,6 +139,8 @@ class ByteBar:
     """A download's bar on a terminal: bytes so far of the total, speed, time left."""
 
     def __init__(self, label: str) -> None:
+        from rich.progress import DownloadColumn, TimeRemainingColumn, TransferSpeedColumn  # only for a download
+
         self._progress = Progress(TextColumn(f"  {label}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                                   TimeRemainingColumn(), console=_console, transient=True, disable=_quiet)
         self._task = self._progress.add_task(label, total=None)
