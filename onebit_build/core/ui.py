@@ -94,12 +94,18 @@ def stage(name: str) -> Iterator[dict[str, str]]:
     (info if status == "ok" else result)(line)
 
 
+def _shared():
+    """The console every line goes through: a live display (spinner, bar) must use it, so that
+    lines printed meanwhile appear above it. (Made once here; a lazily made one is called.)"""
+    return _console() if callable(_console) else _console
+
+
 class CheckStatus:
     """Checks as they run: on a terminal a spinner names the check now running; every check
     that finishes prints one line (stderr), terminal or not. Nothing with -q."""
 
     def __init__(self) -> None:
-        self._live = _console.status("") if sys.stderr.isatty() and not _verbose and not _quiet else None
+        self._live = _shared().status("") if sys.stderr.isatty() and not _verbose and not _quiet else None
 
     def __enter__(self) -> "CheckStatus":
         if self._live is not None:
@@ -139,10 +145,11 @@ class ByteBar:
     """A download's bar on a terminal: bytes so far of the total, speed, time left."""
 
     def __init__(self, label: str) -> None:
-        from rich.progress import DownloadColumn, TimeRemainingColumn, TransferSpeedColumn  # only for a download
+        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                                   TransferSpeedColumn)
 
         self._progress = Progress(TextColumn(f"  {label}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                                  TimeRemainingColumn(), console=_console, transient=True, disable=_quiet)
+                                  TimeRemainingColumn(), console=_shared(), transient=True, disable=_quiet)
         self._task = self._progress.add_task(label, total=None)
         self._progress.start()
 
