@@ -57,7 +57,7 @@ class ServerSpec:
     port: int | None = None  # preferred port; another free one is chosen when it is taken...
     fixed_port: bool = False  # ...unless the user chose it: then never another
     threads: int | None = None
-    alias: str | None = None  # the name /v1/models lists (--alias); None: the model's path
+    alias: str | None = None  # the name /v1/models lists (--alias; one in extra_args wins); None: the path
     extra_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     health_timeout_s: float = 60.0
@@ -104,16 +104,14 @@ def server_argv(spec: ServerSpec, port: int) -> list[str]:
         "--log-verbosity", str(LOAD_LOG_VERBOSITY),
         *device_args(spec.device),
     ]
-    if spec.alias is not None and not _gives_alias(spec.extra_args):
-        argv += ["--alias", spec.alias]
+    argv += ["--alias", spec.alias] if spec.alias and not _gives_alias(spec.extra_args) else []
     if spec.threads is not None:
         argv += ["-t", str(spec.threads)]
     argv += list(spec.extra_args)
     return argv
 
 
-def _gives_alias(args: tuple[str, ...]) -> bool:
-    """True when the user's own server arguments name the model already (theirs wins)."""
+def _gives_alias(args: tuple[str, ...]) -> bool:  # the user's own arguments name the model already
     return any(a in ("-a", "--alias") or a.startswith("--alias=") for a in args)
 
 
