@@ -105,7 +105,9 @@ class VerificationSpec:
     budget_s: float = 900.0  # seconds of speed rounds per device before "too noisy" is the answer
 
 
-# The fewest rounds whose median interval reaches 90 % coverage (verification/speed.py).
+# The fewest speed rounds of verify-run, and the one place this number is set: the fewest
+# whose widest interval (minimum to maximum) covers the centre of the ratios with at least 90 %:
+# 1 - 2 / 2**5 = 0.9375 (verification/speed.py).
 VERIFY_MIN_ROUNDS = 5
 
 

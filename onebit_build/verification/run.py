@@ -31,7 +31,7 @@ from onebit_build.building.manifest import ComponentRecord, Manifest
 from onebit_build.building.verify import SetComparison, compare_outputs, compare_sets, find_matching_reference, load_reference, write_reference
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe
-from onebit_build.core.errors import ConfigError, SmokeError, VerifyError
+from onebit_build.core.errors import SmokeError, VerifyError
 from onebit_build.core.fsutil import atomic_write_text, sha256_file
 from onebit_build.running import server as srvmod
 from onebit_build.running.bench.plan import Prompt
@@ -337,20 +337,10 @@ def bundle_files(req: RunRequest, lists: dict[str, Any]) -> list[tuple[str, Path
     return files
 
 
-def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) -> RunOutcome:
-    """The whole run after the builds are known; the caller holds the workspace and bench locks."""
-    if req.rounds < 1:
-        raise ConfigError("--rounds must be at least 1", hint=f"use {speed_mod.MIN_ROUNDS} or more to reach a speed verdict")
-    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    t0 = time.monotonic()
-    hasher = HashCache()
-    (req.run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    with ui.stage("artifacts") as st:
-        art, lists, working_sets = artifacts_stage(req, hasher)
-        st["note"] = art.summary
-        if not art.ok:
-            st["status"] = "DIFFERENT"
-    devices, not_compared = devices_to_compare(req)
+def compare_on_devices(req: RunRequest, devices: tuple[str, ...], hasher: Callable[[Path], str]
+                       ) -> tuple[list[AnswerComparison], list[Provenance], dict[tuple[str, str], speed_mod.SpeedVerdict]]:
+    """Per device, the answers of both builds, then (when the new build answered) the speed
+    rounds; with every server's provenance."""
     comparisons: list[AnswerComparison] = []
     provs: list[Provenance] = []
     speeds: dict[tuple[str, str], speed_mod.SpeedVerdict] = {}
@@ -358,7 +348,8 @@ def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) ->
         with ui.stage("answers") as st:
             got, p = answers_on(req, dev, hasher)
             provs += p
-            comparisons += [compare(dev, pr.name, new=got[NEW][pr.name], working=got[WORKING][pr.name]) for pr in req.recipe.smoke.prompts]
+            comparisons += [compare(dev, pr.name, new=got[NEW][pr.name], working=got[WORKING][pr.name])
+                            for pr in req.recipe.smoke.prompts]
             same = sum(1 for c in comparisons if c.device == dev and c.same)
             st["note"] = f"{dev}: {same}/{len(req.recipe.smoke.prompts)} the same"
         if any(a.error for a in got[NEW].values()):
@@ -370,6 +361,36 @@ def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) ->
             speeds.update(v)
             provs += p
             st["note"] = "; ".join(f"{dev} {m} {v[(dev, m)].label}" for m in METRICS)
+    return comparisons, provs, speeds
+
+
+def run_facts(req: RunRequest, *, devices: tuple[str, ...], started: str, seconds: float, adopted: str) -> report_mod.RunFacts:
+    """What the report says about the run itself."""
+    return report_mod.RunFacts(
+        recipe=req.recipe.name, new={**req.new.build.to_dict(), "args": list(req.new.args)},
+        working={**req.working.build.to_dict(), "args": list(req.working.args)}, rounds=req.rounds, tolerance=req.tolerance,
+        devices=devices, started_at=started, seconds=seconds, run_dir=str(req.run_dir),
+        model={"path": str(req.model.path), "sha256": req.model.sha256, "source": req.model.source},
+        settings={"new server arguments": " ".join(req.new.args), "working server arguments": " ".join(req.working.args),
+                  "bench lock": str(req.lock or ""), "adopt": adopted,
+                  "speed budget": f"{req.budget_s:g} s per device"},
+    )
+
+
+def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) -> RunOutcome:
+    """The whole run after the builds are known; the caller holds the workspace and bench locks."""
+    speed_mod.check_rounds(req.rounds)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    hasher = HashCache()
+    (req.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    with ui.stage("artifacts") as st:
+        art, lists, working_sets = artifacts_stage(req, hasher)
+        st["note"] = art.summary
+        if not art.ok:
+            st["status"] = "DIFFERENT"
+    devices, not_compared = devices_to_compare(req)
+    comparisons, provs, speeds = compare_on_devices(req, devices, hasher)
     parts = [art, answers_part(comparisons, not_compared=not_compared), speed_part(speeds), provenance_part(provs)]
     result = verdict(parts)
     reference, adopted = None, ""
@@ -379,15 +400,7 @@ def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) ->
         else:
             adopted = "not adopted: the artifacts of the two builds differ; adopt only a pair that agrees"
         adopted = "; ".join([adopted, *adopt_smoke_speed(req, devices)])
-    facts = report_mod.RunFacts(
-        recipe=req.recipe.name, new={**req.new.build.to_dict(), "args": list(req.new.args)},
-        working={**req.working.build.to_dict(), "args": list(req.working.args)}, rounds=req.rounds, tolerance=req.tolerance,
-        devices=devices, started_at=started, seconds=time.monotonic() - t0, run_dir=str(req.run_dir),
-        model={"path": str(req.model.path), "sha256": req.model.sha256, "source": req.model.source},
-        settings={"new server arguments": " ".join(req.new.args), "working server arguments": " ".join(req.working.args),
-                  "bench lock": str(req.lock or ""), "adopt": adopted,
-                  "speed budget": f"{req.budget_s:g} s per device"},
-    )
+    facts = run_facts(req, devices=devices, started=started, seconds=time.monotonic() - t0, adopted=adopted)
     written = report_mod.write_all(req.run_dir, result, facts, bundle_files=[*bundle_files(req, lists), *project_files])
     junit = write_junit(req.junit, "verify-run", junit_cases(result), seconds=facts.seconds) if req.junit else None
     return RunOutcome(verdict=result, written=written, junit=junit, reference=reference, adopted=adopted)
