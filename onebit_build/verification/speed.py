@@ -112,8 +112,8 @@ class SpeedVerdict:
     label: str
     tolerance: float
     ratios: tuple[RoundRatio, ...]
-    median: float | None = None
-    low: float | None = None  # the confidence interval of the median ratio
+    median: float | None = None  # the estimated ratio: the Hodges-Lehmann centre of the round ratios
+    low: float | None = None  # the confidence interval of the ratio (signed-rank, on the log scale)
     high: float | None = None
     coverage: float | None = None  # the interval's coverage (>= CONFIDENCE when decided)
     new_median: float | None = None  # tok/s, for the reader
