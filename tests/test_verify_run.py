@@ -161,7 +161,7 @@ def cache_programs(build_dir: Path) -> set[str]:
 def test_second_build_of_the_same_configuration_is_verified(rebuilt, default_build, tmp_path):
     assert "ccache" not in cache_programs(default_build)  # the tool's launcher alone, never ccache under it
     run_dir, junit = tmp_path / "run", tmp_path / "junit.xml"
-    # 9 rounds: the interval of the median then leaves out the fastest and the slowest round
+    # 9 rounds: the interval then leaves out the fastest and the slowest round
     # (with 5 it is their whole range).
     out = cli("verify-run", "--working", str(rebuilt), "--tolerance", TOLERANCE, "--rounds", "9",
               "--speed-budget", "600", "--run-dir", str(run_dir), "--junit", str(junit))

@@ -245,7 +245,7 @@ def log_interval(ratios: list[float]) -> tuple[float, float, float, float]:
 
 
 def decide(median: float, low: float, high: float, tolerance: float) -> str:
-    """The label for a median ratio and its interval (see the module's definition)."""
+    """The label for an estimated ratio and its interval (see the module's definition)."""
     noise = (high - low) / 2.0
     tolerance += EPSILON  # a ratio exactly at the tolerance is within it, despite rounding
     if abs(median - 1.0) <= tolerance and noise <= tolerance:
