@@ -511,8 +511,8 @@ def test_real_round_together_serves_both_variants_at_once(llama_server, gemma_mo
     prompts = bench.load_prompts(REPO / "smoke" / "prompts")
     a = Variant(name="a", config="a", build="cpu", device="CPU", server=Path(llama_server), args=("-t", "1"))
     b = Variant(name="b", config="b", build="cpu", device="CPU", server=Path(llama_server), args=("-t", "1"))
-    req = BenchRequest(variants=(a, b), model=local_model(Path(gemma_model)), prompts=prompts, run_dir=tmp_path, rounds=2,
-                       decode_tokens=8, prefix_tokens=4, together=True)
+    req = BenchRequest(variants=(a, b), model=local_model(Path(gemma_model)), prompts=prompts, run_dir=tmp_path,
+                       rounds=2, decode_tokens=8, prefix_tokens=4, together=True)
     started: list[tuple[int, str, int]] = []
     alive_at_start: list[bool] = []
 

@@ -43,7 +43,8 @@ def test_signed_rank_coverage_matches_every_sign_pattern():
     """The coverage comes from the exact signed-rank distribution: checked against all 2**n
     sign patterns of n ranks."""
     for n in (1, 4, 5, 9):
-        sums = [sum(r for r, sign in zip(range(1, n + 1), pattern) if sign) for pattern in itertools.product((0, 1), repeat=n)]
+        sums = [sum(r for r, sign in zip(range(1, n + 1), pattern) if sign)
+                for pattern in itertools.product((0, 1), repeat=n)]
         for d in (1, 2, 3):
             below = sum(1 for w in sums if w <= d - 1) / 2 ** n
             assert speed.coverage(n, d) == pytest.approx(max(0.0, 1 - 2 * below))
@@ -200,7 +201,8 @@ def test_prompt_speed_is_judged_on_the_long_prompts_only():
     swings = [0.5, 2.0, 0.6, 1.8, 0.55, 1.9]
     samples = []
     for rnd, swing in enumerate(swings, start=1):
-        samples += [_sample(rnd, "w", "code", 121, 100.0), _sample(rnd, "n", "code", 121, 100.0 * (1 + 0.01 * (-1) ** rnd)),
+        samples += [_sample(rnd, "w", "code", 121, 100.0),
+                    _sample(rnd, "n", "code", 121, 100.0 * (1 + 0.01 * (-1) ** rnd)),
                     _sample(rnd, "w", "short", 15, 100.0), _sample(rnd, "n", "short", 15, 100.0 * swing)]
     assert speed_rounds.prompt_speed_prompts(tuple(samples)) == {"code"}
     got = speed_rounds.verdicts_of(tuple(samples), role_of, device="CPU", tolerance=0.10, rounds_asked=5)

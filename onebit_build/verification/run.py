@@ -337,13 +337,16 @@ def bundle_files(req: RunRequest, lists: dict[str, Any]) -> list[tuple[str, Path
     return files
 
 
-def compare_on_devices(req: RunRequest, devices: tuple[str, ...], hasher: Callable[[Path], str]
-                       ) -> tuple[list[AnswerComparison], list[Provenance], dict[tuple[str, str], speed_mod.SpeedVerdict]]:
+Speeds = dict[tuple[str, str], speed_mod.SpeedVerdict]
+
+
+def compare_on_devices(req: RunRequest, devices: tuple[str, ...],
+                       hasher: Callable[[Path], str]) -> tuple[list[AnswerComparison], list[Provenance], Speeds]:
     """Per device, the answers of both builds, then (when the new build answered) the speed
     rounds; with every server's provenance."""
     comparisons: list[AnswerComparison] = []
     provs: list[Provenance] = []
-    speeds: dict[tuple[str, str], speed_mod.SpeedVerdict] = {}
+    speeds: Speeds = {}
     for dev in devices:
         with ui.stage("answers") as st:
             got, p = answers_on(req, dev, hasher)
@@ -364,14 +367,17 @@ def compare_on_devices(req: RunRequest, devices: tuple[str, ...], hasher: Callab
     return comparisons, provs, speeds
 
 
-def run_facts(req: RunRequest, *, devices: tuple[str, ...], started: str, seconds: float, adopted: str) -> report_mod.RunFacts:
+def run_facts(req: RunRequest, *, devices: tuple[str, ...], started: str, seconds: float,
+              adopted: str) -> report_mod.RunFacts:
     """What the report says about the run itself."""
     return report_mod.RunFacts(
         recipe=req.recipe.name, new={**req.new.build.to_dict(), "args": list(req.new.args)},
-        working={**req.working.build.to_dict(), "args": list(req.working.args)}, rounds=req.rounds, tolerance=req.tolerance,
+        working={**req.working.build.to_dict(), "args": list(req.working.args)}, rounds=req.rounds,
+        tolerance=req.tolerance,
         devices=devices, started_at=started, seconds=seconds, run_dir=str(req.run_dir),
         model={"path": str(req.model.path), "sha256": req.model.sha256, "source": req.model.source},
-        settings={"new server arguments": " ".join(req.new.args), "working server arguments": " ".join(req.working.args),
+        settings={"new server arguments": " ".join(req.new.args),
+                  "working server arguments": " ".join(req.working.args),
                   "bench lock": str(req.lock or ""), "adopt": adopted,
                   "speed budget": f"{req.budget_s:g} s per device"},
     )

@@ -20,7 +20,8 @@ Definition (the README's "Verification runs" says the same):
    :data:`CONFIDENCE`; then back to ratios. It assumes only that the log-ratios scatter
    symmetrically (the same build on both sides, asked in alternating order, does), keeps
    a wild round from moving it far, and is much narrower than the interval of the median
-   for the same rounds (rounds of 1, 2, ..., 9: 3..7 instead of 2..8); 5 rounds are the fewest that reach 90 % (their minimum and maximum: 93.75 %).
+   for the same rounds (rounds of 1, 2, ..., 9: 3..7 instead of 2..8); 5 rounds are the
+   fewest that reach 90 % (their minimum and maximum: 93.75 %).
    The *noise* is the half-width ``(hi - lo) / 2``: how far the rounds themselves leave
    the ratio uncertain. More rounds narrow it.
 4. With the tolerance ``t`` (recipe-settable, default 3 %):

@@ -205,7 +205,8 @@ def _spec(req: BenchRequest, v: Variant, log: Path) -> srvmod.ServerSpec:
     )
 
 
-def _not_started(req: BenchRequest, v: Variant, rnd: int, log: Path, exc: SmokeError) -> tuple[ServerRun, list[Sample], str]:
+def _not_started(req: BenchRequest, v: Variant, rnd: int, log: Path,
+                 exc: SmokeError) -> tuple[ServerRun, list[Sample], str]:
     """The record, samples and line of a server that did not start."""
     run = ServerRun(round=rnd, variant=v.name, log=log, port=None, ready_s=None, error=str(exc))
     why = f"the server did not start: {exc.message}"
@@ -306,9 +307,10 @@ def _ask_one(server: srvmod.Server, req: BenchRequest, v: Variant, rnd: int, p: 
         return failed_sample(why=exc.message, round=rnd, variant=v.name, prompt=p.name), f"{p.name} - INVALID", ""
     except SmokeError as exc:
         return failed_sample(why=exc.message, round=rnd, variant=v.name, prompt=p.name), f"{p.name} FAILED", exc.message
-    verdict = judge_answer(answer, expected=expectations.get(p.name), tokens=req.decode_tokens, tie_margin=req.tie_margin)
-    s = timed_sample(answer, why=verdict.why, note=verdict.note, text=answer.text[:TEXT_KEPT], round=rnd, variant=v.name,
-                     prompt=p.name)
+    verdict = judge_answer(answer, expected=expectations.get(p.name), tokens=req.decode_tokens,
+                           tie_margin=req.tie_margin)
+    s = timed_sample(answer, why=verdict.why, note=verdict.note, text=answer.text[:TEXT_KEPT], round=rnd,
+                     variant=v.name, prompt=p.name)
     figure = f"{s.decode_tok_s:.1f}" if s.decode_tok_s is not None else "-"
     return s, f"{p.name} {figure}" + ("" if verdict.valid else " INVALID") + (" (near tie)" if verdict.note else ""), ""
 
