@@ -147,7 +147,8 @@ More = Callable[[tuple[Sample, ...], int], bool]
 def run_bench(req: BenchRequest, *, progress: Progress | None = None, on_start: OnStart | None = None,
               more: More | None = None) -> BenchResult:
     """Run every variant ``req.rounds`` times, interleaved, each time on a fresh server; then
-    one more round at a time for as long as ``more`` asks for it.
+    one more round at a time for as long as ``more`` asks for it. With ``req.together``, the
+    servers of a round are up at once and take the prompts in turn (:func:`_round_together`).
 
     Failures of one server (it does not start, it crashes, it answers wrongly) are
     results, not exceptions; every server is stopped before this returns or raises."""
