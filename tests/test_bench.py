@@ -503,6 +503,35 @@ def test_real_near_tie_flip_is_excused_and_given_prefixes_gate_everyone(llama_se
 
 
 @pytest.mark.slow
+def test_real_round_together_serves_both_variants_at_once(llama_server, gemma_model, tmp_path):
+    """verify-run's rounds: both fresh servers of a round are up at once, every prompt is
+    answered by both, the baseline records the expectations, and no server outlives the run."""
+    from onebit_build.running.model import local_model
+
+    prompts = bench.load_prompts(REPO / "smoke" / "prompts")
+    a = Variant(name="a", config="a", build="cpu", device="CPU", server=Path(llama_server), args=("-t", "1"))
+    b = Variant(name="b", config="b", build="cpu", device="CPU", server=Path(llama_server), args=("-t", "1"))
+    req = BenchRequest(variants=(a, b), model=local_model(Path(gemma_model)), prompts=prompts, run_dir=tmp_path,
+                       rounds=2, decode_tokens=8, prefix_tokens=4, together=True)
+    started: list[tuple[int, str, int]] = []
+    alive_at_start: list[bool] = []
+
+    def on_start(server, v, rnd):
+        # the other variant's server of this round, when already started, still runs
+        alive_at_start.extend(os.path.exists(f"/proc/{pid}") for r, _, pid in started if r == rnd)
+        started.append((rnd, v.name, server.pid))
+
+    result = bench.run_bench(req, progress=lambda _: None, on_start=on_start)
+    assert [(r, v) for r, v, _ in started] == [(1, "a"), (1, "b"), (2, "a"), (2, "b")]
+    assert alive_at_start == [True, True]
+    assert result.rounds_run == 2 and all(s.valid for s in result.samples), [s.why for s in result.samples]
+    assert sorted((s.round, s.variant, s.prompt) for s in result.samples) == sorted(
+        (r, v, p.name) for r in (1, 2) for v in ("a", "b") for p in prompts)
+    assert {e.source for e in result.expectations.values()} == {"baseline a round 1"}
+    assert not any(os.path.exists(f"/proc/{pid}") for _, _, pid in started)
+
+
+@pytest.mark.slow
 def test_cli_held_lock_fails_naming_the_holder(llama_server, gemma_model, tmp_path):
     lock = tmp_path / "bench.lock"
     holder = hold_lock(lock, 60)

@@ -19,7 +19,7 @@ from onebit_build.job.verify import references_dir
 from onebit_build.options import Options
 from onebit_build.running.bench import BenchLock, load_prompts, parse_config
 from onebit_build.verification import run as vrun
-from onebit_build.verification.speed import MIN_ROUNDS
+from onebit_build.verification.speed import check_rounds
 from onebit_build.verification.working import ResolvedBuild, resolve_new, resolve_working, same_build
 
 
@@ -44,9 +44,7 @@ def check_request(opts: Options, recipe) -> Asked:
     assert vo is not None  # the parser makes it for verify-run
     working = resolve_working(vo.working, recipe=recipe.name)
     rounds = vo.rounds or recipe.verification.rounds
-    if rounds < MIN_ROUNDS:
-        raise ConfigError(f"--rounds {rounds}: a speed verdict needs at least {MIN_ROUNDS} rounds",
-                          hint=f"pass --rounds {MIN_ROUNDS} or more")
+    check_rounds(rounds)
     if vo.adopt and not recipe.smoke.prompts and not any(c.artifacts for c in recipe.components):
         raise ConfigError(f"--adopt: recipe {recipe.name} collects no kernel artifacts and has no smoke prompt to measure"
                           " speed on", hint="drop --adopt; references exist for recipes with an 'artifacts:' collector"

@@ -7,7 +7,7 @@ build with a working build in one run, in four parts, and gives one verdict:
   folder with a manifest), refused in one line otherwise;
 - artifacts: every kernel artifact, new vs working, N/N identical (``building.verify``);
 - :mod:`.answers`: the same greedy text from both builds, the first differing token when not;
-- :mod:`.speed`: interleaved rounds, the median ratio new/working with its interval, and the
+- :mod:`.speed`: interleaved rounds, the ratio new/working with its signed-rank interval, and the
   definition of "on par", "faster", "slower" and "too noisy";
 - :mod:`.provenance`: the files each live server mapped are its build's own;
 - :mod:`.verdict`: VERIFIED (exit 0) only when all four hold, else NOT VERIFIED (exit 11);

@@ -110,7 +110,7 @@ def render_markdown(verdict: Verdict, facts: RunFacts) -> str:
     for p in verdict.parts:
         out += ["", f"### {p.name.capitalize()}", ""]
         if p.name == SPEED and p.data.get("per_device"):
-            out += md_table(["device", "metric", "working tok/s", "new tok/s", "new/working", "interval of the median", "rounds", "verdict"],
+            out += md_table(["device", "metric", "working tok/s", "new tok/s", "new/working", "interval of the ratio", "rounds", "verdict"],
                             _speed_rows(p))
             out.append("")
         if p.lines:

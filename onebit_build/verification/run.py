@@ -31,7 +31,7 @@ from onebit_build.building.manifest import ComponentRecord, Manifest
 from onebit_build.building.verify import SetComparison, compare_outputs, compare_sets, find_matching_reference, load_reference, write_reference
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe
-from onebit_build.core.errors import ConfigError, SmokeError, VerifyError
+from onebit_build.core.errors import SmokeError, VerifyError
 from onebit_build.core.fsutil import atomic_write_text, sha256_file
 from onebit_build.core.model_spec import served_name
 from onebit_build.running import server as srvmod
@@ -43,9 +43,10 @@ from onebit_build.verification import report as report_mod
 from onebit_build.verification import speed as speed_mod
 from onebit_build.verification.answers import Answer, AnswerComparison, compare
 from onebit_build.running.devices import pick_devices
-from onebit_build.verification.junit import Case, classname, evidence_text, write_junit
+from onebit_build.verification.junit import write_junit
 from onebit_build.verification.provenance import Provenance, inspect_process
 from onebit_build.verification.speed_rounds import METRICS, speed_on
+from onebit_build.verification.verdict_junit import junit_cases
 from onebit_build.verification.verdict import Part, Verdict, answers_part, artifacts_part, provenance_part, speed_part, verdict
 from onebit_build.verification.working import ResolvedBuild, server_component
 
@@ -309,32 +310,6 @@ def answers_on(req: RunRequest, device: str, hasher: Callable[[Path], str]) -> t
 # --------------------------------------------------------------------------- the run
 
 
-def junit_cases(v: Verdict, *, recipe: str, times: dict[str, float] | None = None) -> list[Case]:
-    """One case per part (class ``<recipe>``), and one per device and prompt or metric inside
-    answers and speed (class ``<recipe>.<device>``), each with its evidence and the time of
-    the step that made it (``times``: ``artifacts``, ``answers/DEVICE``, ``speed/DEVICE``; a
-    device's prompts share its answers step, its two metrics its speed rounds)."""
-    times = times or {}
-    cases = []
-    for p in v.parts:
-        spent = sum(s for k, s in times.items() if k == p.name or k.startswith(f"{p.name}/"))
-        cases.append(Case(name=p.name, classname=recipe, ok=p.ok, message="" if p.ok else p.summary, seconds=spent,
-                          detail="\n".join([p.summary, *p.lines])))
-        if p.name == "answers":
-            for c in p.data.get("comparisons", []):
-                cases.append(Case(name=f"answer:{c['prompt']}", classname=classname(recipe, c["device"]), ok=c["same"],
-                                  message=c["difference"], seconds=times.get(f"answers/{c['device']}", 0.0),
-                                  detail=evidence_text(c["difference"] or "the same answer", c)))
-        if p.name == "speed":
-            for d in p.data.get("per_device", []):
-                msg = (f"{d['verdict']}, new/working {d['median_ratio']:.3f}" if d.get("median_ratio") is not None
-                       else d["verdict"])
-                cases.append(Case(name=f"speed:{d['metric']}", classname=classname(recipe, d["device"]), ok=d["ok"],
-                                  message="" if d["ok"] else msg, seconds=times.get(f"speed/{d['device']}", 0.0),
-                                  detail=evidence_text(msg, d)))
-    return cases
-
-
 def bundle_files(req: RunRequest, lists: dict[str, Any]) -> list[tuple[str, Path]]:
     """What the bundle holds besides the report: both manifests, the artifact lists, the
     logs, and the pins lock of the project the new build came from."""
@@ -350,13 +325,17 @@ def bundle_files(req: RunRequest, lists: dict[str, Any]) -> list[tuple[str, Path
     return files
 
 
-def _compare_on_devices(req: RunRequest, devices: tuple[str, ...] | list[str], hasher: Callable[[Path], str],
-                        times: dict[str, float]):
-    """Per device: both builds' answers, then (when the new build answered) their speeds; the
-    time of each step goes into ``times`` (``answers/DEVICE``, ``speed/DEVICE``)."""
+Speeds = dict[tuple[str, str], speed_mod.SpeedVerdict]
+
+
+def compare_on_devices(req: RunRequest, devices: tuple[str, ...], hasher: Callable[[Path], str],
+                       times: dict[str, float]) -> tuple[list[AnswerComparison], list[Provenance], Speeds]:
+    """Per device, the answers of both builds, then (when the new build answered) the speed
+    rounds; with every server's provenance. The time of each step goes into ``times``
+    (``answers/DEVICE``, ``speed/DEVICE``)."""
     comparisons: list[AnswerComparison] = []
     provs: list[Provenance] = []
-    speeds: dict[tuple[str, str], speed_mod.SpeedVerdict] = {}
+    speeds: Speeds = {}
     for dev in devices:
         t0 = time.monotonic()
         with ui.stage("answers") as st:
@@ -378,13 +357,28 @@ def _compare_on_devices(req: RunRequest, devices: tuple[str, ...] | list[str], h
             provs += p
             st["note"] = "; ".join(f"{dev} {m} {v[(dev, m)].label}" for m in METRICS)
         times[f"speed/{dev}"] = time.monotonic() - t0
-    return comparisons, speeds, provs
+    return comparisons, provs, speeds
+
+
+def run_facts(req: RunRequest, *, devices: tuple[str, ...], started: str, seconds: float,
+              adopted: str) -> report_mod.RunFacts:
+    """What the report says about the run itself."""
+    return report_mod.RunFacts(
+        recipe=req.recipe.name, new={**req.new.build.to_dict(), "args": list(req.new.args)},
+        working={**req.working.build.to_dict(), "args": list(req.working.args)}, rounds=req.rounds,
+        tolerance=req.tolerance,
+        devices=devices, started_at=started, seconds=seconds, run_dir=str(req.run_dir),
+        model={"path": str(req.model.path), "sha256": req.model.sha256, "source": req.model.source},
+        settings={"new server arguments": " ".join(req.new.args),
+                  "working server arguments": " ".join(req.working.args),
+                  "bench lock": str(req.lock or ""), "adopt": adopted,
+                  "speed budget": f"{req.budget_s:g} s per device"},
+    )
 
 
 def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) -> RunOutcome:
     """The whole run after the builds are known; the caller holds the workspace and bench locks."""
-    if req.rounds < 1:
-        raise ConfigError("--rounds must be at least 1", hint=f"use {speed_mod.MIN_ROUNDS} or more to reach a speed verdict")
+    speed_mod.check_rounds(req.rounds)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
     hasher = HashCache()
@@ -397,7 +391,7 @@ def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) ->
             st["status"] = "DIFFERENT"
     times["artifacts"] = time.monotonic() - t0
     devices, not_compared = devices_to_compare(req)
-    comparisons, speeds, provs = _compare_on_devices(req, devices, hasher, times)
+    comparisons, provs, speeds = compare_on_devices(req, devices, hasher, times)
     parts = [art, answers_part(comparisons, not_compared=not_compared), speed_part(speeds), provenance_part(provs)]
     result = verdict(parts)
     reference, adopted = None, ""
@@ -407,15 +401,7 @@ def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) ->
         else:
             adopted = "not adopted: the artifacts of the two builds differ; adopt only a pair that agrees"
         adopted = "; ".join([adopted, *adopt_smoke_speed(req, devices)])
-    facts = report_mod.RunFacts(
-        recipe=req.recipe.name, new={**req.new.build.to_dict(), "args": list(req.new.args)},
-        working={**req.working.build.to_dict(), "args": list(req.working.args)}, rounds=req.rounds, tolerance=req.tolerance,
-        devices=devices, started_at=started, seconds=time.monotonic() - t0, run_dir=str(req.run_dir),
-        model={"path": str(req.model.path), "sha256": req.model.sha256, "source": req.model.source},
-        settings={"new server arguments": " ".join(req.new.args), "working server arguments": " ".join(req.working.args),
-                  "bench lock": str(req.lock or ""), "adopt": adopted,
-                  "speed budget": f"{req.budget_s:g} s per device"},
-    )
+    facts = run_facts(req, devices=devices, started=started, seconds=time.monotonic() - t0, adopted=adopted)
     written = report_mod.write_all(req.run_dir, result, facts, bundle_files=[*bundle_files(req, lists), *project_files])
     junit = (write_junit(req.junit, "verify-run", junit_cases(result, recipe=req.recipe.name, times=times),
                          seconds=facts.seconds) if req.junit else None)

@@ -2,20 +2,28 @@
 
 Definition (the README's "Verification runs" says the same):
 
-1. Both builds are served in interleaved rounds (round 1: working, new; round 2: working,
-   new; ...), each time on a fresh server, with the same prompts. Only speeds whose
-   answers held count.
+1. Both builds are served in interleaved rounds, each round on a fresh server of each
+   build, both up at once: each prompt is asked of one build, then of the other (working
+   first in odd rounds, new first in even ones), so the two figures of a prompt were taken
+   seconds apart and a drift of the machine's load touches both alike. Only speeds whose
+   answers held count. Prompt speed is judged on the prompts of at least 32 tokens
+   (:mod:`.speed_rounds`): a few tokens take milliseconds, which time the server's
+   overhead and the scheduler, not prompt processing.
 2. Per round *i*, the ratio ``r_i`` is the geometric mean, over the prompts both builds
-   answered validly in that round, of ``new tok/s / working tok/s``. The two servers of a
-   round ran back to back, so a slow drift of the machine's load touches both alike; a
-   round is one sample (the prompts of one server are not independent of each other).
-3. ``m`` is the median of the ``r_i``; ``[lo, hi]`` is the distribution-free confidence
-   interval of that median: the order statistics ``r_(k)`` and ``r_(n-k+1)`` for the
-   largest ``k`` whose coverage ``1 - 2 P(B <= k-1)``, ``B ~ Binomial(n, 1/2)``, is at
-   least :data:`CONFIDENCE`. It assumes nothing about the shape of the noise; 5 rounds are
-   the fewest that reach 90 % (their minimum and maximum: 93.75 %).
+   answered validly in that round, of ``new tok/s / working tok/s``; a round is one
+   sample (the prompts of one pair of servers are not independent of each other).
+3. On the log scale, ``m`` is the Hodges-Lehmann estimate of the centre of the
+   ``log r_i`` (the median of all pairwise averages ``(log r_i + log r_j) / 2``, i <= j)
+   and ``[lo, hi]`` its signed-rank (Wilcoxon) confidence interval: the ``d``-th smallest
+   and ``d``-th largest of those averages for the largest ``d`` whose coverage
+   ``1 - 2 P(W <= d-1)``, ``W`` the signed-rank statistic of n values, is at least
+   :data:`CONFIDENCE`; then back to ratios. It assumes only that the log-ratios scatter
+   symmetrically (the same build on both sides, asked in alternating order, does), keeps
+   a wild round from moving it far, and is much narrower than the interval of the median
+   for the same rounds (rounds of 1, 2, ..., 9: 3..7 instead of 2..8); 5 rounds are the
+   fewest that reach 90 % (their minimum and maximum: 93.75 %).
    The *noise* is the half-width ``(hi - lo) / 2``: how far the rounds themselves leave
-   the median uncertain. More rounds narrow it.
+   the ratio uncertain. More rounds narrow it.
 4. With the tolerance ``t`` (recipe-settable, default 3 %):
 
    - **on par**: ``|m - 1| <= t`` and noise ``<= t``;
@@ -47,12 +55,12 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from onebit_build.core.config import VERIFY_MIN_ROUNDS
+from onebit_build.core.errors import ConfigError
 
 DEFAULT_TOLERANCE = 0.03
 CONFIDENCE = 0.90
-# The fewest rounds whose widest interval (minimum to maximum) covers the median with at
-# least CONFIDENCE: 1 - 2 / 2**5 = 0.9375 (4 rounds give 0.875). The number lives in core.config,
-# where the recipe's verification.rounds is checked against it.
+# The fewest rounds that reach CONFIDENCE (5: their minimum and maximum, 93.75 %); the number
+# lives in core.config, where the recipe's verification.rounds is checked against it.
 MIN_ROUNDS = VERIFY_MIN_ROUNDS
 EPSILON = 1e-9
 
@@ -106,8 +114,8 @@ class SpeedVerdict:
     label: str
     tolerance: float
     ratios: tuple[RoundRatio, ...]
-    median: float | None = None
-    low: float | None = None  # the confidence interval of the median ratio
+    median: float | None = None  # the estimated ratio: the Hodges-Lehmann centre of the round ratios
+    low: float | None = None  # the confidence interval of the ratio (signed-rank, on the log scale)
     high: float | None = None
     coverage: float | None = None  # the interval's coverage (>= CONFIDENCE when decided)
     new_median: float | None = None  # tok/s, for the reader
@@ -164,6 +172,13 @@ def _signed(ratio: float) -> str:
     return f"{(ratio - 1.0) * 100:+.1f} %"
 
 
+def check_rounds(rounds: int, given: str = "--rounds") -> None:
+    """Refuse fewer speed rounds than a verdict needs, in one line naming what gave them."""
+    if rounds < MIN_ROUNDS:
+        raise ConfigError(f"{given} {rounds}: a speed verdict needs at least {MIN_ROUNDS} rounds",
+                          hint=f"pass {given} {MIN_ROUNDS} or more")
+
+
 def round_ratios(measures: Iterable[Measure]) -> tuple[RoundRatio, ...]:
     """Per round, the geometric mean over prompts of new / working, using only prompts
     where both builds have a figure in that round. Rounds without any such prompt are left
@@ -183,32 +198,56 @@ def round_ratios(measures: Iterable[Measure]) -> tuple[RoundRatio, ...]:
     return tuple(out)
 
 
-def median_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """The distribution-free confidence interval of the median of ``values``: the k-th
-    smallest and k-th largest value for the largest k whose coverage is at least
-    ``confidence`` (k = 1 when none is: then the coverage returned is below it).
-    Returns (low, high, coverage)."""
-    if not values:
-        raise ValueError("median_interval: no values")
-    xs = sorted(values)
-    n = len(xs)
-    best_k, best_cov = 1, coverage(n, 1)
-    for k in range(2, (n + 1) // 2 + 1):
-        cov = coverage(n, k)
-        if cov < confidence:
-            break
-        best_k, best_cov = k, cov
-    return xs[best_k - 1], xs[n - best_k], best_cov
+def signed_rank_counts(n: int) -> list[int]:
+    """For n values, how many of the 2**n sign patterns give each signed-rank sum W (the sum
+    of the ranks of the positive ones), W = 0 .. n(n+1)/2. Pure."""
+    counts = [1]
+    for rank in range(1, n + 1):
+        grown = counts + [0] * rank
+        for w, c in enumerate(counts):
+            grown[w + rank] += c
+        counts = grown
+    return counts
 
 
-def coverage(n: int, k: int) -> float:
-    """Probability that [x_(k), x_(n-k+1)] of n samples holds the population median."""
-    below = sum(math.comb(n, j) for j in range(k)) / 2.0 ** n
+def coverage(n: int, d: int) -> float:
+    """Probability that the interval from the d-th smallest to the d-th largest of the
+    n(n+1)/2 pairwise averages of n values holds the centre of their (symmetric) distribution."""
+    below = sum(signed_rank_counts(n)[:d]) / 2.0 ** n
     return max(0.0, 1.0 - 2.0 * below)
 
 
+def walsh_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float, float]:
+    """The Hodges-Lehmann estimate of the centre of ``values`` (the median of all pairwise
+    averages (x_i + x_j) / 2, i <= j) and its signed-rank confidence interval: the d-th
+    smallest and d-th largest average for the largest d whose coverage is at least
+    ``confidence`` (d = 1 when none is: then the coverage returned is below it). It assumes
+    only that the values are spread symmetrically about their centre.
+    Returns (estimate, low, high, coverage)."""
+    if not values:
+        raise ValueError("walsh_interval: no values")
+    n = len(values)
+    averages = sorted((values[i] + values[j]) / 2.0 for i in range(n) for j in range(i, n))
+    counts = signed_rank_counts(n)
+    total, below, best_d, best_cov = 2.0 ** n, counts[0], 1, 1.0 - 2.0 * counts[0] / 2.0 ** n
+    for d in range(2, len(averages) // 2 + 1):
+        below += counts[d - 1]
+        cov = 1.0 - 2.0 * below / total
+        if cov < confidence:
+            break
+        best_d, best_cov = d, cov
+    return statistics.median(averages), averages[best_d - 1], averages[-best_d], max(0.0, best_cov)
+
+
+def log_interval(ratios: list[float]) -> tuple[float, float, float, float]:
+    """:func:`walsh_interval` of the log-ratios, back as ratios (a ratio and its inverse lie
+    symmetrically about 1 on that scale). Returns (estimate, low, high, coverage)."""
+    est, low, high, cov = walsh_interval([math.log(r) for r in ratios])
+    return math.exp(est), math.exp(low), math.exp(high), cov
+
+
 def decide(median: float, low: float, high: float, tolerance: float) -> str:
-    """The label for a median ratio and its interval (see the module's definition)."""
+    """The label for an estimated ratio and its interval (see the module's definition)."""
     noise = (high - low) / 2.0
     tolerance += EPSILON  # a ratio exactly at the tolerance is within it, despite rounding
     if abs(median - 1.0) <= tolerance and noise <= tolerance:
@@ -224,8 +263,8 @@ def label_of(values: list[float], tolerance: float) -> str:
     """The label of the round ratios as they are now: decided or not (see the module). Pure."""
     if len(values) < MIN_ROUNDS:
         return TOO_FEW
-    low, high, _ = median_interval(values)
-    return decide(statistics.median(values), low, high, tolerance)
+    estimate, low, high, _ = log_interval(values)
+    return decide(estimate, low, high, tolerance)
 
 
 def another_round(labels: Iterable[str], *, valid_rounds: int, rounds_done: int, min_rounds: int, elapsed_s: float,
@@ -255,9 +294,8 @@ def speed_verdict(measures: Iterable[Measure], *, tolerance: float = DEFAULT_TOL
     if not ratios:
         return SpeedVerdict(label=TOO_FEW, **common)
     values = [r.ratio for r in ratios]
-    med = statistics.median(values)
-    low, high, cov = median_interval(values)
-    return SpeedVerdict(label=label_of(values, tolerance), median=med, low=low, high=high, coverage=cov, **common)
+    estimate, low, high, cov = log_interval(values)
+    return SpeedVerdict(label=label_of(values, tolerance), median=estimate, low=low, high=high, coverage=cov, **common)
 
 
 def _median(values: list[float]) -> float | None:

@@ -1,6 +1,7 @@
 """The speed part of a verification run on one device: interleaved rounds of both builds
-(the bench's, a fresh server per round), first ``rounds`` of them, then one more at a time
-until every metric is decided or the time budget is spent (:func:`speed.another_round`).
+(the bench's, a fresh server of each per round, both up at once and asked each prompt in
+turn), first ``rounds`` of them, then one more at a time until every metric is decided or
+the time budget is spent (:func:`speed.another_round`).
 """
 
 from __future__ import annotations
@@ -23,17 +24,28 @@ if TYPE_CHECKING:  # only for the annotations: run.py imports this module
     from onebit_build.verification.run import RunRequest
 
 METRICS = ("decode", "prompt")
+PROMPT_MIN_TOKENS = 32  # the shortest prompt prompt speed is judged on (when any is as long)
 Verdicts = dict[tuple[str, str], speed_mod.SpeedVerdict]
+
+
+def prompt_speed_prompts(samples: tuple[Sample, ...]) -> set[str]:
+    """The prompts prompt speed is judged on: those of at least :data:`PROMPT_MIN_TOKENS`
+    tokens (a few tokens are processed in milliseconds, which time the server's overhead
+    and the machine's scheduling, not prompt speed); all of them when none is that long. Pure."""
+    every = {s.prompt for s in samples}
+    long = {s.prompt for s in samples if s.valid and s.prompt_n is not None and s.prompt_n >= PROMPT_MIN_TOKENS}
+    return long or every
 
 
 def verdicts_of(samples: tuple[Sample, ...], role_of: dict[str, str], *, device: str, tolerance: float,
                 rounds_asked: int, budget: speed_mod.Budget | None = None) -> Verdicts:
     """Per metric, the verdict of the samples so far (invalid answers count as no figure). Pure."""
     out = {}
+    counted = {"decode": {s.prompt for s in samples}, "prompt": prompt_speed_prompts(samples)}
     for metric in METRICS:
         ms = [speed_mod.Measure(round=s.round, side=role_of[s.variant], prompt=s.prompt,
                                 tok_s=(s.decode_tok_s if metric == "decode" else s.prompt_tok_s) if s.valid else None)
-              for s in samples]
+              for s in samples if s.prompt in counted[metric]]
         out[(device, metric)] = speed_mod.speed_verdict(ms, tolerance=tolerance, rounds_asked=rounds_asked,
                                                         budget=budget)
     return out
@@ -75,7 +87,7 @@ def speed_on(req: "RunRequest", device: str, hasher: Callable[[Path], str]) -> t
 
     breq = BenchRequest(variants=variants, model=req.model, prompts=req.prompts, run_dir=req.run_dir, rounds=req.rounds,
                         decode_tokens=req.decode_tokens, ctx_size=req.recipe.smoke.ctx_size, env=req.env,
-                        health_timeout_s=req.recipe.smoke.health_timeout_s, lock=req.lock)
+                        health_timeout_s=req.recipe.smoke.health_timeout_s, lock=req.lock, together=True)
     result = run_bench(breq, progress=lambda line: ui.info(f"  {line}"), on_start=on_start, more=more)
     budget = speed_mod.Budget(rounds=result.rounds_run, seconds=time.monotonic() - t0, budget_s=req.budget_s,
                               load=statistics.mean(loads) if loads else None, cores=os.cpu_count())

@@ -19,14 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from onebit_build.core.errors import SUCCESS, VerifyError
 from onebit_build.verification.answers import AnswerComparison
 from onebit_build.verification.provenance import Provenance
 from onebit_build.verification.speed import SpeedVerdict
 
 VERIFIED = "VERIFIED"
 NOT_VERIFIED = "NOT VERIFIED"
-EXIT_VERIFIED = 0
-EXIT_NOT_VERIFIED = 11  # the exit code of a failed verification (README, "Exit codes")
+
 
 ARTIFACTS = "artifacts"
 ANSWERS = "answers"
@@ -65,7 +65,7 @@ class Verdict:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_VERIFIED if self.verified else EXIT_NOT_VERIFIED
+        return SUCCESS if self.verified else VerifyError.exit_code  # errors.py owns the exit codes
 
     def headline(self) -> str:
         if self.verified:

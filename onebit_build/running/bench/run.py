@@ -8,7 +8,7 @@ expected answer prefixes (see :mod:`judge`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -45,6 +45,10 @@ class BenchRequest:
     request_timeout_s: float = DEFAULTS.request_timeout_s
     lock: Path | None = None  # recorded only; the caller holds it
     alias: str | None = None  # the name the servers list the model by
+    # False: one variant's server at a time. True: every variant's fresh server of a round
+    # is up at once and each prompt is asked of one variant after the other, so the figures
+    # compared were taken seconds apart (verify-run: pairs cancel the machine's load drift).
+    together: bool = False
 
     @property
     def baseline(self) -> Variant:
@@ -144,7 +148,8 @@ More = Callable[[tuple[Sample, ...], int], bool]
 def run_bench(req: BenchRequest, *, progress: Progress | None = None, on_start: OnStart | None = None,
               more: More | None = None) -> BenchResult:
     """Run every variant ``req.rounds`` times, interleaved, each time on a fresh server; then
-    one more round at a time for as long as ``more`` asks for it.
+    one more round at a time for as long as ``more`` asks for it. With ``req.together``, the
+    servers of a round are up at once and take the prompts in turn (:func:`_round_together`).
 
     Failures of one server (it does not start, it crashes, it answers wrongly) are
     results, not exceptions; every server is stopped before this returns or raises."""
@@ -164,9 +169,14 @@ def run_bench(req: BenchRequest, *, progress: Progress | None = None, on_start: 
     rnd = 0
     while rnd < req.rounds or (more is not None and more(tuple(samples), rnd)):
         rnd += 1
-        for index, v in enumerate(req.variants):
-            run, got, line = _serve_round(req, v, rnd, logs / _log_name(rnd, v.name), expectations,
-                                          record=index == 0 and rnd == 1, on_start=on_start)
+        if req.together:
+            done = _round_together(req, rnd, logs, expectations, on_start=on_start)
+        else:
+            # a generator: each variant's line is said as soon as its server is done
+            done = (_serve_round(req, v, rnd, logs / _log_name(rnd, v.name), expectations,
+                                 record=index == 0 and rnd == 1, on_start=on_start)
+                    for index, v in enumerate(req.variants))
+        for v, (run, got, line) in zip(req.variants, done):
             servers.append(run)
             samples.extend(got)
             say(f"round {rnd}/{req.rounds}  {v.name:<{width}}  {line}" if rnd <= req.rounds
@@ -178,31 +188,96 @@ def run_bench(req: BenchRequest, *, progress: Progress | None = None, on_start: 
     )
 
 
+@dataclass(kw_only=True)
+class _Live:
+    """A server of a round run together, and what it has answered so far."""
+
+    server: srvmod.Server
+    log: Path
+    warmup_s: float | None = None
+    error: str = ""
+    samples: list[Sample] = field(default_factory=list)
+    parts: list[str] = field(default_factory=list)
+
+
+def _spec(req: BenchRequest, v: Variant, log: Path) -> srvmod.ServerSpec:
+    return srvmod.ServerSpec(
+        binary=v.server, model=req.model.path, log=log, device=v.device, ctx_size=req.ctx_size,
+        extra_args=v.args, env=req.env, health_timeout_s=req.health_timeout_s, alias=req.alias,
+    )
+
+
+def _not_started(req: BenchRequest, v: Variant, rnd: int, log: Path,
+                 exc: SmokeError) -> tuple[ServerRun, list[Sample], str]:
+    """The record, samples and line of a server that did not start."""
+    run = ServerRun(round=rnd, variant=v.name, log=log, port=None, ready_s=None, error=str(exc))
+    why = f"the server did not start: {exc.message}"
+    return (run, [failed_sample(why=why, round=rnd, variant=v.name, prompt=p.name) for p in req.prompts],
+            f"server did not start: {exc.message}")
+
+
+def _served(one: _Live, v: Variant, rnd: int) -> tuple[ServerRun, list[Sample], str]:
+    """The record, samples and line of a server that started (it is stopped by now)."""
+    run = ServerRun(round=rnd, variant=v.name, log=one.log, port=one.server.port, ready_s=one.server.ready_s,
+                    error=one.error, warmup_s=one.warmup_s, pid=one.server.pid)
+    return run, one.samples, f"decode tok/s: {', '.join(one.parts)}" + (f"  ({one.error})" if one.error else "")
+
+
 def _serve_round(req: BenchRequest, v: Variant, rnd: int, log: Path, expectations: dict[str, Expectation], *,
                  record: bool, on_start: OnStart | None = None) -> tuple[ServerRun, list[Sample], str]:
     """One fresh server of variant ``v`` in round ``rnd``: a warm-up, then every prompt once.
     With ``record``, answers of prompts without an expectation become theirs. Returns the
     server's record, the samples and a line of progress."""
-    spec = srvmod.ServerSpec(
-        binary=v.server, model=req.model.path, log=log, device=v.device, ctx_size=req.ctx_size,
-        extra_args=v.args, env=req.env, health_timeout_s=req.health_timeout_s, alias=req.alias,
-    )
     try:
-        server = srvmod.start(spec)
+        one = _Live(server=srvmod.start(_spec(req, v, log)), log=log)
     except SmokeError as exc:
-        run = ServerRun(round=rnd, variant=v.name, log=log, port=None, ready_s=None, error=str(exc))
-        why = f"the server did not start: {exc.message}"
-        return run, [failed_sample(why=why, round=rnd, variant=v.name, prompt=p.name) for p in req.prompts], f"server did not start: {exc.message}"
+        return _not_started(req, v, rnd, log, exc)
     try:
         if on_start is not None:
-            on_start(server, v, rnd)
-        warmup_s, error = _warm_up(server, req)
-        samples, parts, error = _ask_prompts(server, req, v, rnd, expectations, record=record, error=error)
+            on_start(one.server, v, rnd)
+        one.warmup_s, one.error = _warm_up(one.server, req)
+        for p in req.prompts:
+            sample, part, one.error = _ask_one(one.server, req, v, rnd, p, expectations, record=record, error=one.error)
+            one.samples.append(sample)
+            one.parts += [part] if part else []
     finally:
-        server.stop()
-    run = ServerRun(round=rnd, variant=v.name, log=log, port=server.port, ready_s=server.ready_s,
-                    error=error, warmup_s=warmup_s, pid=server.pid)
-    return run, samples, f"decode tok/s: {', '.join(parts)}" + (f"  ({error})" if error else "")
+        one.server.stop()
+    return _served(one, v, rnd)
+
+
+def _round_together(req: BenchRequest, rnd: int, logs: Path, expectations: dict[str, Expectation], *,
+                    on_start: OnStart | None = None) -> list[tuple[ServerRun, list[Sample], str]]:
+    """Round ``rnd`` with a fresh server of every variant up at once: each warmed up, then
+    each prompt asked of every variant in turn (in the variants' order in odd rounds, the
+    other way round in even ones, so neither side is always first). The baseline records
+    the expectations in round 1, before the others are judged. Per variant, in the
+    variants' order: the record, the samples and a line."""
+    live: dict[str, _Live] = {}
+    failed: dict[str, tuple[ServerRun, list[Sample], str]] = {}
+    try:
+        for v in req.variants:
+            log = logs / _log_name(rnd, v.name)
+            try:
+                live[v.name] = _Live(server=srvmod.start(_spec(req, v, log)), log=log)
+            except SmokeError as exc:
+                failed[v.name] = _not_started(req, v, rnd, log, exc)
+                continue
+            if on_start is not None:
+                on_start(live[v.name].server, v, rnd)
+        for one in live.values():
+            one.warmup_s, one.error = _warm_up(one.server, req)
+        order = [v for v in (req.variants if rnd % 2 else req.variants[::-1]) if v.name in live]
+        for p in req.prompts:
+            for v in order:
+                one = live[v.name]
+                sample, part, one.error = _ask_one(one.server, req, v, rnd, p, expectations,
+                                                   record=rnd == 1 and v is req.baseline, error=one.error)
+                one.samples.append(sample)
+                one.parts += [part] if part else []
+    finally:
+        for one in live.values():
+            one.server.stop()
+    return [failed[v.name] if v.name in failed else _served(live[v.name], v, rnd) for v in req.variants]
 
 
 def _warm_up(server: srvmod.Server, req: BenchRequest) -> tuple[float | None, str]:
@@ -216,39 +291,30 @@ def _warm_up(server: srvmod.Server, req: BenchRequest) -> tuple[float | None, st
     return time.monotonic() - t0, ""
 
 
-def _ask_prompts(server: srvmod.Server, req: BenchRequest, v: Variant, rnd: int, expectations: dict[str, Expectation], *,
-                 record: bool, error: str) -> tuple[list[Sample], list[str], str]:
-    """One timed request per prompt, each judged. After a failed request (or warm-up:
+def _ask_one(server: srvmod.Server, req: BenchRequest, v: Variant, rnd: int, p: Prompt,
+             expectations: dict[str, Expectation], *, record: bool, error: str) -> tuple[Sample, str, str]:
+    """One timed request, judged: its sample, its part of the progress line ("" when the
+    server was not asked) and the server's error so far. After a failed request (or warm-up:
     ``error``) the server is not asked again; its remaining prompts fail with that error."""
-    samples: list[Sample] = []
-    parts: list[str] = []
-    for p in req.prompts:
-        if error:
-            samples.append(failed_sample(why=error, round=rnd, variant=v.name, prompt=p.name))
-            continue
-        try:
-            answer = _ask(server, p, req.decode_tokens, req.request_timeout_s)
-            if record and p.name not in expectations:
-                exp = _record_expectation(server, answer, prompt=p, prefix_tokens=req.prefix_tokens,
-                                          decode_tokens=req.decode_tokens, source=f"baseline {v.name} round 1")
-                if exp is not None:
-                    expectations[p.name] = exp
-        except srvmod.AnswerError as exc:  # this request failed; the server still serves
-            samples.append(failed_sample(why=exc.message, round=rnd, variant=v.name, prompt=p.name))
-            parts.append(f"{p.name} - INVALID")
-            continue
-        except SmokeError as exc:
-            error = exc.message
-            samples.append(failed_sample(why=error, round=rnd, variant=v.name, prompt=p.name))
-            parts.append(f"{p.name} FAILED")
-            continue
-        verdict = judge_answer(answer, expected=expectations.get(p.name), tokens=req.decode_tokens, tie_margin=req.tie_margin)
-        s = timed_sample(answer, why=verdict.why, note=verdict.note, text=answer.text[:TEXT_KEPT], round=rnd, variant=v.name,
-                         prompt=p.name)
-        samples.append(s)
-        figure = f"{s.decode_tok_s:.1f}" if s.decode_tok_s is not None else "-"
-        parts.append(f"{p.name} {figure}" + ("" if verdict.valid else " INVALID") + (" (near tie)" if verdict.note else ""))
-    return samples, parts, error
+    if error:
+        return failed_sample(why=error, round=rnd, variant=v.name, prompt=p.name), "", error
+    try:
+        answer = _ask(server, p, req.decode_tokens, req.request_timeout_s)
+        if record and p.name not in expectations:
+            exp = _record_expectation(server, answer, prompt=p, prefix_tokens=req.prefix_tokens,
+                                      decode_tokens=req.decode_tokens, source=f"baseline {v.name} round 1")
+            if exp is not None:
+                expectations[p.name] = exp
+    except srvmod.AnswerError as exc:  # this request failed; the server still serves
+        return failed_sample(why=exc.message, round=rnd, variant=v.name, prompt=p.name), f"{p.name} - INVALID", ""
+    except SmokeError as exc:
+        return failed_sample(why=exc.message, round=rnd, variant=v.name, prompt=p.name), f"{p.name} FAILED", exc.message
+    verdict = judge_answer(answer, expected=expectations.get(p.name), tokens=req.decode_tokens,
+                           tie_margin=req.tie_margin)
+    s = timed_sample(answer, why=verdict.why, note=verdict.note, text=answer.text[:TEXT_KEPT], round=rnd,
+                     variant=v.name, prompt=p.name)
+    figure = f"{s.decode_tok_s:.1f}" if s.decode_tok_s is not None else "-"
+    return s, f"{p.name} {figure}" + ("" if verdict.valid else " INVALID") + (" (near tie)" if verdict.note else ""), ""
 
 
 # --------------------------------------------------------------------------- the lock
