@@ -199,3 +199,35 @@ def test_plan_json_lists_each_download_of_the_strix_halo_recipe(tmp_path):
         assert d["places"][0].startswith(f"cache {tmp_path / 'ws'}/downloads/configure/")
         assert "-DFETCHCONTENT_FULLY_DISCONNECTED=ON" in comps[name]["configure"]
     assert comps["llama"]["downloads"] == []
+
+
+def test_a_download_from_its_url_is_checked_and_a_dead_url_names_the_mirror_folder(tmp_path):
+    """A real HTTP server on this machine serves the archive: fetched, checked, unpacked;
+    other bytes at the URL are refused and leave nothing; a URL nobody answers is exit 4
+    with the mirror folder as the way round."""
+    import functools
+    import http.server
+    import threading
+
+    def at(url: str, sha: str) -> DownloadSpec:
+        return DownloadSpec(name="hsa_runtime_headers", url=url, sha256=sha)
+
+    served = tmp_path / "served"
+    _, sha = archive(served)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/{URL.rsplit('/', 1)[1]}"
+        tree = provide(at(url, sha), Workspace(root=tmp_path / "ws"), (), offline=False)
+        assert tree is not None and (tree / "include" / "hsa" / "hsa.h").is_file()
+        with pytest.raises(IntegrityError) as exc:
+            provide(at(url, "d" * 64), Workspace(root=tmp_path / "ws2"), (), offline=False)
+        assert exc.value.exit_code == 5 and "is not the pinned " + "d" * 64 in str(exc.value)
+        assert not [p for p in (tmp_path / "ws2").rglob("*") if p.is_file()]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    with pytest.raises(FetchError) as exc:
+        provide(at(url, sha), Workspace(root=tmp_path / "ws3"), (), offline=False)
+    assert exc.value.exit_code == 4 and "in a --mirror-dir" in exc.value.hint

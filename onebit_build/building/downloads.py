@@ -11,7 +11,6 @@ top-level folder is stripped) and passes ``FETCHCONTENT_SOURCE_DIR_<NAME>`` with
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 from pathlib import Path
@@ -24,7 +23,6 @@ from onebit_build.core.fsutil import sha256_file
 from onebit_build.core.workspace import Workspace
 
 DISCONNECTED = ("FETCHCONTENT_FULLY_DISCONNECTED", "ON")
-CHUNK = 1 << 20
 
 
 def cache_dir(ws: Workspace, spec: DownloadSpec) -> Path:
@@ -65,31 +63,20 @@ def _verified_copy(src: Path, dest: Path, want: str) -> bool:
 
 
 def _download(spec: DownloadSpec, dest: Path) -> None:
-    # requests is imported here: only a run that really downloads pays for its import.
-    import requests
+    """Fetch ``spec`` from its URL through the one downloader of the project (retries with
+    backoff, a cut transfer resumed, the sha256 checked before the file gets its name, a bar
+    on a terminal); a failed transfer names the mirror folder as the way round."""
+    # pkgindex (requests, urllib3) is imported here: only a run that really downloads pays for it.
+    from onebit_build.building import pkgindex
 
-    tmp = dest.with_name(dest.name + ".part")
-    h = hashlib.sha256()
+    cand = pkgindex.Candidate(filename=spec.file_name, url=spec.url, sha256=spec.sha256)
     try:
-        with requests.get(spec.url, stream=True, timeout=60) as r:
-            r.raise_for_status()
-            with open(tmp, "wb") as f:
-                for chunk in r.iter_content(CHUNK):
-                    h.update(chunk)
-                    f.write(chunk)
-    except (requests.RequestException, OSError) as exc:
-        tmp.unlink(missing_ok=True)
-        raise FetchError(
-            f"download {spec.name}: {spec.url} failed ({type(exc).__name__})",
-            hint=f"check the network, or put {spec.file_name} in a --mirror-dir",
-        ) from None
-    if h.hexdigest() != spec.sha256:
-        tmp.unlink(missing_ok=True)
-        raise IntegrityError(
-            f"download {spec.name}: {spec.url} gave sha256 {h.hexdigest()}, not the pinned {spec.sha256}",
-            hint="the server sent other bytes than pinned: do not trust them; check the recipe's sha256",
-        )
-    tmp.replace(dest)
+        pkgindex.download(cand, dest, want_sha256=spec.sha256, cfg=pkgindex.load_index_config(),
+                          label=f"download {spec.name}")
+    except IntegrityError:
+        raise
+    except FetchError as exc:
+        raise FetchError(exc.message, hint=f"check the network, or put {spec.file_name} in a --mirror-dir") from None
 
 
 def _archive(spec: DownloadSpec, ws: Workspace, mirror_dirs: tuple[Path, ...], offline: bool) -> Path | None:
