@@ -66,9 +66,11 @@ class ArtifactSet:
                          extra=tuple((k, str(v)) for k, v in i.items() if k not in ("name", "size", "sha256")))
                 for i in doc["items"]
             )
-            return cls(kind=str(doc["kind"]), root=str(doc.get("root", "")), items=items, facts={str(k): str(v) for k, v in dict(doc.get("facts", {})).items()})
+            return cls(kind=str(doc["kind"]), root=str(doc.get("root", "")), items=items,
+                       facts={str(k): str(v) for k, v in dict(doc.get("facts", {})).items()})
         except (KeyError, TypeError, ValueError) as exc:
-            raise VerifyError(f"{where}: malformed artifact set ({exc})", hint="regenerate it with 'onebit-build verify --write-reference'") from None
+            raise VerifyError(f"{where}: malformed artifact set ({exc})",
+                              hint="regenerate it with 'onebit-build verify --write-reference'") from None
 
 
 def read_cmake_cache(build_dir: Path) -> dict[str, str]:
@@ -91,12 +93,14 @@ def _files(kind: str, root: Path, names: list[str]) -> tuple[Artifact, ...]:
 def collect_spirv(build_dir: Path) -> ArtifactSet:
     root = build_dir / SPIRV_DIR
     if not root.is_dir():
-        raise VerifyError(f"no SPIR-V folder at {root}", hint="is GGML_VULKAN=ON in the recipe, and did the build finish?")
+        raise VerifyError(f"no SPIR-V folder at {root}",
+                          hint="is GGML_VULKAN=ON in the recipe, and did the build finish?")
     names = sorted(p.name for p in root.glob("*.spv") if p.is_file())
     cache = read_cmake_cache(build_dir)
     glslc = cache.get("Vulkan_GLSLC_EXECUTABLE") or shutil.which("glslc") or "glslc"
     facts = {"glslc": proc.version_line(glslc) or "unknown"}
-    facts.update(glslc_probes(build_dir, Path(cache.get("CMAKE_HOME_DIRECTORY", "")) if cache.get("CMAKE_HOME_DIRECTORY") else None))
+    facts.update(glslc_probes(build_dir, Path(cache.get("CMAKE_HOME_DIRECTORY", ""))
+                              if cache.get("CMAKE_HOME_DIRECTORY") else None))
     return ArtifactSet(kind="spirv", root=str(root), items=_files("spirv", root, names), facts=facts)
 
 
@@ -132,7 +136,8 @@ CATALOG_SHAPE = ('one JSON object mapping each artifact id to {"path": "artifact
 
 def _catalog_error(path: Path, problem: str) -> VerifyError:
     return VerifyError(f"{path}: {problem}; expected the HRX2 artifact catalog format: {CATALOG_SHAPE}",
-                       hint="check that the pinned fork is the ggml-hrx2 one and that its catalog format has not changed")
+                       hint="check that the pinned fork is the ggml-hrx2 one and that its catalog format has not "
+                            "changed")
 
 
 def parse_loombc_catalog(doc: object, path: Path) -> list[str]:
@@ -188,7 +193,8 @@ def collect_loombc(build_dir: Path, source_dir: Path) -> ArtifactSet:
     missing = [n for n in expected if not (root / n).is_file()]
     if missing:
         raise VerifyError(
-            f"{len(missing)} of {len(expected)} listed Loom artifacts are missing in {root}: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}",
+            f"{len(missing)} of {len(expected)} listed Loom artifacts are missing in {root}: "
+            f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}",
             hint="the HRX2 kernel build did not produce them; check the build log for loom-link errors",
         )
     cache = read_cmake_cache(build_dir)
@@ -213,7 +219,8 @@ def sass_code_digest(sass: str) -> str:
     """sha256 of ``cuobjdump -sass`` output without the lines that carry file names, so that
     it depends on the code only (nvcc can embed random temporary names)."""
     kept = (line for line in sass.splitlines()
-            if not line.lstrip().startswith(("Fatbin", "code for", "arch =", "Function :")) or line.lstrip().startswith("Function :"))
+            if not line.lstrip().startswith(("Fatbin", "code for", "arch =", "Function :"))
+            or line.lstrip().startswith("Function :"))
     return sha256_bytes("\n".join(kept).encode())
 
 
@@ -256,7 +263,8 @@ def collect_cubin(build_dir: Path, *, jobs: int | None = None) -> ArtifactSet:
         return cached
     cuobjdump = shutil.which("cuobjdump")
     if cuobjdump is None:
-        raise VerifyError("cuobjdump not found: CUDA kernels cannot be listed", hint="install the CUDA toolkit (cuobjdump) or skip artifact collection for CUDA")
+        raise VerifyError("cuobjdump not found: CUDA kernels cannot be listed",
+                          hint="install the CUDA toolkit (cuobjdump) or skip artifact collection for CUDA")
     with tempfile.TemporaryDirectory(prefix="onebit-cubin-") as tmp:
         r = proc.capture([cuobjdump, "-xelf", "all", lib], cwd=Path(tmp))
         if not r.ok:
@@ -265,7 +273,8 @@ def collect_cubin(build_dir: Path, *, jobs: int | None = None) -> ArtifactSet:
         cubins = sorted(Path(tmp).iterdir())
         ui.info(f"  listing the SASS of {len(cubins)} CUDA cubins ({lib.name})")
         done = 0
-        with ui.StepProgress("cubins") as bar, ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:
+        workers = max(1, jobs or os.cpu_count() or 1)
+        with ui.StepProgress("cubins") as bar, ThreadPoolExecutor(max_workers=workers) as pool:
             futures = [pool.submit(_cubin_item, cuobjdump, p) for p in cubins]
             for _ in as_completed(futures):
                 done += 1

@@ -127,7 +127,15 @@ def bundle_libraries(lib: Path, build_dir: Path) -> list[Path]:
     return copy_libraries(build_tree_libraries(elves, build_dir), lib)
 
 
-def assemble(plan: AssemblePlan, *, build_dir: Path, source_dir: Path, log: Path | None, cmake: Path | None = None) -> Path:
+def _cmake_install(plan: AssemblePlan, cmake: Path | None, *, build_dir: Path, prefix: Path, log: Path | None) -> None:
+    if cmake is None:
+        raise BuildError("assemble: install needs cmake", hint="install CMake (pip install cmake)")
+    run([cmake, "--install", build_dir, "--prefix", prefix], log=log, what=f"cmake --install of {plan.component}",
+        hint=f"does {plan.component} have install rules? Otherwise use copy rules in 'assemble:'")
+
+
+def assemble(plan: AssemblePlan, *, build_dir: Path, source_dir: Path, log: Path | None,
+             cmake: Path | None = None) -> Path:
     """(Re)make the prefix of ``build_dir`` from scratch and return its path."""
     prefix = prefix_path(build_dir)
     if prefix.exists() or prefix.is_symlink():
@@ -136,10 +144,7 @@ def assemble(plan: AssemblePlan, *, build_dir: Path, source_dir: Path, log: Path
     bases = {"build": build_dir, "source": source_dir}
     try:
         if plan.spec.install:
-            if cmake is None:
-                raise BuildError("assemble: install needs cmake", hint="install CMake (pip install cmake)")
-            run([cmake, "--install", build_dir, "--prefix", prefix], log=log, what=f"cmake --install of {plan.component}",
-                hint=f"does {plan.component} have install rules? Otherwise use copy rules in 'assemble:'")
+            _cmake_install(plan, cmake, build_dir=build_dir, prefix=prefix, log=log)
         taken: dict[Path, str] = {}
         for i, rule in enumerate(plan.spec.copy):
             name = f"copy[{i}] ({rule.origin}: {rule.glob})"
@@ -162,7 +167,8 @@ def assemble(plan: AssemblePlan, *, build_dir: Path, source_dir: Path, log: Path
             # D: zero timestamps and ids, so the same objects give the same archive bytes.
             run([plan.ar, "rcsD", out, *objects], log=log, what=f"{Path(plan.ar).name} for {rule.to}")
         bundle_libraries(prefix / "lib", build_dir)
-        values = {"PREFIX": str(prefix), "COMPONENT": plan.component, "SOURCE_DIR": str(source_dir), "BUILD_DIR": str(build_dir)}
+        values = {"PREFIX": str(prefix), "COMPONENT": plan.component, "SOURCE_DIR": str(source_dir),
+                  "BUILD_DIR": str(build_dir)}
         texts = dict(plan.templates)
         for rule in plan.spec.configure:
             out = prefix / rule.to

@@ -18,7 +18,8 @@ from onebit_build.core import ui
 from onebit_build.building.cmake import Tools, build_argv, configure_argv, find_tools, write_init_cache
 from onebit_build.building.cache import shaders
 from onebit_build.building.cache.session import CacheSession
-from onebit_build.building.cache.compiler import NO_LAUNCHER, Launcher, PrefixMap, describe, launcher_defines, prefix_maps, with_prefix_maps
+from onebit_build.building.cache.compiler import (NO_LAUNCHER, Launcher, PrefixMap, describe, launcher_defines,
+                                                  prefix_maps, with_prefix_maps)
 from onebit_build.core.config import REF_RE, Component
 from onebit_build.core.names import relative_inside
 from onebit_build.core.pins import Pin
@@ -50,7 +51,8 @@ class Toolchain:
     launcher: str | None = None
 
     def as_dict(self) -> dict[str, str | None]:
-        return {"cmake": self.cmake, "ninja": self.ninja, "c_compiler": self.c_compiler, "cxx_compiler": self.cxx_compiler, "launcher": self.launcher}
+        return {"cmake": self.cmake, "ninja": self.ninja, "c_compiler": self.c_compiler,
+                "cxx_compiler": self.cxx_compiler, "launcher": self.launcher}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,7 +113,8 @@ def resolve_refs(value: str, *, pins: Mapping[str, Pin], components: Mapping[str
             src = ".".join(parts[1:-1])
             field = parts[-1]
             pin = pins[src]
-            values = {"commit": pin.commit, "short": pin.commit[:7], "build_number": pin.build_number or "", "branch": pin.branch or ""}
+            values = {"commit": pin.commit, "short": pin.commit[:7], "build_number": pin.build_number or "",
+                      "branch": pin.branch or ""}
             return values[field]
         comp, _, field = ref.partition(".")
         if comp not in components or field not in components[comp]:
@@ -242,15 +245,18 @@ def _outputs(component: Component, build_dir: Path) -> tuple[Output, ...]:
         if "*" in rel:
             matches = sorted(p for p in build_dir.glob(rel) if p.is_file() and not p.is_symlink())
             if not matches:
-                raise BuildError(f"{component.name}: output {name} ({rel}) matched no file in {build_dir}", hint="check 'outputs' in the recipe")
+                raise BuildError(f"{component.name}: output {name} ({rel}) matched no file in {build_dir}",
+                                 hint="check 'outputs' in the recipe")
             outs += [Output(name=p.name, path=check(p), sha256=sha256_file(p), size=p.stat().st_size) for p in matches]
             continue
         p = build_dir / rel
         if not p.exists():
-            raise BuildError(f"{component.name}: expected output {name} at {p} is missing", hint="check 'outputs' in the recipe against the targets built")
+            raise BuildError(f"{component.name}: expected output {name} at {p} is missing",
+                             hint="check 'outputs' in the recipe against the targets built")
         for inner in (p, *(p.rglob("*") if p.is_dir() else ())):
             check(inner)
-        outs.append(Output(name=name, path=p, sha256=sha256_file(p) if p.is_file() else _tree_digest(p), size=p.stat().st_size if p.is_file() else 0))
+        outs.append(Output(name=name, path=p, sha256=sha256_file(p) if p.is_file() else _tree_digest(p),
+                           size=p.stat().st_size if p.is_file() else 0))
     return tuple(outs)
 
 
@@ -298,9 +304,10 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
     bld = build_argv(tools, bdir, req.component.targets, req.jobs)
 
     def result(outs: tuple[Output, ...], reused: bool, cache: dict) -> BuildResult:
-        return BuildResult(component=req.component.name, build_dir=bdir, key=key, reused=reused, outputs=outs, toolchain=toolchain,
-                           configure_argv=tuple(conf), build_argv=tuple(bld), seconds=time.monotonic() - t0, defines=defines,
-                           prefix_maps=maps, compiler_cache=cache)
+        return BuildResult(component=req.component.name, build_dir=bdir, key=key, reused=reused, outputs=outs,
+                           toolchain=toolchain,
+                           configure_argv=tuple(conf), build_argv=tuple(bld), seconds=time.monotonic() - t0,
+                           defines=defines, prefix_maps=maps, compiler_cache=cache)
 
     reused = None if req.fresh else _reusable(req, key, bdir)
     if reused is not None:
@@ -314,7 +321,8 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
         ui.info(f"  --fresh: emptying {bdir}")
         shutil.rmtree(bdir)
     bdir.mkdir(parents=True, exist_ok=True)
-    write_state(stamp_path, STAMP_KIND, STAMP_SCHEMA, {"key": key, "complete": False, "request": _request_doc(req, toolchain)})
+    write_state(stamp_path, STAMP_KIND, STAMP_SCHEMA,
+                {"key": key, "complete": False, "request": _request_doc(req, toolchain)})
     cache = _configure_and_build(req, tools, bdir, defines, conf, bld, env)
     outs = _outputs(req.component, bdir) + _assemble_prefix(req, bdir, tools)
     write_state(stamp_path, STAMP_KIND, STAMP_SCHEMA, {
@@ -366,7 +374,8 @@ def _configure_and_build(req: BuildRequest, tools: Tools, bdir: Path, defines: t
 
                 run(bld, log=req.log, env=run_env, on_line=on_line, what=f"build of {req.component.name}", tail=40)
     except CommandError as exc:
-        raise BuildError(str(exc.message), hint=f"the last lines are above; full log {req.log}", detail=exc.tail) from None
+        raise BuildError(str(exc.message), hint=f"the last lines are above; full log {req.log}",
+                         detail=exc.tail) from None
     finally:
         for line in session.warnings:
             ui.warn(line)

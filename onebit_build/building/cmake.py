@@ -34,11 +34,14 @@ def find_tools() -> Tools:
     try:
         cm = CMake.default_search(version=SpecifierSet(CMAKE_MIN), env=os.environ)
     except CMakeNotFoundError:
-        raise ToolMissingError(f"CMake {CMAKE_MIN} not found", hint="pip install 'cmake>=3.24' (or put a newer cmake on PATH)") from None
+        raise ToolMissingError(f"CMake {CMAKE_MIN} not found",
+                               hint="pip install 'cmake>=3.24' (or put a newer cmake on PATH)") from None
     nj = best_program(get_ninja_programs(), version=SpecifierSet(NINJA_MIN))
     if nj is None or nj.version is None:
-        raise ToolMissingError(f"Ninja {NINJA_MIN} not found", hint="pip install ninja (or apt-get install ninja-build)")
-    return Tools(cmake=Path(cm.cmake_path), cmake_version=str(cm.version), ninja=Path(nj.path), ninja_version=str(nj.version))
+        raise ToolMissingError(f"Ninja {NINJA_MIN} not found",
+                               hint="pip install ninja (or apt-get install ninja-build)")
+    return Tools(cmake=Path(cm.cmake_path), cmake_version=str(cm.version), ninja=Path(nj.path),
+                 ninja_version=str(nj.version))
 
 
 def bracket(value: str) -> str:
@@ -68,7 +71,8 @@ def init_cache_text(defines: Sequence[tuple[str, str]]) -> str:
     return "".join(lines)
 
 
-def write_init_cache(tools: Tools, source_dir: Path, build_dir: Path, build_type: str, defines: Sequence[tuple[str, str]]) -> Path:
+def write_init_cache(tools: Tools, source_dir: Path, build_dir: Path, build_type: str,
+                     defines: Sequence[tuple[str, str]]) -> Path:
     """Write ``CMakeInit.txt`` (loaded with ``-C``) holding every define, quoted by
     :func:`init_cache_text`. scikit-build-core records which source the build dir belongs to
     (and clears a cache made from another); the file itself is written here, because its

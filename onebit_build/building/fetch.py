@@ -92,7 +92,8 @@ def _raise_if_disk_full(bare: Git, err: str, pin: Pin) -> None:
         removed += tmp.stat().st_size if tmp.is_file() else 0
         shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
     raise SpaceError(
-        f"no space left on device at {bare.where} while fetching {pin.name} (needs about {max(removed, 1 << 20) / 1e6:.0f} MB more than was free)",
+        f"no space left on device at {bare.where} while fetching {pin.name} (needs about "
+        f"{max(removed, 1 << 20) / 1e6:.0f} MB more than was free)",
         hint="free some space or use another --workspace; the half-written pack was removed",
     )
 
@@ -117,7 +118,8 @@ def last_line(text: str) -> str:
 
 def _bundle_hint(cand: Path, complaint: str) -> str:
     if cand.suffix == ".bundle" and ("did not send all necessary objects" in complaint or "prerequisite" in complaint):
-        return f"{complaint}; a bundle made from a shallow clone lacks the parents it names: use a bare {cand.stem}.git mirror instead"
+        return (f"{complaint}; a bundle made from a shallow clone lacks the parents it names: use a bare "
+                f"{cand.stem}.git mirror instead")
     return complaint
 
 
@@ -132,7 +134,8 @@ def resolve_prefix(bare: Git, pin: Pin) -> str:
         )
     if len(commits) > 1:
         raise FetchError(
-            f"source {pin.name}: abbreviated commit {pin.commit} is ambiguous ({', '.join(c[:12] for c in sorted(commits))})",
+            f"source {pin.name}: abbreviated commit {pin.commit} is ambiguous "
+            f"({', '.join(c[:12] for c in sorted(commits))})",
             hint="give more hex digits (ideally the full SHA) in pins.yaml",
         )
     return commits[0]
@@ -141,7 +144,8 @@ def resolve_prefix(bare: Git, pin: Pin) -> str:
 def _verify(bare: Git, sha: str, pin: Pin, where: str) -> None:
     got = bare.out("rev-parse", "--verify", f"{sha}^{{commit}}")
     if got != sha:
-        raise IntegrityError(f"source {pin.name}: {where} gave {got}, not {sha}", hint="the mirror is corrupt; remove it")
+        raise IntegrityError(f"source {pin.name}: {where} gave {got}, not {sha}",
+                             hint="the mirror is corrupt; remove it")
     bare.run("update-ref", _pinned_ref(sha), sha)
 
 
@@ -171,7 +175,8 @@ def _open_store(bare_path: Path, pin: Pin, log: Path | None) -> Git:
     if any(bare_path.glob("objects/pack/*.pack")) or any(bare_path.glob("objects/??")):
         damage = store_damage(bare)
         if damage:
-            ui.warn(f"fetch {pin.name}: the cached git store {bare_path} is damaged ({damage}); fetching into a fresh one")
+            ui.warn(f"fetch {pin.name}: the cached git store {bare_path} is damaged ({damage}); fetching into a fresh "
+                    "one")
             shutil.rmtree(bare_path)
             bare = init_bare(bare_path, log=log)
     return bare
@@ -311,7 +316,8 @@ def drop_sdist_store(m: SdistMirror, *, ws: Workspace) -> None:
     shutil.rmtree(base / "store", ignore_errors=True)
 
 
-def sdist_git_store(m: SdistMirror, *, ws: Workspace, offline: bool, log: Path | None) -> tuple[Path | None, str | None]:
+def sdist_git_store(m: SdistMirror, *, ws: Workspace, offline: bool,
+                    log: Path | None) -> tuple[Path | None, str | None]:
     """The git store of an sdist mirror, unpacked in the workspace; cached.
 
     The sdist is fetched from the package index configured for pip without running pip's
@@ -341,7 +347,8 @@ def sdist_git_store(m: SdistMirror, *, ws: Workspace, offline: bool, log: Path |
         except OSError as exc:
             if is_disk_full(exc):
                 raise SpaceError(
-                    f"no space left on device at {base} while unpacking {archive.name} (needs about {_unpacked_size(archive, top, m.git_dir) / 1e6:.0f} MB)",
+                    f"no space left on device at {base} while unpacking {archive.name} (needs about "
+                    f"{_unpacked_size(archive, top, m.git_dir) / 1e6:.0f} MB)",
                     hint="free some space or use another --workspace; the partial store was removed",
                 ) from None
             raise

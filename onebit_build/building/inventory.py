@@ -88,10 +88,12 @@ def find_builds(ws: Workspace, *, recipes_dir: Path, patches_dir: Path, pins: Pi
             man = load_manifest(manifest_file)
         except (StateError, OSError, ValueError):
             continue  # a damaged manifest is no finished build; 'gc' leaves it to 'build'
-        folders = tuple(dict.fromkeys([manifest_file.parent, *(Path(c.build_dir) for c in man.components if c.build_dir)]))
+        folders = tuple(dict.fromkeys([manifest_file.parent,
+                                       *(Path(c.build_dir) for c in man.components if c.build_dir)]))
         current = current_inputs(man.recipe, recipes_dir=recipes_dir, patches_dir=patches_dir, pins=pins,
                                  sources=[s.name for s in man.sources])
-        out.append(BuildEntry(folder=manifest_file.parent, manifest=man, folders=folders, stale=staleness(man, current)))
+        out.append(BuildEntry(folder=manifest_file.parent, manifest=man, folders=folders,
+                              stale=staleness(man, current)))
     return out
 
 

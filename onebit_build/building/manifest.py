@@ -110,12 +110,14 @@ class Manifest:
 
     def to_doc(self) -> dict[str, Any]:
         """The document, in the order and form :func:`make_manifest` writes it."""
-        project = {k: v for k, v in (("project_root", self.project_root), ("data_from", self.data_from)) if v is not None}
+        project = {k: v for k, v in (("project_root", self.project_root), ("data_from", self.data_from))
+                   if v is not None}
         return {
             "tool": dict(self.tool),
             **project,
             "created": self.created,
-            "recipe": {"name": self.recipe, "path": self.recipe_path, "sha256": self.recipe_sha256, "backends": list(self.backends)},
+            "recipe": {"name": self.recipe, "path": self.recipe_path, "sha256": self.recipe_sha256,
+                       "backends": list(self.backends)},
             "host": dict(self.host),
             "toolchain": dict(self.toolchain),
             "sources": [_source_doc(s) for s in self.sources],
@@ -187,7 +189,8 @@ def _component_from_doc(c: Mapping[str, Any], where: str) -> ComponentRecord:
         outputs=tuple(OutputRecord(name=str(o["name"]), path=str(o.get("path", "")), sha256=str(o.get("sha256", "")),
                                    size=int(o.get("size", 0))) for o in c.get("outputs", [])),
         artifacts=tuple(ArtifactSet.from_dict(a, f"{where}: component {name}") for a in c.get("artifacts") or []),
-        prefix_maps=tuple(dict(m) for m in c.get("prefix_maps") or []), compiler_cache=dict(c.get("compiler_cache") or {}),
+        prefix_maps=tuple(dict(m) for m in c.get("prefix_maps") or []),
+                           compiler_cache=dict(c.get("compiler_cache") or {}),
     )
 
 
@@ -223,8 +226,9 @@ def host_info() -> dict[str, str]:
     return info
 
 
-def make_manifest(recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], builds: list[BuildResult], artifacts: dict[str, list[ArtifactSet]] | None = None, extra_tools: dict[str, str] | None = None,
-                  project: dict[str, str] | None = None) -> dict[str, Any]:
+def make_manifest(recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree],
+                  builds: list[BuildResult], artifacts: dict[str, list[ArtifactSet]] | None = None,
+                  extra_tools: dict[str, str] | None = None, project: dict[str, str] | None = None) -> dict[str, Any]:
     """The manifest document. ``project`` names the data the run used (``project_root``,
     ``data_from``: checkout or package); readers of older manifests find no such keys."""
     sources = []
@@ -258,7 +262,8 @@ def make_manifest(recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[s
         "tool": {"name": "onebit-build", "version": __version__},
         **(project or {}),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "recipe": {"name": recipe.name, "path": str(recipe.path), "sha256": sha256_file(recipe.path), "backends": list(recipe.backends)},
+        "recipe": {"name": recipe.name, "path": str(recipe.path), "sha256": sha256_file(recipe.path),
+                   "backends": list(recipe.backends)},
         "host": host_info(),
         "toolchain": toolchain,
         "sources": sources,

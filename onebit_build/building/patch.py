@@ -67,7 +67,8 @@ def list_patches(patch_root: Path, source: str) -> tuple[PatchFile, ...]:
             continue
         number = patch_number(p.name)
         if number is None:
-            raise PatchError(f"{p}: patch file name must be NNNN-name.patch", hint="rename it, e.g. 0003-fix-something.patch")
+            raise PatchError(f"{p}: patch file name must be NNNN-name.patch",
+                             hint="rename it, e.g. 0003-fix-something.patch")
         if number in numbers:
             raise PatchError(f"{p}: number {number} is used twice (also {numbers[number]})", hint="renumber the series")
         numbers[number] = p.name
@@ -120,7 +121,8 @@ def prepare(req: PrepareRequest) -> PreparedTree:
     ok, reason = _is_reusable(tree, req, digest)
     if ok:
         stamp = read_state(_stamp_path(tree), STAMP_KIND, STAMP_SCHEMA)
-        return PreparedTree(source=req.source, path=tree, commit=req.commit, head=stamp["head"], patches=req.patches, patch_digest=digest, reused=True)
+        return PreparedTree(source=req.source, path=tree, commit=req.commit, head=stamp["head"], patches=req.patches,
+                            patch_digest=digest, reused=True)
     if tree.exists():
         if reason == "local changes":
             keep = tree.with_name(f"{tree.name}.changed-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -141,7 +143,8 @@ def prepare(req: PrepareRequest) -> PreparedTree:
         g.run("checkout", "-q", "--detach", req.commit)
         base = g.out("rev-parse", "HEAD")
         if base != req.commit:
-            raise PatchError(f"{req.source}: checkout gave {base}, not {req.commit}", hint="remove the workspace's git mirror and fetch again")
+            raise PatchError(f"{req.source}: checkout gave {base}, not {req.commit}",
+                             hint="remove the workspace's git mirror and fetch again")
         for p in req.patches:
             _apply_one(g, p, req)
         head = g.out("rev-parse", "HEAD")
@@ -152,7 +155,8 @@ def prepare(req: PrepareRequest) -> PreparedTree:
         os.replace(tmp, tree)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return PreparedTree(source=req.source, path=tree, commit=req.commit, head=head, patches=req.patches, patch_digest=digest, reused=False)
+    return PreparedTree(source=req.source, path=tree, commit=req.commit, head=head, patches=req.patches,
+                        patch_digest=digest, reused=False)
 
 
 def _apply_one(g: Git, p: PatchFile, req: PrepareRequest) -> None:
@@ -165,7 +169,8 @@ def _apply_one(g: Git, p: PatchFile, req: PrepareRequest) -> None:
         else:
             g.run("apply", "--index", str(p.path), env=env, what=f"patch {p.name}")
             env2 = {**env, "GIT_AUTHOR_DATE": env["GIT_COMMITTER_DATE"]}
-            g.run("commit", "-q", "--no-verify", "-m", p.name.removesuffix(".patch"), env=env2, what=f"commit of {p.name}")
+            g.run("commit", "-q", "--no-verify", "-m", p.name.removesuffix(".patch"), env=env2,
+                  what=f"commit of {p.name}")
     except CommandError as exc:
         failed = _failing_files(exc.tail)
         files = f"; failing files: {', '.join(failed)}" if failed else ""
@@ -184,7 +189,8 @@ def _failing_files(git_output: str) -> list[str]:
     """File names git names in 'patch failed: FILE:LINE' or 'FILE: does not exist' lines. Pure."""
     files = []
     for line in git_output.splitlines():
-        m = re.search(r"patch failed: ([^:]+):\d+", line) or re.search(r"error: ([^:]+): (does not exist|No such file)", line)
+        m = (re.search(r"patch failed: ([^:]+):\d+", line)
+             or re.search(r"error: ([^:]+): (does not exist|No such file)", line))
         if m and m.group(1) not in files:
             files.append(m.group(1))
     return files

@@ -137,7 +137,8 @@ def load_index_config(*, log: Path | None = None, environ: Mapping[str, str] | N
     """Read pip's configuration the way pip itself would see it (no index is contacted)."""
     env = dict(os.environ if environ is None else environ)
     try:
-        done = proc.run([sys.executable, "-m", "pip", "config", "list"], log=log, capture=True, check=False, what="pip config list")
+        done = proc.run([sys.executable, "-m", "pip", "config", "list"], log=log, capture=True, check=False,
+                        what="pip config list")
         text = done.output if done.returncode == 0 else ""
     except CommandError:
         text = ""
@@ -357,7 +358,8 @@ def download(cand: Candidate, dest: Path, *, want_sha256: str, cfg: IndexConfig,
     if got != want_sha256:
         partial.unlink(missing_ok=True)
         raise IntegrityError(
-            f"{cand.filename}: sha256 {got} is not the pinned {want_sha256}; nothing was unpacked or run and the file was removed",
+            f"{cand.filename}: sha256 {got} is not the pinned {want_sha256}; nothing was unpacked or run and the file "
+            "was removed",
             hint=f"the index served other bytes than pinned ({cand.url}): do not trust it; check the pin",
         )
     os.replace(partial, dest)

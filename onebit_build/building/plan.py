@@ -18,7 +18,8 @@ from typing import Mapping
 from onebit_build.building.builder import resolve_refs
 from onebit_build.building.downloads import cache_dir, cmake_defines, places, unpacked_tree
 from onebit_build.building.cache.shaders import ShaderCache, plan_shader_cache, wants_shaders
-from onebit_build.building.cache.compiler import NO_LAUNCHER, Launcher, describe, launcher_defines, prefix_maps, with_prefix_maps
+from onebit_build.building.cache.compiler import (NO_LAUNCHER, Launcher, describe, launcher_defines, prefix_maps,
+                                                  with_prefix_maps)
 from onebit_build.building.toolchain import ToolchainSettings, join_lists, resolve_toolchain, toolchain_refs
 from onebit_build.core.config import Component, Recipe
 from onebit_build.core.pins import Pin, Pins
@@ -82,7 +83,8 @@ class Plan:
     shader_cache: ShaderCache | None = None  # for builds with Vulkan shaders (not part of any build key)
 
 
-def _source_plan(pin: Pin, ws: Workspace, patches_dir: Path, mirror_dirs: tuple[Path, ...], offline: bool) -> SourcePlan:
+def _source_plan(pin: Pin, ws: Workspace, patches_dir: Path, mirror_dirs: tuple[Path, ...],
+                 offline: bool) -> SourcePlan:
     patches = list_patches(patches_dir, pin.name)
     places = [f"cache {ws.bare_repo(pin.name)}"]
     places += [f"mirror {d / (pin.name + '.git')} or .bundle" for d in mirror_dirs]
@@ -92,8 +94,8 @@ def _source_plan(pin: Pin, ws: Workspace, patches_dir: Path, mirror_dirs: tuple[
         tree = str(canonical_path(ws, pin.name, pin.commit, patch_digest(pin.commit, patches)))
     else:
         tree = str(ws.src_dir / f"{pin.name}-<{pin.commit} resolved at fetch>-<patch digest>")
-    return SourcePlan(name=pin.name, url=pin.url, commit=pin.commit, resolved=pin.resolved, note=pin.note, before=pin.before,
-                      places=tuple(places), patches=patches, tree=tree)
+    return SourcePlan(name=pin.name, url=pin.url, commit=pin.commit, resolved=pin.resolved, note=pin.note,
+                      before=pin.before, places=tuple(places), patches=patches, tree=tree)
 
 
 def _assemble_lines(comp: Component, prefix: str) -> tuple[str, ...]:
@@ -222,7 +224,8 @@ def _cmd(argv: tuple[str, ...], indent: str) -> list[str]:
         head.append(rest.pop(0))
     lines = [" ".join(head)]
     lines += rest
-    return [indent + (line if i == 0 else "    " + line) + (" \\" if i < len(lines) - 1 else "") for i, line in enumerate(lines)]
+    return [indent + (line if i == 0 else "    " + line) + (" \\" if i < len(lines) - 1 else "")
+            for i, line in enumerate(lines)]
 
 
 def render_plan(plan: Plan, *, project: str | None = None) -> str:
@@ -255,7 +258,8 @@ def _cache_lines(plan: Plan) -> list[str]:
         label = f"glslc launcher, {sc.describe()['backend']} {where}" if sc.active else "none"
         out.append(f"shader cache  {label}  ({sc.reason}; Vulkan_GLSLC_EXECUTABLE for the Vulkan shaders;"
                    " not part of the build key)")
-    out.append("path maps  source and build folders mapped to '.' in every object (-Xpreprocessor -f{macro,debug}-prefix-map;"
+    out.append("path maps  source and build folders mapped to '.' in every object (-Xpreprocessor "
+               "-f{macro,debug}-prefix-map;"
                " in the build key)")
     return out
 
@@ -283,7 +287,8 @@ def _source_lines(plan: Plan) -> list[str]:
         if s.note:
             out.append(f"    note: {s.note}")
         if s.before:
-            out.append(f"    constraint: must not descend from {s.before} (checked after fetch when that commit is present)")
+            out.append(f"    constraint: must not descend from {s.before} (checked after fetch when that commit is "
+                       "present)")
         out.append(f"    fetched from, in order: {'; '.join(s.places)}")
         out.append(f"    patched tree: {s.tree}")
         if s.patches:
@@ -317,7 +322,8 @@ def _component_lines(plan: Plan) -> list[str]:
         out.append("    outputs")
         out += [f"      {n}: {p}" for n, p in c.outputs]
         if c.artifacts:
-            out.append(f"    kernel artifacts  {', '.join(c.artifacts)} (hashed into the build manifest; see 'onebit-build verify')")
+            out.append(f"    kernel artifacts  {', '.join(c.artifacts)} (hashed into the build manifest; see "
+                       "'onebit-build verify')")
     return out
 
 
@@ -344,6 +350,7 @@ def _runtime_lines(plan: Plan) -> list[str]:
         out.append(f"  check    {p.name}: answer to {p.prompt!r} contains {p.expect!r}")
     if sm.reference_tok_s:
         refs = ", ".join(f"{d} {v:g} tok/s" for d, v in sm.reference_tok_s)
-        out.append(f"  decode   {sm.speed_tokens} tokens x {sm.speed_repeats}; the recipe's figures {refs} (workload not "
-                   f"recorded: shown, not judged); on par within {sm.tolerance:.0%} of a reference of the same workload")
+        out.append(f"  decode   {sm.speed_tokens} tokens x {sm.speed_repeats}; the recipe's figures {refs} (workload "
+                   f"not recorded: shown, not judged); on par within {sm.tolerance:.0%} of a reference of the same "
+                   "workload")
     return out

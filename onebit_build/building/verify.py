@@ -82,7 +82,8 @@ def compare_sets(component: str, cur: ArtifactSet, ref: ArtifactSet) -> SetCompa
     cmap = {a.name: a for a in cur.items}
     missing = tuple((n, rmap[n].size) for n in sorted(rmap) if n not in cmap)
     extra = tuple((n, cmap[n].size) for n in sorted(cmap) if n not in rmap)
-    differing = tuple((n, rmap[n].size, cmap[n].size) for n in sorted(rmap) if n in cmap and rmap[n].sha256 != cmap[n].sha256)
+    differing = tuple((n, rmap[n].size, cmap[n].size) for n in sorted(rmap) if n in cmap
+                      and rmap[n].sha256 != cmap[n].sha256)
     identical = sum(1 for n in rmap if n in cmap and rmap[n].sha256 == cmap[n].sha256)
     keys = sorted(set(ref.facts) | set(cur.facts))
     fact_diffs = tuple((k, ref.facts.get(k, "(not recorded)"), cur.facts.get(k, "(not recorded)")) for k in keys
@@ -91,7 +92,8 @@ def compare_sets(component: str, cur: ArtifactSet, ref: ArtifactSet) -> SetCompa
     for k in PATH_FACTS:
         if k in ref.facts and k in cur.facts and ref.facts[k] != cur.facts[k]:
             warnings.append(f"the reference was built from another path ({ref.facts[k]}; this build: {cur.facts[k]}); "
-                            f"{'byte identity needs the same absolute source path' if cur.kind == 'loombc' else 'paths differ'}")
+                            + ("byte identity needs the same absolute source path" if cur.kind == "loombc"
+                               else "paths differ"))
     return SetComparison(
         component=component, kind=cur.kind, label=cur.label, reference_count=len(rmap), identical=identical,
         missing=missing, extra=extra, differing=differing, fact_diffs=fact_diffs, warnings=tuple(warnings),
@@ -101,7 +103,9 @@ def compare_sets(component: str, cur: ArtifactSet, ref: ArtifactSet) -> SetCompa
 def compare_outputs(cur: list[dict[str, Any]], ref: list[dict[str, Any]]) -> SetComparison:
     """Output binaries of two builds (for --rebuild), compared like an artifact set."""
     def as_set(outputs: list[dict[str, Any]]) -> ArtifactSet:
-        return ArtifactSet(kind="outputs", root="", items=tuple(Artifact(name=o["name"], size=int(o["size"]), sha256=o["sha256"]) for o in outputs))
+        return ArtifactSet(kind="outputs", root="",
+                           items=tuple(Artifact(name=o["name"], size=int(o["size"]), sha256=o["sha256"])
+                                       for o in outputs))
 
     res = compare_sets("", as_set(cur), as_set(ref))
     return SetComparison(**{**res.__dict__, "label": "output binaries"})
@@ -133,7 +137,8 @@ def reference_doc(manifest: Manifest | Mapping[str, Any]) -> dict[str, Any]:
 def write_reference(path: Path, manifest: Manifest | Mapping[str, Any]) -> Path:
     doc = reference_doc(manifest)
     if not any(c["artifacts"] for c in doc["components"]):
-        raise VerifyError(f"recipe {doc['recipe']} recorded no kernel artifacts", hint="only recipes with an 'artifacts:' collector have a reference")
+        raise VerifyError(f"recipe {doc['recipe']} recorded no kernel artifacts",
+                          hint="only recipes with an 'artifacts:' collector have a reference")
     write_state(path, REF_KIND, REF_SCHEMA, doc)
     return path
 
@@ -154,29 +159,35 @@ def load_reference(path: Path) -> Reference:
     if path.is_dir():
         man = path / "build-manifest.json"
         if not man.exists():
-            raise VerifyError(f"{path} holds no build-manifest.json", hint="give a build folder made by onebit-build, or a reference file")
+            raise VerifyError(f"{path} holds no build-manifest.json",
+                              hint="give a build folder made by onebit-build, or a reference file")
         path = man
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
-        raise VerifyError(f"reference {path} not found", hint="check the path, or write one with --write-reference") from None
+        raise VerifyError(f"reference {path} not found",
+                          hint="check the path, or write one with --write-reference") from None
     except (OSError, ValueError) as exc:
-        raise VerifyError(f"reference {path} is not valid JSON ({exc})", hint="regenerate it with --write-reference") from None
+        raise VerifyError(f"reference {path} is not valid JSON ({exc})",
+                          hint="regenerate it with --write-reference") from None
     if not isinstance(doc, dict):
         raise VerifyError(f"reference {path} is not a JSON object", hint="regenerate it with --write-reference")
     kind, schema = doc.get("kind"), doc.get("schema")
     if kind == REF_KIND:
         if schema != REF_SCHEMA:
-            raise VerifyError(f"reference {path} has schema {schema!r}; this version reads schema {REF_SCHEMA}", hint="regenerate it with this version's --write-reference")
+            raise VerifyError(f"reference {path} has schema {schema!r}; this version reads schema {REF_SCHEMA}",
+                              hint="regenerate it with this version's --write-reference")
         recipe = str(doc.get("recipe"))
     elif kind == manifest_mod.KIND:
         if schema != manifest_mod.SCHEMA:
-            raise VerifyError(f"manifest {path} has schema {schema!r}; this version reads schema {manifest_mod.SCHEMA}", hint="rebuild with this version")
+            raise VerifyError(f"manifest {path} has schema {schema!r}; this version reads schema {manifest_mod.SCHEMA}",
+                              hint="rebuild with this version")
         man = _parsed(doc, path)
         recipe = man.recipe
         build_dirs = {c.name: Path(c.build_dir) for c in man.components if c.build_dir}
     else:
-        raise VerifyError(f"{path} is neither an artifact reference nor a build manifest (kind {kind!r})", hint="give a file written by --write-reference")
+        raise VerifyError(f"{path} is neither an artifact reference nor a build manifest (kind {kind!r})",
+                          hint="give a file written by --write-reference")
     comps = doc.get("components")
     if not isinstance(comps, list):
         raise VerifyError(f"reference {path} has no components list", hint="regenerate it with --write-reference")
@@ -207,9 +218,11 @@ def find_matching_reference(refs_dir: Path, sets: dict[tuple[str, str], Artifact
         same = True
         for key, cur in sets.items():
             r = ref.sets.get(key)
-            if r is None or {k: v for k, v in r.facts.items() if k not in PATH_FACTS} != {k: v for k, v in cur.facts.items() if k not in PATH_FACTS}:
+            if r is None or ({k: v for k, v in r.facts.items() if k not in PATH_FACTS}
+                             != {k: v for k, v in cur.facts.items() if k not in PATH_FACTS}):
                 same = False
-        facts = "; ".join(f"{k}={v}" for s in ref.sets.values() for k, v in s.facts.items() if k not in PATH_FACTS and k.endswith(("glslc", "nvcc", "loom_link")))
+        facts = "; ".join(f"{k}={v}" for s in ref.sets.values() for k, v in s.facts.items() if k not in PATH_FACTS
+                          and k.endswith(("glslc", "nvcc", "loom_link")))
         described.append(f"{p.name} ({facts or 'no facts'})")
         if same and sets:
             return p, described
@@ -237,16 +250,19 @@ def first_spirv_diff(ref_file: Path, cur_file: Path, lines: int = 12) -> str | N
     return None
 
 
-def verify_against(manifest: Manifest | Mapping[str, Any], ref: Reference, *, with_outputs: bool = False) -> list[SetComparison]:
+def verify_against(manifest: Manifest | Mapping[str, Any], ref: Reference, *,
+                   with_outputs: bool = False) -> list[SetComparison]:
     man = Manifest.of(manifest)
     cur_sets = man.artifact_sets()
     results = []
     if not cur_sets and not with_outputs:  # a rebuild still compares its output binaries
-        raise VerifyError(f"recipe {man.recipe} recorded no kernel artifacts", hint="add an 'artifacts:' collector to the recipe's component")
+        raise VerifyError(f"recipe {man.recipe} recorded no kernel artifacts",
+                          hint="add an 'artifacts:' collector to the recipe's component")
     for key, cur in sorted(cur_sets.items()):
         r = ref.sets.get(key)
         if r is None:
-            raise VerifyError(f"reference {ref.path} has no {cur.label} for component {key[0]}", hint="use a reference made for this recipe")
+            raise VerifyError(f"reference {ref.path} has no {cur.label} for component {key[0]}",
+                              hint="use a reference made for this recipe")
         comp = compare_sets(key[0], cur, r)
         if comp.differing and cur.kind == "spirv" and key[0] in ref.build_dirs:
             name = comp.differing[0][0]

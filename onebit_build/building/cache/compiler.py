@@ -128,7 +128,8 @@ def backend_from_env(kind: str, env: Mapping[str, str]) -> str:
     checks = (
         ("redis", ("SCCACHE_REDIS_ENDPOINT", "SCCACHE_REDIS", "SCCACHE_REDIS_CLUSTER_ENDPOINTS")),
         ("s3", ("SCCACHE_BUCKET",)), ("gcs", ("SCCACHE_GCS_BUCKET",)),
-        ("azure", ("SCCACHE_AZURE_CONNECTION_STRING",)), ("memcached", ("SCCACHE_MEMCACHED_ENDPOINT", "SCCACHE_MEMCACHED")),
+        ("azure", ("SCCACHE_AZURE_CONNECTION_STRING",)),
+              ("memcached", ("SCCACHE_MEMCACHED_ENDPOINT", "SCCACHE_MEMCACHED")),
         ("webdav", ("SCCACHE_WEBDAV_ENDPOINT",)), ("oss", ("SCCACHE_OSS_BUCKET",)), ("cos", ("SCCACHE_COS_BUCKET",)),
     )
     for name, keys in checks:
@@ -256,7 +257,8 @@ def build_env(launcher: Launcher, *, socket_path: Path | None = None, redis_endp
         if launcher.url is not None:
             url = launcher.url
             cred = f"{url.username or ''}:{url.password}@" if url.password else ""
-            env["CCACHE_REMOTE_STORAGE"] = f"{url.scheme}://{cred}{_host(url.host)}:{url.port}" + (f"/{url.db}" if url.db else "")
+            env["CCACHE_REMOTE_STORAGE"] = (f"{url.scheme}://{cred}{_host(url.host)}:{url.port}"
+                                            + (f"/{url.db}" if url.db else ""))
     return env
 
 
@@ -296,7 +298,8 @@ def map_arguments(maps: Sequence[PrefixMap], language: str, compiler: str | None
     if not maps:
         return []
     if language == "CUDA" and "clang" not in Path(compiler or "nvcc").name:
-        inner = ",".join(f"-Xpreprocessor,-f{what}-prefix-map={m.old}={m.new}" for m in maps for what in ("macro", "debug"))
+        inner = ",".join(f"-Xpreprocessor,-f{what}-prefix-map={m.old}={m.new}" for m in maps
+                         for what in ("macro", "debug"))
         return [f"-Xcompiler={inner}"]
     args: list[str] = []
     for m in maps:
@@ -309,7 +312,8 @@ def map_arguments(maps: Sequence[PrefixMap], language: str, compiler: str | None
 FLAG_VARIABLES = {"C": "CFLAGS", "CXX": "CXXFLAGS", "CUDA": "CUDAFLAGS", "HIP": "HIPFLAGS"}
 
 
-def with_prefix_maps(defines: Sequence[tuple[str, str]], maps: Sequence[PrefixMap], languages: Sequence[str] = LAUNCHER_LANGUAGES,
+def with_prefix_maps(defines: Sequence[tuple[str, str]], maps: Sequence[PrefixMap],
+                     languages: Sequence[str] = LAUNCHER_LANGUAGES,
                      environ: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
     """``defines`` with the map arguments appended to ``CMAKE_<LANG>_FLAGS`` of each
     language, after what the recipe or ``-D`` set there, else after the flags CMake would

@@ -36,7 +36,8 @@ def request_from(mode: str | None, url: str | None, env: Mapping[str, str]) -> C
     if url is not None:
         parse_url(url)  # checked here, at the edge
         if text == "none":
-            raise ConfigError("--compiler-cache-url names a shared cache, but --compiler-cache is none", hint="drop one of them")
+            raise ConfigError("--compiler-cache-url names a shared cache, but --compiler-cache is none",
+                              hint="drop one of them")
     return CacheRequest(mode=text, url=url)
 
 
@@ -67,13 +68,16 @@ def parse_url(text: str) -> RedisUrl:
         parts = urlsplit(text.strip())
         port = parts.port or 6379
     except ValueError as exc:
-        raise ConfigError(f"compiler cache URL {_redact_url(text)!r}: {exc}", hint="e.g. redis://cache.example:6379") from None
+        raise ConfigError(f"compiler cache URL {_redact_url(text)!r}: {exc}",
+                          hint="e.g. redis://cache.example:6379") from None
     if parts.scheme not in URL_SCHEMES or not parts.hostname:
         raise ConfigError(f"compiler cache URL {_redact_url(text)!r} is not redis://HOST:PORT",
-                          hint="give redis://HOST:PORT; for S3, GCS or the GitHub Actions cache set sccache's own SCCACHE_* variables")
+                          hint="give redis://HOST:PORT; for S3, GCS or the GitHub Actions cache set sccache's own "
+                               "SCCACHE_* variables")
     db_text = parts.path.strip("/") or (parse_qs(parts.query).get("db") or ["0"])[0]
     if not db_text.isdigit():
-        raise ConfigError(f"compiler cache URL {_redact_url(text)!r}: database {db_text!r} is not a number", hint="e.g. redis://HOST:6379/0")
+        raise ConfigError(f"compiler cache URL {_redact_url(text)!r}: database {db_text!r} is not a number",
+                          hint="e.g. redis://HOST:6379/0")
     return RedisUrl(scheme=parts.scheme, host=parts.hostname, port=port, db=int(db_text),
                     username=parts.username or None, password=parts.password or None)
 

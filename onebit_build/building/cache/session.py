@@ -60,13 +60,15 @@ def parse_sccache_stats(text: str) -> CacheStats:
     return CacheStats(
         requests=int(s.get("compile_requests", 0)),
         hits=total("cache_hits"), misses=total("cache_misses"),
-        errors=int(s.get("cache_read_errors", 0)) + int(s.get("cache_write_errors", 0)) + int(s.get("cache_timeouts", 0)) + total("cache_errors"),
+        errors=int(s.get("cache_read_errors", 0)) + int(s.get("cache_write_errors", 0))
+                      + int(s.get("cache_timeouts", 0)) + total("cache_errors"),
         not_cacheable=int(s.get("requests_not_cacheable", 0)) + int(s.get("requests_unsupported_compiler", 0)),
     )
 
 
-_CCACHE_UNCACHEABLE = re.compile(r"^(could_not_|unsupported_|compiler_produced_|bad_compiler_arguments|multiple_source_files|"
-                                 r"no_input_file|output_to_stdout|preprocessor_error|compile_failed|autoconf_test)")
+_CCACHE_UNCACHEABLE = re.compile(r"^(could_not_|unsupported_|compiler_produced_|bad_compiler_arguments|"
+                                 r"multiple_source_files|no_input_file|output_to_stdout|preprocessor_error|"
+                                 r"compile_failed|autoconf_test)")
 
 
 def parse_ccache_stats(text: str) -> CacheStats:
@@ -79,8 +81,10 @@ def parse_ccache_stats(text: str) -> CacheStats:
     hits = values.get("direct_cache_hit", 0) + values.get("preprocessed_cache_hit", 0)
     misses = values.get("cache_miss", 0)
     uncacheable = sum(v for k, v in values.items() if _CCACHE_UNCACHEABLE.match(k))
-    errors = values.get("remote_storage_error", 0) + values.get("remote_storage_timeout", 0) + values.get("internal_error", 0)
-    return CacheStats(requests=hits + misses + uncacheable, hits=hits, misses=misses, errors=errors, not_cacheable=uncacheable)
+    errors = (values.get("remote_storage_error", 0) + values.get("remote_storage_timeout", 0)
+              + values.get("internal_error", 0))
+    return CacheStats(requests=hits + misses + uncacheable, hits=hits, misses=misses, errors=errors,
+                      not_cacheable=uncacheable)
 
 
 def read_stats(launcher: Launcher, env: Mapping[str, str]) -> CacheStats | None:
@@ -329,9 +333,12 @@ class CacheSession:
         if outage is not None:
             when = time.strftime("%H:%M:%S", time.localtime(outage.since))
             back = "; it answered again later" if outage.recovered else ""
-            self.warnings.append(f"compiler cache: the shared cache {url} could not be reached from {when} on ({outage.reason}); "
-                                 f"{outage.lookups} lookups missed and {outage.stores} objects were kept here only{back}")
+            self.warnings.append(f"compiler cache: the shared cache {url} could not be reached from {when} on "
+                                 f"({outage.reason}); "
+                                 f"{outage.lookups} lookups missed and {outage.stores} objects were kept here "
+                                 f"only{back}")
         elif self.report.stats is not None and self.report.stats.errors:
-            where = f"the shared cache {url}" if self.launcher.backend != "local" else f"the cache in {self.launcher.cache_dir}"
+            where = (f"the shared cache {url}" if self.launcher.backend != "local"
+                     else f"the cache in {self.launcher.cache_dir}")
             self.warnings.append(f"compiler cache: {self.report.stats.errors} reads or writes of {where} failed; "
                                  f"those objects were compiled here")
