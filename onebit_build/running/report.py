@@ -84,7 +84,8 @@ def environment(recipe: Recipe) -> dict[str, Any]:
     }
 
 
-def report_doc(run_dir: Path, *, recipe: Recipe, smoke: SmokeResult, manifest: dict | None, extra: dict | None) -> dict[str, Any]:
+def report_doc(run_dir: Path, *, recipe: Recipe, smoke: SmokeResult, manifest: dict | None,
+               extra: dict | None) -> dict[str, Any]:
     """The payload of report.json (without ``kind``/``schema``, which write_state adds)."""
     checks = smoke.all_checks
     return {
@@ -155,15 +156,18 @@ def _cache_section(manifest: dict | None) -> list[str]:
     rows = compiler_cache_rows(manifest)
     if not rows:
         return []
-    out = ["", "## Compiler cache", "", "| component | launcher | backend | requests | hits | misses | hit rate | note |",
+    out = ["", "## Compiler cache", "", "| component | launcher | backend | requests | hits | misses | hit rate | note "
+                                        "|",
            "|---|---|---|---:|---:|---:|---:|---|"]
     for r in rows:
         s = r["stats"] or {}
         rate = s.get("hit_rate")
         launcher = " ".join(str(x) for x in (r["launcher"], r["version"]) if x)
         backend = " ".join(str(x) for x in (r["backend"], r["url"]) if x) or "—"
-        out.append(f"| {md_cell(r['component'])} | {md_cell(launcher)} | {md_cell(backend)} | {s.get('requests', '—')} | "
-                   f"{s.get('hits', '—')} | {s.get('misses', '—')} | {'—' if rate is None else f'{rate:.0%}'} | {md_cell(r['note'] or '')} |")
+        out.append(f"| {md_cell(r['component'])} | {md_cell(launcher)} | {md_cell(backend)} | {s.get('requests', '—')} "
+                   "| "
+                   f"{s.get('hits', '—')} | {s.get('misses', '—')} | {'—' if rate is None else f'{rate:.0%}'} | "
+                   f"{md_cell(r['note'] or '')} |")
     return out
 
 
@@ -208,7 +212,8 @@ def render_markdown(run_dir: Path, *, recipe: Recipe, smoke: SmokeResult, manife
     out.append(f"- llama-server: `{smoke.server_bin}` (expected commit `{smoke.expect_commit}`)")
     out.append(f"- model: `{smoke.model.path.name}` sha256 `{smoke.model.sha256}` from {smoke.model.source}")
     out.append(f"- devices expected: {', '.join(smoke.devices_expected)}; listed by the binary: "
-               + ("(--list-devices failed)" if smoke.devices_listed is None else (', '.join(smoke.devices_listed) or 'none besides the CPU')))
+               + ("(--list-devices failed)" if smoke.devices_listed is None
+                  else (', '.join(smoke.devices_listed) or 'none besides the CPU')))
     out.append("- logs: [list-devices](logs/list-devices.log)"
                + "".join(f", [{d.device}]({_rel(d.log, run_dir)})" for d in smoke.device_results if d.log is not None))
     if manifest:
@@ -254,7 +259,8 @@ def _device_section(d: DeviceResult) -> list[str]:
                 "| # | prompt tok/s | decode tok/s | tokens | answer | text |", "|---:|---:|---:|---:|---|---|"]
         for i, s in enumerate(d.speed.samples, 1):
             ans = "ok" if s.valid else f"FAIL: {s.why}"
-            out.append(f"| {i} | {_fmt(s.prompt_tok_s)} | {_fmt(s.decode_tok_s)} | {s.predicted_n} | {md_cell(ans)} | {md_cell(s.text[:80])} |")
+            out.append(f"| {i} | {_fmt(s.prompt_tok_s)} | {_fmt(s.decode_tok_s)} | {s.predicted_n} | {md_cell(ans)} | "
+                       f"{md_cell(s.text[:80])} |")
     return out
 
 
@@ -274,7 +280,8 @@ def write_report(
     run_dir.mkdir(parents=True, exist_ok=True)
     json_path = run_dir / "report.json"
     md_path = run_dir / "report.md"
-    write_state(json_path, REPORT_KIND, REPORT_SCHEMA, report_doc(run_dir, recipe=recipe, smoke=smoke, manifest=manifest, extra=extra))
+    write_state(json_path, REPORT_KIND, REPORT_SCHEMA,
+                report_doc(run_dir, recipe=recipe, smoke=smoke, manifest=manifest, extra=extra))
     text = render_markdown(run_dir, recipe=recipe, smoke=smoke, manifest=manifest)
     chat = (extra or {}).get("chat")
     if chat and chat != "checked":
@@ -305,7 +312,8 @@ def summary_lines(smoke: SmokeResult) -> list[str]:
                 lines.append(f"    FAIL {c.summary}")
     checks = smoke.all_checks
     lines.append(
-        f"smoke {'PASS' if smoke.passed else 'FAIL'}: {sum(c.passed for c in checks)}/{len(checks)} checks in {smoke.seconds:.1f} s"
+        f"smoke {'PASS' if smoke.passed else 'FAIL'}: {sum(c.passed for c in checks)}/{len(checks)} checks in "
+        f"{smoke.seconds:.1f} s"
     )
     return lines
 

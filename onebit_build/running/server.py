@@ -284,7 +284,8 @@ class Server:
         return self.popen.returncode
 
 
-def completion_body(prompt: str, n_predict: int, *, ignore_eos: bool = False, return_tokens: bool = False) -> dict[str, Any]:
+def completion_body(prompt: str, n_predict: int, *, ignore_eos: bool = False,
+                    return_tokens: bool = False) -> dict[str, Any]:
     """A greedy /completion request: temperature 0, top-k 1, fixed seed, prompt cache off."""
     body: dict[str, Any] = {
         "prompt": prompt,
@@ -331,7 +332,8 @@ def _wait_healthy(server: Server, timeout_s: float, t0: float) -> None:
             cause = ("it could not listen on its address and port" if is_bind_failure(tail)
                      else "a damaged model file or a bad device is the usual cause")
             raise SmokeError(
-                f"llama-server exited with code {rc} before it became healthy: {first_error_line(tail)}; log: {server.log}",
+                f"llama-server exited with code {rc} before it became healthy: {first_error_line(tail)}; log: "
+                f"{server.log}",
                 hint=f"read the log tail below; {cause}", detail=tail,
             )
         try:
@@ -345,7 +347,8 @@ def _wait_healthy(server: Server, timeout_s: float, t0: float) -> None:
             last = f"no connection ({type(exc).__name__})"
         if time.monotonic() >= deadline:
             raise SmokeError(
-                f"llama-server did not become healthy within {timeout_s:g} s (last /health: {last}); it was stopped; log: {server.log}",
+                f"llama-server did not become healthy within {timeout_s:g} s (last /health: {last}); it was stopped; "
+                f"log: {server.log}",
                 hint="raise smoke.health_timeout_s in the recipe if the model is slow to load, else read the log",
                 detail=server.log_tail(),
             )
@@ -357,7 +360,8 @@ def start(spec: ServerSpec) -> Server:
     SmokeError says why, with the log's tail. A port taken meanwhile is retried."""
     binary = Path(spec.binary)
     if not binary.is_file() or not os.access(binary, os.X_OK):
-        raise SmokeError(f"llama-server not found or not executable: {binary}", hint="build it first with 'onebit-build build'")
+        raise SmokeError(f"llama-server not found or not executable: {binary}",
+                         hint="build it first with 'onebit-build build'")
     preferred = spec.port
     for attempt in range(PORT_ATTEMPTS):
         port = spec.port if spec.fixed_port and spec.port else choose_port(preferred, spec.host)
@@ -386,7 +390,8 @@ def start(spec: ServerSpec) -> Server:
 def list_devices(binary: Path, *, env: tuple[tuple[str, str], ...] = (), log: Path) -> tuple[str, ...]:
     """The non-CPU devices ``llama-server --list-devices`` reports."""
     try:
-        done = proc.run([binary, "--list-devices"], log=log, env=dict(env), capture=True, what="llama-server --list-devices")
+        done = proc.run([binary, "--list-devices"], log=log, env=dict(env), capture=True,
+                        what="llama-server --list-devices")
     except CommandError as exc:
         raise SmokeError(
             f"llama-server --list-devices failed with exit code {exc.returncode}; log: {log}",
@@ -412,7 +417,8 @@ def serve_foreground(spec: ServerSpec, *, has_chat_template: bool) -> int:
         ui.info("Ctrl-C stops the server")
         ui.answer(f"OpenAI base URL: {base}")
         if not has_chat_template:
-            ui.warn("the model has no chat template: /v1/chat/completions will answer junk; use /v1/completions with plain text")
+            ui.warn("the model has no chat template: /v1/chat/completions will answer junk; use /v1/completions with "
+                    "plain text")
         while server.alive():
             time.sleep(0.5)
         ui.error(f"llama-server exited with status {server.returncode()}: {first_error_line(server.log_tail())}")

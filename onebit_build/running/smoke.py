@@ -138,7 +138,8 @@ class Deadlines:
         return f"smoke stage deadline reached: smoke.stage_timeout_s is {self.spec.stage_timeout_s:g} s"
 
 
-def _complete(server: srvmod.Server, deadlines: Deadlines, prompt: str, *, n_predict: int, ignore_eos: bool = False) -> Completion:
+def _complete(server: srvmod.Server, deadlines: Deadlines, prompt: str, *, n_predict: int,
+              ignore_eos: bool = False) -> Completion:
     if server.port in deadlines.hung:
         raise SmokeError("not asked: the server missed an earlier deadline")
     timeout, rule = deadlines.for_request(n_predict)
@@ -147,7 +148,8 @@ def _complete(server: srvmod.Server, deadlines: Deadlines, prompt: str, *, n_pre
     except srvmod.RequestTimeout:
         deadlines.hung.add(server.port)
         raise SmokeError(f"no answer within {timeout:.0f} s, {rule}; no more requests go to this server",
-                         hint="raise it in the recipe's smoke section if the device is this slow, else read the server log") from None
+                         hint="raise it in the recipe's smoke section if the device is this slow, else read the server "
+                              "log") from None
 
 
 def _failed(name: str, device: str | None, exc: BaseException, server: srvmod.Server | None = None) -> SmokeCheck:
@@ -262,14 +264,16 @@ def _checks_on(server: srvmod.Server, run: _DeviceRun) -> tuple[list[SmokeCheck]
     checks = [_shown(run.status, SmokeCheck(
         name="start", device=device, passed=True, seconds=server.ready_s or 0.0,
         summary=f"llama-server healthy on port {server.port} after {server.ready_s:.1f} s",
-        evidence={"port": server.port, "pid": server.pid, "ready_s": round(server.ready_s or 0.0, 3), "argv": server.argv},
+        evidence={"port": server.port, "pid": server.pid, "ready_s": round(server.ready_s or 0.0, 3),
+                  "argv": server.argv},
     ))]
     checks.append(_guarded("offload", run, server, lambda: check_offload(device, _load_log(server))))
     checks.append(_guarded("health", run, server, lambda: check_health(device, *server.get_json("/health"))))
     checks.append(_guarded("catalog", run, server, lambda: check_catalog(
         device, *server.get_json("/v1/models"), model_id=run.alias or str(model.path), ctx_size=spec.ctx_size)))
     checks.append(_guarded("props", run, server, lambda: check_props(
-        device, *server.get_json("/props"), expect_commit=run.expect_commit, model_path=model.path, ctx_size=spec.ctx_size)))
+        device, *server.get_json("/props"), expect_commit=run.expect_commit, model_path=model.path,
+        ctx_size=spec.ctx_size)))
     if run.chat:  # only a model with its own template answers the chat endpoint meaningfully
         body = chat_request(max_tokens=max(spec.answer_tokens, CHAT_MIN_TOKENS))
         checks.append(_guarded("chat", run, server,
@@ -283,7 +287,8 @@ def _checks_on(server: srvmod.Server, run: _DeviceRun) -> tuple[list[SmokeCheck]
             return check
         checks.append(_guarded(f"answer:{prompt.name}", run, server, ask))
     if not spec.prompts:
-        checks.append(SmokeCheck(name="answer", device=device, passed=False, summary="the recipe lists no smoke prompts", evidence={}))
+        checks.append(SmokeCheck(name="answer", device=device, passed=False,
+                                 summary="the recipe lists no smoke prompts", evidence={}))
         checks.append(SmokeCheck(name="speed", device=device, passed=False,
                                  summary="speed invalid: no prompt to check the timed answers against", evidence={}))
         return checks, None

@@ -12,7 +12,8 @@ from typing import Any
 from onebit_build.core.config import PromptCheck
 from onebit_build.running import server as srvmod
 from onebit_build.running.devices import missing_devices
-from onebit_build.running.measure import Completion, Sample, Stat, answer_contains, decode_stat, prompt_stat, timed_sample, timing_problem
+from onebit_build.running.measure import (Completion, Sample, Stat, answer_contains, decode_stat, prompt_stat,
+                                          timed_sample, timing_problem)
 
 SHORT_TEXT = 200  # characters of generated text kept as evidence
 
@@ -65,7 +66,8 @@ def short(text: str, n: int = SHORT_TEXT) -> str:
 
 def check_devices(expected: tuple[str, ...], listed: tuple[str, ...]) -> SmokeCheck:
     missing = missing_devices(expected, listed)
-    evidence = {"expected": list(expected), "listed": list(listed), "missing": list(missing), "cpu_always_present": True}
+    evidence = {"expected": list(expected), "listed": list(listed), "missing": list(missing),
+                "cpu_always_present": True}
     if missing:
         return SmokeCheck(
             name="devices", device=None, passed=False,
@@ -105,7 +107,8 @@ def check_catalog(device: str, status: int, body: Any, *, model_id: str, ctx_siz
     else:
         entry = data[0] if isinstance(data[0], dict) else {}
         meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
-        evidence.update({"id": entry.get("id"), "n_params": meta.get("n_params"), "n_ctx": meta.get("n_ctx"), "n_ctx_train": meta.get("n_ctx_train")})
+        evidence.update({"id": entry.get("id"), "n_params": meta.get("n_params"), "n_ctx": meta.get("n_ctx"),
+                         "n_ctx_train": meta.get("n_ctx_train")})
         if entry.get("id") != model_id:
             problems.append(f"id {entry.get('id')!r} is not {model_id!r}")
         n_params = meta.get("n_params")
@@ -114,10 +117,12 @@ def check_catalog(device: str, status: int, body: Any, *, model_id: str, ctx_siz
         if meta.get("n_ctx") != ctx_size:
             problems.append(f"context {meta.get('n_ctx')!r} is not {ctx_size}")
     if problems:
-        return SmokeCheck(name="catalog", device=device, passed=False, summary="/v1/models: " + "; ".join(problems), evidence=evidence)
+        return SmokeCheck(name="catalog", device=device, passed=False, summary="/v1/models: " + "; ".join(problems),
+                          evidence=evidence)
     return SmokeCheck(
         name="catalog", device=device, passed=True,
-        summary=f"/v1/models lists only {Path(model_id).name} ({evidence['n_params']:,} parameters, context {ctx_size})",
+        summary=f"/v1/models lists only {Path(model_id).name} ({evidence['n_params']:,} parameters, "
+                f"context {ctx_size})",
         evidence=evidence,
     )
 
@@ -141,7 +146,8 @@ def commit_matches(build_info: str, expect_commit: str) -> bool:
     return want.startswith(got) or got.startswith(want)
 
 
-def check_props(device: str, status: int, body: Any, *, expect_commit: str, model_path: Path, ctx_size: int) -> SmokeCheck:
+def check_props(device: str, status: int, body: Any, *, expect_commit: str, model_path: Path,
+                ctx_size: int) -> SmokeCheck:
     """/props: the build names the pinned commit, the model is ours, the context as asked."""
     problems: list[str] = []
     props = body if isinstance(body, dict) else {}
@@ -170,7 +176,8 @@ def check_props(device: str, status: int, body: Any, *, expect_commit: str, mode
     if props.get("total_slots") != 1:
         problems.append(f"total_slots {props.get('total_slots')!r} is not 1")
     if problems:
-        return SmokeCheck(name="props", device=device, passed=False, summary="/props: " + "; ".join(problems), evidence=evidence)
+        return SmokeCheck(name="props", device=device, passed=False, summary="/props: " + "; ".join(problems),
+                          evidence=evidence)
     return SmokeCheck(
         name="props", device=device, passed=True,
         summary=f"/props: build {build_info}, model {model_path.name}, context {ctx_size}",
@@ -335,14 +342,17 @@ def check_speed(speed: Speed) -> SmokeCheck:
         "reference_note": speed.reference_note,
     }
     if not speed.valid:
-        return SmokeCheck(name="speed", device=speed.device, passed=False, summary=f"speed invalid: {speed.reason}", evidence=evidence)
-    figures = f"decode {speed.decode_tok_s:.1f} tok/s, prompt {speed.prompt_tok_s:.1f} tok/s (median of {len(speed.samples)} x {speed.tokens} tokens)"
+        return SmokeCheck(name="speed", device=speed.device, passed=False, summary=f"speed invalid: {speed.reason}",
+                          evidence=evidence)
+    figures = (f"decode {speed.decode_tok_s:.1f} tok/s, prompt {speed.prompt_tok_s:.1f} tok/s (median of "
+               f"{len(speed.samples)} x {speed.tokens} tokens)")
     if speed.on_par is False:
         assert speed.reference_tok_s is not None and speed.decode_tok_s is not None
         floor = speed.reference_tok_s * (1 - speed.tolerance)
         return SmokeCheck(
             name="speed", device=speed.device, passed=False,
-            summary=f"{figures}: below the reference {speed.reference_tok_s:g} tok/s - {speed.tolerance:.0%} = {floor:.1f}",
+            summary=f"{figures}: below the reference {speed.reference_tok_s:g} tok/s - {speed.tolerance:.0%} = "
+                    f"{floor:.1f}",
             evidence=evidence,
         )
     if speed.on_par:

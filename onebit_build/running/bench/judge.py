@@ -75,7 +75,8 @@ def first_difference(got: tuple[int, ...], steps: tuple[Step, ...]) -> int | Non
     return None
 
 
-def judge_answer(answer: Completion, *, expected: Expectation | None, tokens: int, tie_margin: float = DEFAULTS.tie_margin) -> Verdict:
+def judge_answer(answer: Completion, *, expected: Expectation | None, tokens: int,
+                 tie_margin: float = DEFAULTS.tie_margin) -> Verdict:
     """Verdict on one timed answer. It must have generated ``tokens`` tokens with usable
     timings, and its text must start with the expected prefix; where it does not, the
     divergence is excused only at a near tie: the first differing token is the baseline's
@@ -98,9 +99,11 @@ def judge_answer(answer: Completion, *, expected: Expectation | None, tokens: in
     if st.margin is None:
         return Verdict(valid=False, why=f"{why} (token {at})")
     if got[at] == st.runner_up and st.margin < tie_margin:
-        return Verdict(valid=True, note=f"near tie at token {at}: took {st.runner_up_text!r} over {st.text!r} (baseline margin {st.margin:.3f})")
+        return Verdict(valid=True, note=f"near tie at token {at}: took {st.runner_up_text!r} over {st.text!r} "
+                                        f"(baseline margin {st.margin:.3f})")
     taken = "the baseline's runner-up" if got[at] == st.runner_up else "not even the baseline's runner-up"
-    return Verdict(valid=False, why=f"{why} (token {at}, {taken}; baseline margin there {st.margin:.3f}, ties are excused below {tie_margin:g})")
+    return Verdict(valid=False, why=f"{why} (token {at}, {taken}; baseline margin there {st.margin:.3f}, ties are "
+                                    f"excused below {tie_margin:g})")
 
 
 def steps_from_probs(probs: Any, ids: list[int]) -> list[Step]:
@@ -115,7 +118,8 @@ def steps_from_probs(probs: Any, ids: list[int]) -> list[Step]:
         top = entry.get("top_logprobs") if agree else None
         text = str(entry.get("token", "")) if agree else ""
         runner, runner_text, margin = None, "", None
-        if isinstance(top, list) and len(top) >= 2 and all(isinstance(t, dict) for t in top[:2]) and top[0].get("id") == tid:
+        if (isinstance(top, list) and len(top) >= 2 and all(isinstance(t, dict) for t in top[:2])
+                and top[0].get("id") == tid):
             a, b = top[0].get("logprob"), top[1].get("logprob")
             if isinstance(a, (int, float)) and isinstance(b, (int, float)):
                 runner, runner_text, margin = top[1].get("id"), str(top[1].get("token", "")), float(a) - float(b)

@@ -107,7 +107,8 @@ def server_in(path: Path) -> Path:
         for cand in (path / "bin" / "llama-server", path / "llama-server"):
             if cand.is_file():
                 return cand.resolve()
-        raise ConfigError(f"no llama-server in {path} (looked in bin/ and the folder itself)", hint="pass the build folder or the binary")
+        raise ConfigError(f"no llama-server in {path} (looked in bin/ and the folder itself)",
+                          hint="pass the build folder or the binary")
     if not path.is_file():
         raise ConfigError(f"llama-server not found: {path}", hint="pass an existing binary or build folder")
     if not os.access(path, os.X_OK):
@@ -143,7 +144,8 @@ def load_prompts(folder: Path, names: tuple[str, ...] = PROMPT_NAMES) -> tuple[P
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise ConfigError(f"prompt file {path} is missing", hint="restore smoke/prompts/ or pass --prompts DIR") from None
+            raise ConfigError(f"prompt file {path} is missing",
+                              hint="restore smoke/prompts/ or pass --prompts DIR") from None
         if text.endswith("\n"):
             text = text[:-1]
         if not text.strip():
@@ -163,7 +165,8 @@ def load_expectations(path: Path, prompts: tuple[str, ...]) -> tuple[Expectation
     try:
         doc = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--expect {path}: not YAML/JSON ({exc})", hint="write 'prompt: expected text' lines") from None
+        raise ConfigError(f"--expect {path}: not YAML/JSON ({exc})",
+                          hint="write 'prompt: expected text' lines") from None
     if isinstance(doc, dict) and doc.get("kind") == BENCH_KIND:
         try:
             doc = read_state(path, BENCH_KIND, BENCH_SCHEMA)
@@ -179,7 +182,8 @@ def load_expectations(path: Path, prompts: tuple[str, ...]) -> tuple[Expectation
                 out.append(Expectation(prompt=key, text=value["text"], tokens=value.get("tokens"),
                                        source=f"given ({path.name}: {value.get('source', 'recorded')})", steps=steps))
         if not out:
-            raise ConfigError(f"--expect {path}: that run recorded no expected prefixes", hint="use a run whose baseline answered")
+            raise ConfigError(f"--expect {path}: that run recorded no expected prefixes",
+                              hint="use a run whose baseline answered")
         return tuple(out)
     elif isinstance(doc, dict):
         mapping = doc
@@ -195,7 +199,8 @@ def load_expectations(path: Path, prompts: tuple[str, ...]) -> tuple[Expectation
     return tuple(out)
 
 
-def make_variants(configs: tuple[Config, ...], builds: tuple[Build, ...], devices: dict[str, tuple[str, ...]]) -> tuple[Variant, ...]:
+def make_variants(configs: tuple[Config, ...], builds: tuple[Build, ...],
+                  devices: dict[str, tuple[str, ...]]) -> tuple[Variant, ...]:
     """Every build on each of its devices with every config, in that nesting order; the
     first is the baseline. Names carry only the parts that vary (``build/device/config``)."""
     if not configs or not builds:
@@ -227,7 +232,8 @@ def pick_devices(requested: tuple[str, ...], listed: tuple[str, ...]) -> tuple[s
     return tuple(out)
 
 
-def resolve_devices(builds: tuple[Build, ...], requested: tuple[str, ...], *, env: tuple[tuple[str, str], ...], log_dir: Path) -> dict[str, tuple[str, ...]]:
+def resolve_devices(builds: tuple[Build, ...], requested: tuple[str, ...], *, env: tuple[tuple[str, str], ...],
+                    log_dir: Path) -> dict[str, tuple[str, ...]]:
     """The devices each build is benchmarked on. ``--list-devices`` is asked only when a
     device other than the CPU is wanted; a wanted device a build does not offer is an error."""
     need_list = any(d != CPU_DEVICE for d in requested)
@@ -240,7 +246,8 @@ def resolve_devices(builds: tuple[Build, ...], requested: tuple[str, ...], *, en
         missing = missing_devices(devices, listed)
         if missing:
             raise ConfigError(
-                f"{b.name}: this llama-server does not offer {', '.join(missing)} (--list-devices shows: {', '.join(listed) or 'none'}; the CPU is always there)",
+                f"{b.name}: this llama-server does not offer {', '.join(missing)} (--list-devices shows: "
+                f"{', '.join(listed) or 'none'}; the CPU is always there)",
                 hint="pick devices it lists, or pass --device all",
             )
         out[b.name] = devices

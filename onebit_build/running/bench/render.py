@@ -51,7 +51,8 @@ def table_rows(result: BenchResult) -> list[list[str]]:
     return rows
 
 
-TABLE_HEADER = ["prompt", "variant", "decode tok/s best / median", "decode vs base", "prompt tok/s best / median", "prompt vs base", "answer"]
+TABLE_HEADER = ["prompt", "variant", "decode tok/s best / median", "decode vs base", "prompt tok/s best / median",
+                "prompt vs base", "answer"]
 
 
 def _md_escape(text: str) -> str:
@@ -74,8 +75,9 @@ def render_markdown(result: BenchResult, *, plot_name: str | None = None) -> str
         f"- {req.rounds} rounds, interleaved; a fresh server per variant per round; one warm-up request;"
         f" greedy, prompt cache off, {req.decode_tokens} generated tokens per request",
         f"- baseline: `{req.baseline.name}`; figures are best / median over the rounds; vs base compares medians",
-        f"- a figure counts only when its answer starts with the expected prefix (first {req.prefix_tokens} tokens of the baseline's round-1 answer unless given);"
-        f" a divergence is excused only at a near tie (the baseline's runner-up token, margin below {req.tie_margin:g})",
+        f"- a figure counts only when its answer starts with the expected prefix (first {req.prefix_tokens} tokens of "
+        "the baseline's round-1 answer unless given); a divergence is excused only at a near tie (the baseline's "
+        f"runner-up token, margin below {req.tie_margin:g})",
         f"- started {result.started_at}, took {result.seconds:.0f} s",
         "",
         render_table(result),
@@ -85,15 +87,18 @@ def render_markdown(result: BenchResult, *, plot_name: str | None = None) -> str
         "|---|---|---|---|",
     ]
     for v in req.variants:
-        out.append(f"| {_md_escape(v.name)} | {_md_escape(v.build)} | {v.device} | `{_md_escape(shlex.join(v.args)) or '(none)'}` |")
+        out.append(f"| {_md_escape(v.name)} | {_md_escape(v.build)} | {v.device} | "
+                   f"`{_md_escape(shlex.join(v.args)) or '(none)'}` |")
     out += ["", "## Expected answer prefixes", ""]
     for p in req.prompts:
         e = result.expectations.get(p.name)
-        out.append(f"- {p.name}: " + (f"`{_md_escape(repr(e.text))}` ({e.source})" if e else "none (no reference answer)"))
+        out.append(f"- {p.name}: "
+                   + (f"`{_md_escape(repr(e.text))}` ({e.source})" if e else "none (no reference answer)"))
         ties = e.near_ties(req.tie_margin) if e else []
         if ties:
             out.append("  near ties in it: " + "; ".join(
-                f"token {i} {_md_escape(repr(st.text))} vs {_md_escape(repr(st.runner_up_text))} (margin {st.margin:.3f})" for i, st in ties))
+                f"token {i} {_md_escape(repr(st.text))} vs {_md_escape(repr(st.runner_up_text))} (margin "
+                f"{st.margin:.3f})" for i, st in ties))
     failed = [s for s in result.servers if s.error]
     if failed:
         out += ["", "## Server problems", ""]
@@ -109,7 +114,8 @@ def render_markdown(result: BenchResult, *, plot_name: str | None = None) -> str
 def _stat_doc(s: Stat | None) -> dict[str, Any] | None:
     if s is None:
         return None
-    return {"best": round(s.best, 3), "median": round(s.median, 3), "min": round(s.low, 3), "max": round(s.high, 3), "n": s.n}
+    return {"best": round(s.best, 3), "median": round(s.median, 3), "min": round(s.low, 3),
+            "max": round(s.high, 3), "n": s.n}
 
 
 def _round(x: float | None, n: int = 3) -> float | None:
@@ -141,15 +147,17 @@ def bench_doc(result: BenchResult, *, outputs: dict[str, str]) -> dict[str, Any]
             for s in result.servers
         ],
         "samples": [
-            {"round": s.round, "variant": s.variant, "prompt": s.prompt, "prompt_n": s.prompt_n, "predicted_n": s.predicted_n,
-             "prompt_tok_s": _round(s.prompt_tok_s), "decode_tok_s": _round(s.decode_tok_s), "valid": s.valid, "why": s.why,
-             "note": s.note, "text": s.text}
+            {"round": s.round, "variant": s.variant, "prompt": s.prompt, "prompt_n": s.prompt_n,
+             "predicted_n": s.predicted_n,
+             "prompt_tok_s": _round(s.prompt_tok_s), "decode_tok_s": _round(s.decode_tok_s), "valid": s.valid,
+             "why": s.why, "note": s.note, "text": s.text}
             for s in result.samples
         ],
         "results": [
             {"variant": c.variant, "prompt": c.prompt, "valid": c.valid, "reason": c.reason, "note": c.note,
              "decode_tok_s": _stat_doc(c.decode), "prompt_tok_s": _stat_doc(c.prompt_speed),
-             "decode_vs_baseline_pct": _round(c.decode_vs_base_pct, 2), "prompt_vs_baseline_pct": _round(c.prompt_vs_base_pct, 2)}
+             "decode_vs_baseline_pct": _round(c.decode_vs_base_pct, 2),
+             "prompt_vs_baseline_pct": _round(c.prompt_vs_base_pct, 2)}
             for c in result.cells
         ],
         "outputs": outputs,
@@ -202,5 +210,6 @@ def write_outputs(result: BenchResult, run_dir: Path) -> BenchOutputs:
     md = run_dir / "bench.md"
     atomic_write_text(md, render_markdown(result, plot_name=png.name if png else None))
     js = run_dir / "bench.json"
-    write_state(js, BENCH_KIND, BENCH_SCHEMA, bench_doc(result, outputs={"table": md.name, "plot": png.name if png else None}))
+    write_state(js, BENCH_KIND, BENCH_SCHEMA,
+                bench_doc(result, outputs={"table": md.name, "plot": png.name if png else None}))
     return BenchOutputs(json=js, table=md, plot=png)

@@ -98,8 +98,8 @@ def _post(server: srvmod.Server, path: str, body: dict[str, Any]) -> tuple[int, 
         raise SmokeError(f"{path} failed: {type(exc).__name__}; log: {server.log}") from None
 
 
-def _record_expectation(server: srvmod.Server, answer: Completion, *, prompt: Prompt, prefix_tokens: int, decode_tokens: int,
-                        source: str) -> Expectation | None:
+def _record_expectation(server: srvmod.Server, answer: Completion, *, prompt: Prompt, prefix_tokens: int,
+                        decode_tokens: int, source: str) -> Expectation | None:
     """The first ``prefix_tokens`` generated tokens of a baseline answer: their text, and
     per token the runner-up and margin (from one extra, untimed request with ``n_probs``:
     asking for probabilities slows decoding, so timed requests never do)."""
@@ -122,7 +122,8 @@ def _record_expectation(server: srvmod.Server, answer: Completion, *, prompt: Pr
     if not expected:
         return None
     status, probs = _post(server, "/completion", {**completion_body(prompt.text, k), "n_probs": 2})
-    steps = steps_from_probs(probs.get("completion_probabilities") if status == 200 and isinstance(probs, dict) else None, ids)
+    steps = steps_from_probs(probs.get("completion_probabilities") if status == 200 and isinstance(probs, dict)
+                             else None, ids)
     return Expectation(prompt=prompt.name, text=expected, tokens=k, source=source, steps=tuple(steps))
 
 

@@ -24,7 +24,8 @@ class Cell:
     note: str = ""  # e.g. answers that took a near tie
 
 
-def summarize(variants: tuple[Variant, ...], prompts: tuple[str, ...], samples: tuple[Sample, ...], rounds: int) -> tuple[Cell, ...]:
+def summarize(variants: tuple[Variant, ...], prompts: tuple[str, ...], samples: tuple[Sample, ...],
+              rounds: int) -> tuple[Cell, ...]:
     """One cell per variant and prompt. A cell is valid only when every round gave a valid
     sample; its figures are then best / median / min / max over the rounds, and the
     difference of its median against the baseline's median (when that is valid)."""
@@ -62,5 +63,5 @@ def _cell(variant: str, prompt: str, got: list[Sample], rounds: int) -> Cell:
                     prompt_speed=None, decode_vs_base_pct=None, prompt_vs_base_pct=None)
     noted = [s for s in got if s.note]
     note = f"{noted[0].note} ({len(noted)} of {rounds} rounds)" if noted else ""
-    return Cell(variant=variant, prompt=prompt, valid=True, reason="", decode=decode_stat(got), prompt_speed=prompt_stat(got),
-                decode_vs_base_pct=None, prompt_vs_base_pct=None, note=note)
+    return Cell(variant=variant, prompt=prompt, valid=True, reason="", decode=decode_stat(got),
+                prompt_speed=prompt_stat(got), decode_vs_base_pct=None, prompt_vs_base_pct=None, note=note)
