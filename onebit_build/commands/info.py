@@ -64,8 +64,8 @@ def built_state(opts: Options, project: ProjectRoot, recipe: str, pins) -> dict:
     ones, why they would be rebuilt). ``-D`` overrides give a build of their own."""
     from onebit_build.building.inventory import find_builds
 
-    found = [b for b in find_builds(Workspace(root=opts.workspace), recipes_dir=project.recipes, patches_dir=project.patches,
-                                    pins=pins) if b.recipe == recipe]
+    found = [b for b in find_builds(Workspace(root=opts.workspace), recipes_dir=project.recipes,
+                                    patches_dir=project.patches, pins=pins) if b.recipe == recipe]
     fresh = [b for b in found if not b.stale]
     if opts.defines:
         summary = "with -D overrides: a build of its own (see 'onebit-build builds')"
@@ -130,8 +130,8 @@ def doctor(opts: Options, project: ProjectRoot, cmd: Command) -> int:
 
     pins, recipe = load_pins_and_recipe(project, opts.recipe, defines=opts.defines)
     report = run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=Workspace(root=opts.workspace),
-                                      mirror_dirs=opts.mirror_dirs, offline=opts.offline, toolchain_root=opts.toolchain_root,
-                                      patch_root=project.patches))
+                                      mirror_dirs=opts.mirror_dirs, offline=opts.offline,
+                                      toolchain_root=opts.toolchain_root, patch_root=project.patches))
     if opts.json:
         doc = {"kind": "onebit-build-doctor", "schema": 1, "recipe": report.recipe, "ok": report.ok,
                "project": project.describe(),

@@ -50,7 +50,8 @@ def builds(opts: Options, project: ProjectRoot, cmd: Command) -> int:
         return 0
     for r in rows:
         state = "up to date" if r["up_to_date"] else "stale: " + ", ".join(r["stale"])
-        ui.answer(f"{r['recipe']:<12} {r['key']}  {r['created'] or '?':<25} {_size(r['bytes']):>10}  {state}  {r['folder']}")
+        ui.answer(f"{r['recipe']:<12} {r['key']}  {r['created'] or '?':<25} {_size(r['bytes']):>10}  {state}  "
+                  f"{r['folder']}")
     return 0
 
 
@@ -65,7 +66,8 @@ def location(opts: Options, project: ProjectRoot, cmd: Command) -> int:
                                 hint=f"run 'onebit-build --recipe {recipe.name} build' to write it again") from None
     out = man.output("llama-server") if man is not None else None
     if out is None or not Path(out.path).exists():
-        raise NotAvailableError(f"no built llama-server of recipe {recipe.name} in {ws.root} ({latest_path(ws, recipe.name)})",
+        raise NotAvailableError(f"no built llama-server of recipe {recipe.name} in {ws.root} "
+                                f"({latest_path(ws, recipe.name)})",
                                 hint=f"run 'onebit-build --recipe {recipe.name} build' first")
     ui.answer(str(out.path))
     return 0
