@@ -69,25 +69,30 @@ def load_assemble(node: Node, recipes_dir: Path) -> AssembleSpec | None:
     def origin(rnode: Node) -> str:
         value = rnode.get("from", str, fix="say where to look: build or source")
         if value not in ("build", "source"):
-            rnode.fail(f"unknown origin {value!r}", "use build (the build dir) or source (the patched tree)", key="from")
+            rnode.fail(f"unknown origin {value!r}",
+                       "use build (the build dir) or source (the patched tree)", key="from")
         return value
 
     copy = tuple(
-        CopyRule(origin=origin(r), glob=_relative(r, "glob", r.get("glob", str)), to=_relative(r, "to", r.get("to", str)),
+        CopyRule(origin=origin(r), glob=_relative(r, "glob", r.get("glob", str)),
+                 to=_relative(r, "to", r.get("to", str)),
                  optional=r.get("optional", bool, required=False, default=False))
         for r in rules("copy", {"from", "glob", "to", "optional"})
     )
     archive = tuple(
-        ArchiveRule(origin=origin(r), glob=_relative(r, "glob", r.get("glob", str)), to=_relative(r, "to", r.get("to", str)))
+        ArchiveRule(origin=origin(r), glob=_relative(r, "glob", r.get("glob", str)),
+                    to=_relative(r, "to", r.get("to", str)))
         for r in rules("archive", {"from", "glob", "to"})
     )
     configure = []
     for r in rules("configure", {"template", "to"}):
         template = _relative(r, "template", r.get("template", str))
         if not (recipes_dir / template).is_file():
-            r.fail(f"template {template} not found next to the recipe", f"create {recipes_dir / template} or fix the path", key="template")
+            r.fail(f"template {template} not found next to the recipe",
+                   f"create {recipes_dir / template} or fix the path", key="template")
         configure.append(TemplateRule(template=template, to=_relative(r, "to", r.get("to", str))))
-    spec = AssembleSpec(install=anode.get("install", bool, required=False, default=False), copy=copy, archive=archive, configure=tuple(configure))
+    spec = AssembleSpec(install=anode.get("install", bool, required=False, default=False), copy=copy, archive=archive,
+                        configure=tuple(configure))
     if not (spec.install or spec.copy or spec.archive or spec.configure):
         anode.fail("nothing to assemble", "set install: true or give copy/archive/configure rules")
     return spec

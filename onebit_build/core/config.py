@@ -216,7 +216,8 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
         root.fail(f"recipe name {name!r} is not a name",
                   "use letters, digits, '.', '-' and '_', starting with a letter or digit", key="name")
     if name != path.stem:
-        root.fail(f"name {name!r} differs from the file name {path.stem!r}", f"rename the file to {name}.yaml or fix the name", key="name")
+        root.fail(f"name {name!r} differs from the file name {path.stem!r}",
+                  f"rename the file to {name}.yaml or fix the name", key="name")
     backends = _load_backends(root)
     components = order_components(_load_components(root, pins, toolchain), path)
     model = load_model(root)
@@ -292,7 +293,8 @@ def _load_component(node: Node, name: str, pins: Pins, toolchain: ToolchainSpec 
     artifacts = node.str_list("artifacts", required=False)
     for a in artifacts:
         if a not in KNOWN_COLLECTORS:
-            node.fail(f"unknown artifact collector {a!r}", f"use some of: {', '.join(sorted(KNOWN_COLLECTORS))}", key="artifacts")
+            node.fail(f"unknown artifact collector {a!r}", f"use some of: {', '.join(sorted(KNOWN_COLLECTORS))}",
+                      key="artifacts")
     targets = node.str_list("targets")
     if not targets:
         node.fail("no targets", "list the CMake targets to build", key="targets")
@@ -375,7 +377,8 @@ def _load_prompts(snode: Node) -> tuple[PromptCheck, ...]:
     for i, p in enumerate(snode.get("prompts", list, required=False, default=[])):
         pnode = Node(snode.file, snode.where(f"prompts[{i}]"), p)
         pnode.only({"name", "prompt", "expect"})
-        prompts.append(PromptCheck(name=pnode.get("name", str), prompt=pnode.get("prompt", str), expect=pnode.get("expect", str)))
+        prompts.append(PromptCheck(name=pnode.get("name", str), prompt=pnode.get("prompt", str),
+                                   expect=pnode.get("expect", str)))
     return tuple(prompts)
 
 
@@ -409,7 +412,8 @@ def _check_toolchain_refs(node: Node, values: Iterable[tuple[str, str]], toolcha
 def _list_separator(node: Node) -> str | None:
     sep = node.get("list_separator", str, required=False)
     if sep is not None and (len(sep) != 1 or sep in ";$\\{}" or sep.isalnum() or sep.isspace()):
-        node.fail(f"{sep!r} cannot separate list items", "use one punctuation character such as '|'", key="list_separator")
+        node.fail(f"{sep!r} cannot separate list items", "use one punctuation character such as '|'",
+                  key="list_separator")
     return sep
 
 
@@ -417,5 +421,6 @@ def find_recipe(recipes_dir: Path, name: str) -> Path:
     path = recipes_dir / f"{name}.yaml"
     if not path.exists():
         known = sorted(p.stem for p in recipes_dir.glob("*.yaml"))
-        raise ConfigError(f"unknown recipe {name!r}", hint=f"use one of: {', '.join(known) or '(none found in ' + str(recipes_dir) + ')'}")
+        raise ConfigError(f"unknown recipe {name!r}",
+                          hint=f"use one of: {', '.join(known) or '(none found in ' + str(recipes_dir) + ')'}")
     return path

@@ -176,7 +176,8 @@ def read_lock(path: Path) -> dict[str, dict[str, str]]:
         prefix = entry.get("prefix", str).lower()
         commit = entry.get("commit", str).lower()
         if not FULL_SHA.match(commit) or not commit.startswith(prefix):
-            entry.fail(f"{commit!r} is not a full SHA starting with {prefix!r}", "run 'onebit-build pins lock' again", key="commit")
+            entry.fail(f"{commit!r} is not a full SHA starting with {prefix!r}", "run 'onebit-build pins lock' again",
+                       key="commit")
         out[str(name)] = {"prefix": prefix, "commit": commit}
     return out
 

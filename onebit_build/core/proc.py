@@ -365,5 +365,5 @@ def spawn(
     with open(log, "ab") as logf:
         logf.write(f"$ {shlex.join(args)}\n".encode())
         logf.flush()
-        return subprocess.Popen(args, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=preexec_fn)
+        return subprocess.Popen(args, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=logf,
+                                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec_fn)

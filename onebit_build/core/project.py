@@ -76,7 +76,8 @@ def find_root(*, given: str | None, env: Mapping[str, str], cwd: Path, package_d
         if value:
             path = Path(value).expanduser().resolve()
             if not path.is_dir():
-                raise ConfigError(f"{label} {value}: no such folder", hint="name the folder that holds pins.yaml and recipes/")
+                raise ConfigError(f"{label} {value}: no such folder",
+                                  hint="name the folder that holds pins.yaml and recipes/")
             return ProjectRoot(path=path, data_from=PACKAGE if path == data.resolve() else CHECKOUT, found_by=label)
     here = cwd.resolve()
     for cand in (here, *here.parents):
@@ -88,5 +89,6 @@ def find_root(*, given: str | None, env: Mapping[str, str], cwd: Path, package_d
         return ProjectRoot(path=data, data_from=PACKAGE, found_by="installed package")
     raise ConfigError(
         "no project data: not inside a checkout, and this installation carries no pins.yaml and recipes/",
-        hint="run inside a checkout of onebit-build, pass --root DIR or set ONEBIT_ROOT, or reinstall from a built wheel",
+        hint="run inside a checkout of onebit-build, pass --root DIR or set ONEBIT_ROOT, or reinstall from a built "
+             "wheel",
     )

@@ -32,7 +32,8 @@ def pin_ref_problem(key: str, value: str, pins: Pins) -> tuple[str, str] | None:
         source = ".".join(parts[1:-1])
         if len(parts) < 3 or source not in pins.sources or parts[-1] not in PIN_FIELDS:
             known = ", ".join(sorted(pins.sources))
-            return f"bad reference ${{{ref}}} in {key}", f"write ${{pin.SOURCE.{'|'.join(PIN_FIELDS)}}} with SOURCE one of: {known}"
+            return (f"bad reference ${{{ref}}} in {key}",
+                    f"write ${{pin.SOURCE.{'|'.join(PIN_FIELDS)}}} with SOURCE one of: {known}")
         if parts[-1] == "build_number" and pins.sources[source].build_number is None:
             return f"${{{ref}}}: source has no build_number", f"add build_number to {pins.path.name}"
     return None
@@ -53,7 +54,8 @@ def toolchain_ref_problem(key: str, value: str, toolchain: ToolchainSpec | None)
         if parts[0] != "toolchain":
             continue
         if toolchain is None:
-            return f"${{{ref}}} in {key}, but the recipe has no toolchain section", "add 'toolchain: {root: ...}' to the recipe"
+            return (f"${{{ref}}} in {key}, but the recipe has no toolchain section",
+                    "add 'toolchain: {root: ...}' to the recipe")
         if len(parts) != 2 or parts[1] not in TOOLCHAIN_FIELDS:
             return f"bad reference ${{{ref}}} in {key}", f"write ${{toolchain.{'|'.join(TOOLCHAIN_FIELDS)}}}"
     return None

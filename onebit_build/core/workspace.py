@@ -91,7 +91,8 @@ class FileLock:
         return LockError(f"{self.path} is held by {holder}", hint="wait for that run to finish")
 
     def timed_out(self, holder: str) -> LockError:
-        return LockError(f"{self.path} is still held by {holder} after waiting {self.wait_s:g} s", hint="try again later")
+        return LockError(f"{self.path} is still held by {holder} after waiting {self.wait_s:g} s",
+                         hint="try again later")
 
     def waiting(self, holder: str) -> str:
         return f"waiting for {self.path}: held by {holder} (up to {self.wait_s:g} s)"
@@ -116,7 +117,8 @@ class FileLock:
                     told = True
                 time.sleep(self.poll_s)
         os.ftruncate(fd, 0)
-        doc = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command, "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+        doc = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command,
+               "since": time.strftime("%Y-%m-%d %H:%M:%S")}
         os.pwrite(fd, json.dumps(doc).encode(), 0)
         self._fd = fd
         return self
@@ -138,7 +140,8 @@ class WorkspaceLock(FileLock):
     from under a holder the way a lock file can; the lock file beside it names the holder."""
 
     def busy(self, holder: str) -> LockError:
-        return LockError(f"workspace {self.path.parent} is in use by {holder}", hint="wait for that run to finish, or use another --workspace")
+        return LockError(f"workspace {self.path.parent} is in use by {holder}",
+                         hint="wait for that run to finish, or use another --workspace")
 
     def __enter__(self):
         folder = self.path.parent
@@ -187,7 +190,8 @@ def _holder_of(path: Path) -> str:
 def check_usable(root: Path) -> None:
     """Refuse a workspace that is a file or cannot be written, in one line with the fix."""
     if root.exists() and not root.is_dir():
-        raise WorkspaceError(f"workspace {root} is a file, not a folder", hint="give --workspace a folder (it is created when missing)")
+        raise WorkspaceError(f"workspace {root} is a file, not a folder",
+                             hint="give --workspace a folder (it is created when missing)")
     try:
         root.mkdir(parents=True, exist_ok=True)
         probe = root / f".write-test-{os.getpid()}"
@@ -256,7 +260,8 @@ def sweep_stale(folder: Path) -> list[Path]:
 def describe_holder(doc: dict[str, object]) -> str:
     if not doc:
         return "another process (the lock file names no holder yet)"
-    return f"pid {doc.get('pid', '?')} on {doc.get('host', '?')} ({doc.get('command', '?')}, since {doc.get('since', '?')})"
+    return (f"pid {doc.get('pid', '?')} on {doc.get('host', '?')} ({doc.get('command', '?')}, since "
+            f"{doc.get('since', '?')})")
 
 
 def _read_holder(fd: int) -> dict[str, object]:

@@ -39,7 +39,8 @@ def _mapping(loader: StrictLoader, node: yaml.MappingNode) -> Mapping:
         try:
             first = out.key_lines.get(key)
         except TypeError:
-            raise yaml.constructor.ConstructorError(None, None, f"unhashable key {key!r}", key_node.start_mark) from None
+            raise yaml.constructor.ConstructorError(None, None, f"unhashable key {key!r}",
+                                                    key_node.start_mark) from None
         if first is not None:
             raise yaml.constructor.ConstructorError(
                 None, None, f"key {key!r} is given twice (first on line {first})", key_node.start_mark)
@@ -92,7 +93,8 @@ class Node:
     def has(self, key: str) -> bool:
         return key in self.data and self.data[key] is not None
 
-    def get(self, key: str, kind: type | tuple[type, ...], *, required: bool = True, default: Any = None, fix: str = "") -> Any:
+    def get(self, key: str, kind: type | tuple[type, ...], *, required: bool = True, default: Any = None,
+            fix: str = "") -> Any:
         if key not in self.data or self.data[key] is None:
             if required:
                 self.fail("missing", fix or f"add {key}", key=key)
@@ -102,7 +104,8 @@ class Node:
             value = str(value)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-            self.fail(f"expected {names}, found {type(value).__name__} {value!r}", fix or f"give {key} a {names}", key=key)
+            self.fail(f"expected {names}, found {type(value).__name__} {value!r}",
+                      fix or f"give {key} a {names}", key=key)
         return value
 
     def number(self, key: str, rng: "Range", *, default: float | None = None, required: bool = False) -> Any:
@@ -179,4 +182,5 @@ def load_yaml(path: Path, what: str) -> Any:
 def check_schema(node: Node, expected: int) -> None:
     schema = node.get("schema", int, fix=f"add 'schema: {expected}' at the top")
     if schema != expected:
-        node.fail(f"schema {schema} is not supported (this version reads schema {expected})", "upgrade onebit-build or convert the file", key="schema")
+        node.fail(f"schema {schema} is not supported (this version reads schema {expected})",
+                  "upgrade onebit-build or convert the file", key="schema")

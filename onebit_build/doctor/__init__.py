@@ -38,7 +38,8 @@ from onebit_build.building.fetch import local_mirror_candidates, sdist_store_cac
 from onebit_build.building.manifest import Manifest, load_latest
 from onebit_build.building.patch import list_patches
 from onebit_build.core.gitops import Git
-from onebit_build.building.toolchain import ToolchainSettings, join_lists, resolve_toolchain, runtime_env, toolchain_refs
+from onebit_build.building.toolchain import (ToolchainSettings, join_lists, resolve_toolchain, runtime_env,
+                                             toolchain_refs)
 from onebit_build.core.workspace import Workspace
 from onebit_build.running.devices import parse_list_devices
 from onebit_build.requirements import Check, download_checks, gather, requirement_checks
@@ -111,7 +112,8 @@ def toolchain_checks(recipe: Recipe, tc: ToolchainSettings, environ: Mapping[str
                                         fix=f"install TheRock (it provides bin/{name}) or point {where} at it"))
     if any("ar" in toolchain_refs(c.defines) for c in recipe.components):
         if tc.ar:
-            checks.append(Check(name="archiver (CMAKE_AR)", ok=True, detail=f"{tc.ar}: {version_line(tc.ar) or 'version unknown'}"))
+            checks.append(Check(name="archiver (CMAKE_AR)", ok=True,
+                                detail=f"{tc.ar}: {version_line(tc.ar) or 'version unknown'}"))
         else:
             checks.append(Check(name="archiver (CMAKE_AR)", ok=False, detail=f"none of {', '.join(spec.ar)} found",
                                 fix="install binutils (Debian: apt-get install binutils) or LLVM's llvm-ar"))
@@ -120,13 +122,15 @@ def toolchain_checks(recipe: Recipe, tc: ToolchainSettings, environ: Mapping[str
         given = environ.get(key)
         if given:
             ok = Path(given).is_file()
-            checks.append(Check(name="HSA runtime", ok=ok, detail=f"{given} (given in ${key})" + ("" if ok else ": no such file"),
+            checks.append(Check(name="HSA runtime", ok=ok, detail=f"{given} (given in ${key})"
+                                + ("" if ok else ": no such file"),
                                 fix=None if ok else f"point ${key} at TheRock's libhsa-runtime64.so.1, or unset it"))
         elif tc.libhsa:
             checks.append(Check(name="HSA runtime", ok=True, detail=f"{tc.libhsa} (for ${key})"))
         else:
             checks.append(Check(name="HSA runtime", ok=False, detail=f"no {', '.join(spec.libhsa)} under {tc.root}",
-                                fix=f"install TheRock (its HSA runtime; a distribution libhsa fails gfx1151's PM4 probe) or set ${key}"))
+                                fix="install TheRock (its HSA runtime; a distribution libhsa fails gfx1151's PM4 "
+                                    f"probe) or set ${key}"))
     return checks
 
 
@@ -135,15 +139,17 @@ def system_checks(workspace: Path, environ: Mapping[str, str]) -> list[Check]:
     path = environ.get("PATH", os.defpath)
     checks = []
     git_exe = shutil.which("git", path=path)
-    checks.append(Check(name="git", ok=git_exe is not None, detail=(version_line(git_exe) or git_exe) if git_exe else "not on PATH",
-                        fix=None if git_exe else "install git (Debian: apt-get install git)"))
+    checks.append(Check(name="git", ok=git_exe is not None, detail=(version_line(git_exe) or git_exe) if git_exe
+                        else "not on PATH", fix=None if git_exe else "install git (Debian: apt-get install git)"))
     for label, kind, var in (("C compiler", "c", "CC"), ("C++ compiler", "cxx", "CXX")):
         chosen = environ.get(var)
         named = compiler_path(kind, (), environ)
         found = shutil.which(named, path=path) if named else None
         checks.append(Check(name=label, ok=found is not None,
-                            detail=(version_line(found) or found) if found else (f"${var}={chosen} not found" if chosen else "none on PATH"),
-                            fix=None if found else "install one (Debian: apt-get install build-essential) or set " + var))
+                            detail=(version_line(found) or found) if found
+                            else (f"${var}={chosen} not found" if chosen else "none on PATH"),
+                            fix=None if found
+                            else "install one (Debian: apt-get install build-essential) or set " + var))
     checks.append(workspace_check(workspace))
     return checks
 
@@ -156,7 +162,8 @@ def workspace_check(root: Path) -> Check:
     while not probe.exists():
         probe = probe.parent
     if not os.access(probe, os.W_OK | os.X_OK):
-        return Check(name="workspace", ok=False, detail=f"{probe} is not writable", fix="choose a writable --workspace or fix its permissions")
+        return Check(name="workspace", ok=False, detail=f"{probe} is not writable",
+                     fix="choose a writable --workspace or fix its permissions")
     return Check(name="workspace", ok=True, detail=f"{root}{'' if root.exists() else ' (created on first run)'}")
 
 
@@ -175,7 +182,8 @@ def build_tool_checks() -> list[Check]:
 
 def index_lists(package: str, version: str, environ: Mapping[str, str]) -> bool:
     """Whether the package index pip is configured with lists ``package==version``."""
-    text = probe([sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check", package], env=environ)
+    text = probe([sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check", package],
+                 env=environ)
     return text is not None and version in listed_versions(text)
 
 
@@ -203,21 +211,26 @@ def source_checks(req: DoctorRequest, environ: Mapping[str, str]) -> list[Check]
             continue
         if (bare / "HEAD").exists():
             g = Git(bare, bare=True)
-            cached = [pin.commit] if pin.resolved else g.run("rev-parse", f"--disambiguate={pin.commit}", check=False).out.split()
+            cached = ([pin.commit] if pin.resolved
+                      else g.run("rev-parse", f"--disambiguate={pin.commit}", check=False).out.split())
             if any(g.has_commit(c) for c in cached):
                 checks.append(Check(name=label, ok=True, detail=f"cached in {bare}"))
                 continue
         cached_sdist = next((m for m in pin.mirrors if sdist_store_cached(m, ws=req.workspace)), None)
         if cached_sdist is not None:
-            checks.append(Check(name=label, ok=True, detail=f"{cached_sdist.label} cached in {req.workspace.downloads}"))
+            checks.append(Check(name=label, ok=True,
+                                detail=f"{cached_sdist.label} cached in {req.workspace.downloads}"))
             continue
         if req.offline:
-            checks.append(Check(name=label, ok=False, detail=f"{pin.commit} is neither cached nor in a mirror dir (offline)",
-                                fix=f"run once with network access, or put {name}.git / {name}.bundle in a --mirror-dir"))
+            checks.append(Check(name=label, ok=False,
+                                detail=f"{pin.commit} is neither cached nor in a mirror dir (offline)",
+                                fix=f"run once with network access, or put {name}.git / {name}.bundle in a "
+                                    "--mirror-dir"))
             continue
         listed = [m for m in pin.mirrors if index_lists(m.package, m.version, environ)]
         if listed:
-            checks.append(Check(name=label, ok=True, detail=f"{listed[0].label} listed by the package index (downloaded on first fetch)"))
+            checks.append(Check(name=label, ok=True,
+                                detail=f"{listed[0].label} listed by the package index (downloaded on first fetch)"))
             continue
         out = capture(["git", "ls-remote", "--exit-code", pin.url, "HEAD"], timeout=PROBE_TIMEOUT_S,
                       env={"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"})
@@ -288,10 +301,13 @@ def built_checks(req: DoctorRequest) -> list[Check]:
         fixed = tuple((k, join_lists(v, comp.list_separator)) for k, v in comp.defines if "${" not in v)
         stale = stale_defines(fixed, cache)
         if stale:
-            checks.append(Check(name=label, ok=None, detail=f"{build_dir} predates the recipe: it lacks {'; '.join(stale)}",
-                                fix=f"run 'onebit-build --recipe {req.recipe.name} build' to build what the recipe says"))
+            checks.append(Check(name=label, ok=None,
+                                detail=f"{build_dir} predates the recipe: it lacks {'; '.join(stale)}",
+                                fix=f"run 'onebit-build --recipe {req.recipe.name} build' to build what the "
+                                    "recipe says"))
         else:
-            checks.append(Check(name=label, ok=True, detail=f"{build_dir}: all {len(fixed)} fixed defines of the recipe in effect"))
+            checks.append(Check(name=label, ok=True,
+                                detail=f"{build_dir}: all {len(fixed)} fixed defines of the recipe in effect"))
     return checks
 
 
@@ -315,21 +331,26 @@ def gpu_checks(req: DoctorRequest, tc: ToolchainSettings | None, environ: Mappin
             text = capture([vk, "--summary"], timeout=PROBE_TIMEOUT_S).stdout
             hint = f"vulkaninfo {'lists' if gpu.lower() in text.lower() else 'does not list'} {gpu}"
         detail = f"not built yet, so the device list cannot be read{'; ' + hint if hint else ''}"
-        return [Check(name="GPU", ok=None, detail=detail, fix=f"run 'onebit-build --recipe {recipe.name} build', then doctor again")]
+        return [Check(name="GPU", ok=None, detail=detail,
+                      fix=f"run 'onebit-build --recipe {recipe.name} build', then doctor again")]
     try:
         env = dict(runtime_env(recipe, tc, environ))
     except OnebitError as exc:
         return [Check(name="GPU", ok=False, detail=f"cannot set the runtime environment: {exc.message}", fix=exc.hint)]
     out = capture([server, "--list-devices"], timeout=LIST_DEVICES_TIMEOUT_S, env=env)
     if out.returncode is None:
-        return [Check(name="GPU", ok=False, detail=f"{server} --list-devices failed: {out.stderr}", fix="rebuild, then run doctor again")]
+        return [Check(name="GPU", ok=False, detail=f"{server} --list-devices failed: {out.stderr}",
+                      fix="rebuild, then run doctor again")]
     text = out.stdout + out.stderr
     listed = parse_list_devices(text)
     checks = []
     missing = [d for d in devices if d not in listed]
     if missing:
-        checks.append(Check(name="GPU devices", ok=False, detail=f"--list-devices lacks {', '.join(missing)} (lists: {', '.join(listed) or 'none'})",
-                            fix="HRX needs TheRock's HSA runtime (IREE_HAL_AMDGPU_LIBHSA_PATH) and a runtime built with its AMDGPU driver (IREE_HAL_DRIVER_AMDGPU=ON); Vulkan needs the Mesa RADV driver"))
+        checks.append(Check(name="GPU devices", ok=False,
+                            detail=f"--list-devices lacks {', '.join(missing)} (lists: {', '.join(listed) or 'none'})",
+                            fix="HRX needs TheRock's HSA runtime (IREE_HAL_AMDGPU_LIBHSA_PATH) and a runtime built "
+                                "with its AMDGPU driver (IREE_HAL_DRIVER_AMDGPU=ON); Vulkan needs the Mesa RADV "
+                                "driver"))
     elif devices:
         checks.append(Check(name="GPU devices", ok=True, detail=f"--list-devices shows {', '.join(devices)}"))
     if gpu:
@@ -337,7 +358,8 @@ def gpu_checks(req: DoctorRequest, tc: ToolchainSettings | None, environ: Mappin
             checks.append(Check(name="GPU", ok=True, detail=f"{gpu} is listed"))
         else:
             checks.append(Check(name="GPU", ok=False, detail=f"no {gpu} in the device list",
-                                fix=f"this recipe is for {gpu} (Strix Halo); check the amdgpu driver and /dev/kfd access (group render)"))
+                                fix=f"this recipe is for {gpu} (Strix Halo); check the amdgpu driver and /dev/kfd "
+                                    "access (group render)"))
     return checks
 
 

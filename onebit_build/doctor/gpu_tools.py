@@ -26,7 +26,8 @@ def vulkan_header_version(text: str) -> tuple[int, int, int] | None:
     if not m:
         return None
     patch = int(m.group(1))
-    c = re.search(r"#define\s+VK_HEADER_VERSION_COMPLETE\s+VK_MAKE_API_VERSION\(\s*\d+\s*,\s*(\d+)\s*,\s*(\d+)\s*,", text)
+    c = re.search(r"#define\s+VK_HEADER_VERSION_COMPLETE\s+VK_MAKE_API_VERSION"
+                  r"\(\s*\d+\s*,\s*(\d+)\s*,\s*(\d+)\s*,", text)
     if c:
         return int(c.group(1)), int(c.group(2)), patch
     return 1, 3, patch
@@ -72,12 +73,15 @@ def vulkan_checks(environ: Mapping[str, str], patches: Iterable[Path] = ()) -> l
                 checks.append(Check(name="Vulkan headers", ok=False,
                                     detail=f"{header}: {'.'.join(map(str, v))}, older than {'.'.join(map(str, low[0]))}"
                                            f" ({low[1]})",
-                                    fix="install newer headers (Debian 13 and Ubuntu 24.04 ship them, or the Vulkan SDK with $VULKAN_SDK)"))
+                                    fix="install newer headers (Debian 13 and Ubuntu 24.04 ship them, or the Vulkan "
+                                        "SDK with $VULKAN_SDK)"))
             else:
                 checks.append(Check(name="Vulkan headers", ok=True,
-                                    detail=f"{header}: {'.'.join(map(str, v))} (at least {'.'.join(map(str, low[0]))}, {low[1]})"))
+                                    detail=f"{header}: {'.'.join(map(str, v))} (at least {'.'.join(map(str, low[0]))}, "
+                                           f"{low[1]})"))
             return checks
-    checks.append(Check(name="Vulkan headers", ok=False, detail="no vulkan/vulkan_core.h in " + ", ".join(str(d) for d in vulkan_header_dirs(environ)),
+    checks.append(Check(name="Vulkan headers", ok=False, detail="no vulkan/vulkan_core.h in "
+                        + ", ".join(str(d) for d in vulkan_header_dirs(environ)),
                         fix="install them (Debian/Ubuntu: apt-get install libvulkan-dev) or set $VULKAN_SDK"))
     return checks
 
@@ -97,7 +101,8 @@ def cuda_checks(recipe: Recipe, environ: Mapping[str, str]) -> list[Check]:
     for tool, why, fix in CUDA_TOOLS:
         if tool != "nvcc" and not needs_cubins:
             continue
-        path = environ.get("CUDACXX") if tool == "nvcc" and environ.get("CUDACXX") else shutil.which(tool, path=environ.get("PATH"))
+        path = (environ.get("CUDACXX") if tool == "nvcc" and environ.get("CUDACXX")
+                else shutil.which(tool, path=environ.get("PATH")))
         text = probe([path, "--version"], env=environ) if path else None
         if text is None:
             checks.append(Check(name=tool, ok=False, detail=f"{tool} not found or not working ({why})", fix=fix))

@@ -56,7 +56,8 @@ def run_fetch(job: Job, names: list[str]) -> dict[str, FetchResult]:
     if newly and job.project.data_from == "checkout":
         update_lock(pins, newly)
     elif newly:  # the installed package's own files are never written to
-        ui.detail(f"  resolved {', '.join(newly)}; {pins.lock_path.name} not updated (the pins come from the installed package)")
+        ui.detail(f"  resolved {', '.join(newly)}; {pins.lock_path.name} not updated (the pins come from the installed "
+                  "package)")
     return out
 
 
@@ -72,7 +73,8 @@ def check_before(pin: Pin, res: FetchResult, *, log: Path | None = None) -> bool
     r = git.run("merge-base", "--is-ancestor", pin.before, res.commit, check=False)
     if r.status == 0:
         raise ConfigError(
-            f"source {pin.name}: pinned commit {res.commit[:12]} is at or after {pin.before[:12]}, which it must stay before",
+            f"source {pin.name}: pinned commit {res.commit[:12]} is at or after {pin.before[:12]}, which it must stay "
+            "before",
             hint=f"pin a commit older than {pin.before[:12]} in pins.yaml ({pin.note or 'see the note there'})",
         )
     return True
@@ -122,7 +124,8 @@ def run_build(job: Job, fetched: dict[str, FetchResult], trees: dict[str, Prepar
     for comp in recipe.components:
         tree = trees[comp.source]
         check_against_lock(comp, tree.path)
-        defines = tuple((k, join_lists(resolve_refs(v, pins=resolved_pins, components=fields), comp.list_separator)) for k, v in comp.defines)
+        defines = tuple((k, join_lists(resolve_refs(v, pins=resolved_pins, components=fields), comp.list_separator))
+                        for k, v in comp.defines)
         defines += cmake_defines(comp, downloaded)
         env = tuple((k, resolve_refs(v, pins=resolved_pins, components=fields)) for k, v in comp.env)
         res = build(BuildRequest(
@@ -132,7 +135,8 @@ def run_build(job: Job, fetched: dict[str, FetchResult], trees: dict[str, Prepar
             jobs=job.opts.jobs, env=env, assemble=assemble_plan(job, comp, defines),
             inputs=dependency_inputs(comp, results), launcher=launcher, fresh=job.opts.fresh and build_root is None,
         ), tools)
-        fields[comp.name] = {"build_dir": str(res.build_dir), "source_dir": str(tree.path), **{o.name: str(o.path) for o in res.outputs}}
+        fields[comp.name] = {"build_dir": str(res.build_dir), "source_dir": str(tree.path),
+                             **{o.name: str(o.path) for o in res.outputs}}
         results.append(res)
     return results
 
@@ -165,16 +169,18 @@ def dependency_inputs(comp: Component, done: list[BuildResult]) -> tuple[tuple[s
     return tuple(out)
 
 
-def collect_artifacts(recipe: Recipe, trees: dict[str, PreparedTree], builds: list[BuildResult]) -> dict[str, list[ArtifactSet]]:
+def collect_artifacts(recipe: Recipe, trees: dict[str, PreparedTree],
+                      builds: list[BuildResult]) -> dict[str, list[ArtifactSet]]:
     out: dict[str, list[ArtifactSet]] = {}
     for b in builds:
         comp = recipe.component(b.component)
-        out[b.component] = [collect(k, build_dir=b.build_dir, source_dir=trees[comp.source].path) for k in comp.artifacts]
+        out[b.component] = [collect(k, build_dir=b.build_dir, source_dir=trees[comp.source].path)
+                            for k in comp.artifacts]
     return out
 
 
-def write_manifests(job: Job, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], builds: list[BuildResult], *,
-                    latest: bool = True) -> Path:
+def write_manifests(job: Job, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree],
+                    builds: list[BuildResult], *, latest: bool = True) -> Path:
     recipe = job.recipe
     doc = make_manifest(recipe, fetched, trees, builds, collect_artifacts(recipe, trees, builds),
                         project={"project_root": str(job.project.path), "data_from": job.project.data_from})
@@ -218,7 +224,8 @@ def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
         return None
     with ui.stage("patch") as st:
         trees = run_patch(job, fetched)
-        st["note"] = ", ".join(f"{n}: {len(t.patches)} patch(es){' (reused)' if t.reused else ''}" for n, t in trees.items())
+        st["note"] = ", ".join(f"{n}: {len(t.patches)} patch(es){' (reused)' if t.reused else ''}"
+                               for n, t in trees.items())
     if until == Stage.PATCH:
         for t in trees.values():
             ui.info(f"  {t.source}: {t.path}")
@@ -234,7 +241,8 @@ def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
                   **recorded_outputs(builds[-1].build_dir / MANIFEST_NAME)}
         man = write_manifests(job, fetched, trees, builds)
         manifest_s = time.monotonic() - t_manifest
-        st["note"] = "; ".join(f"{b.component}{' (up to date)' if b.reused else f' built in {b.seconds:.0f} s'}{cache_note(b)}" for b in builds)
+        st["note"] = "; ".join(f"{b.component}{' (up to date)' if b.reused else f' built in {b.seconds:.0f} s'}"
+                               f"{cache_note(b)}" for b in builds)
         if manifest_s >= 1.0:
             st["note"] += f"; artifacts and manifest in {manifest_s:.0f} s"
     show_outputs(builds, man, before)
@@ -280,4 +288,5 @@ def server_of(builds: list, recipe: Recipe) -> Path:
         for o in b.outputs:
             if o.name == "llama-server":
                 return o.path
-    raise NotAvailableError(f"recipe {recipe.name} builds no llama-server output", hint="add 'llama-server: bin/llama-server' to the component's outputs")
+    raise NotAvailableError(f"recipe {recipe.name} builds no llama-server output",
+                            hint="add 'llama-server: bin/llama-server' to the component's outputs")

@@ -117,7 +117,8 @@ def open_job(opts: Options, project: ProjectRoot, needs: Needs, *, loaded: tuple
         which("git")
     if needs.writes_project and project.data_from != "checkout":
         raise ConfigError(f"'{opts.label.replace('-', ' ', 1)}' writes into the project's files, but they come from the"
-                          f" installed package ({project.path})", hint="run it inside a checkout of onebit-build, or pass --root DIR")
+                          f" installed package ({project.path})",
+                          hint="run it inside a checkout of onebit-build, or pass --root DIR")
     pins, recipe = loaded or load_for(opts, project)
     if needs.compiles:
         check_compiler(recipe, opts)

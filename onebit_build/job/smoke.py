@@ -42,11 +42,13 @@ def resolve_model(recipe: Recipe | None, opts: Options, *, models_dir: Path, log
         if spec is not None and spec.sha256:
             if opts.locked and mf.sha256 != spec.sha256:
                 raise ConfigError(f"--locked: --model {mf.path} (sha256 {mf.sha256}) is not the recipe's pinned model"
-                                  f" {spec.name}", hint=f"drop --model to use {spec.file}, or drop --locked to serve another model")
+                                  f" {spec.name}",
+                                  hint=f"drop --model to use {spec.file}, or drop --locked to serve another model")
             return mf
         return locked_model(spec, mf, locked=opts.locked, lock=lock) if spec is not None else mf
     if spec is None:
-        raise NotAvailableError(f"recipe {recipe.name if recipe else opts.recipe} names no model", hint="pass --model PATH")
+        raise NotAvailableError(f"recipe {recipe.name if recipe else opts.recipe} names no model",
+                                hint="pass --model PATH")
     if spec.path_env:
         return user_model(spec, locked=opts.locked, lock=lock)
     return model_mod.ensure_model(spec, cache_dir=models_dir, offline=opts.offline, log=log)
@@ -66,7 +68,8 @@ def user_model(spec, *, locked: bool = False, lock: Path | None = None):
     mf = model_mod.local_model(Path(where))
     if spec.sha256 and mf.sha256 != spec.sha256:
         raise IntegrityError(f"{mf.path}: sha256 {mf.sha256} is not the recipe's {spec.sha256}",
-                             hint=f"use the file the recipe pins ({spec.file}), or fix the recipe's sha256 deliberately")
+                             hint=f"use the file the recipe pins ({spec.file}), or fix the recipe's sha256 "
+                                  "deliberately")
     return mf if spec.sha256 else locked_model(spec, mf, locked=locked, lock=lock)
 
 
@@ -94,7 +97,8 @@ def speed_references(project, recipe: Recipe):
 def chat_note(model: Path) -> str | None:
     """What a user of the chat endpoint must know about this model (None: nothing)."""
     if has_chat_template(model) is False:
-        return (f"{model.name} has no chat template of its own (a base model): llama-server answers /v1/chat/completions"
+        return (f"{model.name} has no chat template of its own (a base model): llama-server answers "
+                "/v1/chat/completions"
                 " through a generic template this model does not follow, so chat replies are junk; use /v1/completions")
     return None
 
@@ -140,7 +144,8 @@ def smoke_stage(job: Job, *, server: Path, manifest_file: Path | None, verified:
     if chat:
         ui.warn(chat)
     json_path, md_path = report_mod.write_report(job.run_dir, recipe=recipe, smoke=result, manifest=manifest,
-                                                 extra={"verify": verified, "skipped_devices": skipped, "chat": chat or "checked"})
+                                                 extra={"verify": verified, "skipped_devices": skipped,
+                                                        "chat": chat or "checked"})
     report_mod.print_summary(result)
     ui.answer(f"report: {md_path}")
     if opts.junit is not None:

@@ -95,8 +95,10 @@ class Provenance:
         bad = self.failures
         libs = sum(1 for c in self.checks if c.path != self.executable)
         if not bad:
-            return f"{self.side} on {self.device}: the executable and {libs} mapped librar{'y' if libs == 1 else 'ies'} are the build's own"
-        return f"{self.side} on {self.device}: " + "; ".join(f"{Path(c.path).name} {c.status} ({c.detail})" for c in bad)
+            return (f"{self.side} on {self.device}: the executable and {libs} mapped "
+                    f"librar{'y' if libs == 1 else 'ies'} are the build's own")
+        return (f"{self.side} on {self.device}: "
+                + "; ".join(f"{Path(c.path).name} {c.status} ({c.detail})" for c in bad))
 
     def to_dict(self) -> dict:
         return {"side": self.side, "device": self.device, "pid": self.pid, "executable": self.executable, "ok": self.ok,
@@ -147,7 +149,8 @@ def judge_file(m: MappedFile, *, expected: dict[str, str], on_disk: OnDisk | Non
     """One mapped file against the manifest's record (``expected``: path -> sha256)."""
     if m.path not in expected:
         return FileCheck(path=m.path, status=FOREIGN,
-                         detail="not an output of this build (a system library, or LD_LIBRARY_PATH pointing at another build)")
+                         detail="not an output of this build (a system library, or LD_LIBRARY_PATH pointing at another "
+                                "build)")
     if m.deleted:
         return FileCheck(path=m.path, status=REPLACED, detail="deleted or replaced on disk after the server mapped it")
     if on_disk is None:
@@ -167,7 +170,8 @@ def judge(mapped: Iterable[MappedFile], *, executable: str, expected: dict[str, 
     chosen = to_check(mapped, executable=executable, expected=expected)
     checks = [judge_file(m, expected=expected, on_disk=on_disk.get(m.path)) for m in chosen]
     if not any(m.path == executable for m in chosen):
-        checks.insert(0, FileCheck(path=executable, status=UNREADABLE, detail="the executable is not among the mapped files"))
+        checks.insert(0, FileCheck(path=executable, status=UNREADABLE,
+                                   detail="the executable is not among the mapped files"))
     return tuple(checks)
 
 

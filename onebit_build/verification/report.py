@@ -106,11 +106,13 @@ def render_markdown(verdict: Verdict, facts: RunFacts) -> str:
         ["working", f"`{facts.working.get('folder')}`", facts.working.get("given_as", "")],
     ])
     out.append("")
-    out += md_table(["part", "result", "detail"], [[p.name, "ok" if p.ok else "**FAILED**", p.summary] for p in verdict.parts])
+    out += md_table(["part", "result", "detail"],
+                    [[p.name, "ok" if p.ok else "**FAILED**", p.summary] for p in verdict.parts])
     for p in verdict.parts:
         out += ["", f"### {p.name.capitalize()}", ""]
         if p.name == SPEED and p.data.get("per_device"):
-            out += md_table(["device", "metric", "working tok/s", "new tok/s", "new/working", "interval of the ratio", "rounds", "verdict"],
+            out += md_table(["device", "metric", "working tok/s", "new tok/s", "new/working", "interval of the ratio",
+                             "rounds", "verdict"],
                             _speed_rows(p))
             out.append("")
         if p.lines:
@@ -119,7 +121,8 @@ def render_markdown(verdict: Verdict, facts: RunFacts) -> str:
             out.append(p.summary)
     if facts.settings:
         out += ["", "Settings: " + ", ".join(f"{k} `{v}`" for k, v in facts.settings.items() if v)]
-    out += ["", f"Exit code {verdict.exit_code}. Made by onebit-build verify-run; the bundle `{BUNDLE}` holds the manifests, logs and artifact lists.", ""]
+    out += ["", f"Exit code {verdict.exit_code}. Made by onebit-build verify-run; the bundle `{BUNDLE}` holds the "
+                "manifests, logs and artifact lists.", ""]
     return "\n".join(out)
 
 
@@ -141,7 +144,8 @@ def _tar_bytes(members: Sequence[tuple[str, bytes | Path]]) -> bytes:
     return buf.getvalue()
 
 
-def write_all(run_dir: Path, verdict: Verdict, facts: RunFacts, *, bundle_files: Sequence[tuple[str, Path]] = ()) -> Written:
+def write_all(run_dir: Path, verdict: Verdict, facts: RunFacts, *,
+              bundle_files: Sequence[tuple[str, Path]] = ()) -> Written:
     """Write the three files into ``run_dir``. Everything is rendered first; then each file
     is written atomically (bundle first, the markdown last), so that a failure while
     rendering leaves none of them."""

@@ -28,7 +28,8 @@ from typing import Any, Callable
 
 from onebit_build.building.artifacts import ArtifactSet, collect
 from onebit_build.building.manifest import ComponentRecord, Manifest
-from onebit_build.building.verify import SetComparison, compare_outputs, compare_sets, find_matching_reference, load_reference, write_reference
+from onebit_build.building.verify import (SetComparison, compare_outputs, compare_sets, find_matching_reference,
+                                          load_reference, write_reference)
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe
 from onebit_build.core.errors import SmokeError, VerifyError
@@ -47,7 +48,8 @@ from onebit_build.verification.junit import write_junit
 from onebit_build.verification.provenance import Provenance, inspect_process
 from onebit_build.verification.speed_rounds import METRICS, speed_on
 from onebit_build.verification.verdict_junit import junit_cases
-from onebit_build.verification.verdict import Part, Verdict, answers_part, artifacts_part, provenance_part, speed_part, verdict
+from onebit_build.verification.verdict import (Part, Verdict, answers_part, artifacts_part, provenance_part,
+                                               speed_part, verdict)
 from onebit_build.verification.working import ResolvedBuild, server_component
 
 NEW = "new"
@@ -154,7 +156,8 @@ def _relabel(c: SetComparison, label: str) -> SetComparison:
     return replace(c, label=label)
 
 
-def artifacts_stage(req: RunRequest, hasher: Callable[[Path], str]) -> tuple[Part, dict[str, Any], dict[tuple[str, str], ArtifactSet]]:
+def artifacts_stage(req: RunRequest,
+                    hasher: Callable[[Path], str]) -> tuple[Part, dict[str, Any], dict[tuple[str, str], ArtifactSet]]:
     """The artifacts part, the artifact lists for the bundle, and the working build's sets."""
     lists: dict[str, Any] = {}
     try:
@@ -162,12 +165,14 @@ def artifacts_stage(req: RunRequest, hasher: Callable[[Path], str]) -> tuple[Par
         old_sets = collect_sets(req.working.build)
     except VerifyError as exc:
         return Part(name="artifacts", ok=False, summary=f"the artifacts could not be collected: {exc}"), lists, {}
-    lists = {side: {f"{k[0]}/{k[1]}": s.to_dict() for k, s in sets.items()} for side, sets in ((NEW, new_sets), (WORKING, old_sets))}
+    lists = {side: {f"{k[0]}/{k[1]}": s.to_dict() for k, s in sets.items()}
+             for side, sets in ((NEW, new_sets), (WORKING, old_sets))}
     kernel: list[SetComparison] = []
     for key in sorted(set(new_sets) | set(old_sets)):
         if key not in new_sets or key not in old_sets:
             which = NEW if key not in new_sets else WORKING
-            return (Part(name="artifacts", ok=False, summary=f"the {which} build records no {key[1]} artifacts for component {key[0]}"),
+            return (Part(name="artifacts", ok=False,
+                         summary=f"the {which} build records no {key[1]} artifacts for component {key[0]}"),
                     lists, old_sets)
         c = compare_sets(key[0], new_sets[key], old_sets[key])
         kernel.append(_relabel(c, f"{c.label} (new vs working)"))
@@ -175,7 +180,8 @@ def artifacts_stage(req: RunRequest, hasher: Callable[[Path], str]) -> tuple[Par
     if new_sets:
         ref_path, candidates = find_matching_reference(req.refs_dir, new_sets)
         if ref_path is None:
-            notes.append(f"no committed reference in {req.refs_dir} matches this toolchain (candidates: {', '.join(candidates) or 'none'});"
+            notes.append(f"no committed reference in {req.refs_dir} matches this toolchain (candidates: "
+                         f"{', '.join(candidates) or 'none'});"
                          " record one with verify-run --adopt")
         else:
             ref = load_reference(ref_path)
@@ -198,17 +204,20 @@ def adopt_reference(req: RunRequest, working_sets: dict[tuple[str, str], Artifac
     if not working_sets:
         return None, f"not adopted: recipe {req.recipe.name} collects no kernel artifacts"
     man = req.working.build.manifest
-    man = replace(man, components=tuple(replace(c, artifacts=tuple(s for (name, _k), s in sorted(working_sets.items()) if name == c.name))
-                                        for c in man.components))
+    man = replace(man, components=tuple(
+        replace(c, artifacts=tuple(s for (name, _k), s in sorted(working_sets.items()) if name == c.name))
+        for c in man.components))
     path = req.refs_dir / f"{reference_name(working_sets, man)}.json"
     if path.exists():
         try:
             old = load_reference(path).sets
         except VerifyError as exc:
-            return None, f"not adopted: {path} exists and cannot be read ({exc.message}); remove it, then run --adopt again"
+            return None, (f"not adopted: {path} exists and cannot be read ({exc.message}); remove it, then run --adopt "
+                          "again")
         if {k: s.items for k, s in old.items()} == {k: s.items for k, s in working_sets.items()}:
             return path, f"already recorded: {path} holds these artifacts"
-        return None, f"not adopted: {path} exists and records other artifacts; remove it first if the working build's are the new truth"
+        return None, (f"not adopted: {path} exists and records other artifacts; remove it first if the working build's "
+                      "are the new truth")
     write_reference(path, man)
     return path, f"wrote {path}"
 
@@ -244,7 +253,8 @@ def devices_to_compare(req: RunRequest) -> tuple[tuple[str, ...], dict[str, str]
     spec = req.recipe.smoke
     if not spec.optional_devices:
         return spec.devices, {}
-    listed = {s.role: srvmod.list_devices(s.build.server, env=req.env, log=req.run_dir / "logs" / f"list-devices-{s.role}.log")
+    listed = {s.role: srvmod.list_devices(s.build.server, env=req.env,
+                                          log=req.run_dir / "logs" / f"list-devices-{s.role}.log")
               for s in req.sides}
     devices, left_out = pick_devices(spec, listed)
     # An optional device neither build lists is simply not there; one that one build lists is said.
@@ -253,9 +263,10 @@ def devices_to_compare(req: RunRequest) -> tuple[tuple[str, ...], dict[str, str]
 
 def _spec(req: RunRequest, side: Side, device: str, log: Path) -> srvmod.ServerSpec:
     spec = req.recipe.smoke
-    return srvmod.ServerSpec(binary=side.build.server, model=req.model.path, log=log, device=device, ctx_size=spec.ctx_size,
-                             threads=spec.threads, extra_args=side.args, env=req.env,
-                             health_timeout_s=spec.health_timeout_s, alias=served_name(req.recipe.model, sha256=req.model.sha256, file=req.model.path))
+    return srvmod.ServerSpec(binary=side.build.server, model=req.model.path, log=log, device=device,
+                             ctx_size=spec.ctx_size, threads=spec.threads, extra_args=side.args, env=req.env,
+                             health_timeout_s=spec.health_timeout_s,
+                             alias=served_name(req.recipe.model, sha256=req.model.sha256, file=req.model.path))
 
 
 def _pieces(server: srvmod.Server, tokens: tuple[int, ...]) -> tuple[str, ...]:
@@ -282,7 +293,8 @@ def _log_name(kind: str, role: str, device: str) -> str:
     return f"{kind}-{role}-{re.sub(r'[^A-Za-z0-9._+-]+', '_', device)}.log"
 
 
-def answers_on(req: RunRequest, device: str, hasher: Callable[[Path], str]) -> tuple[dict[str, dict[str, Answer]], list[Provenance]]:
+def answers_on(req: RunRequest, device: str,
+               hasher: Callable[[Path], str]) -> tuple[dict[str, dict[str, Answer]], list[Provenance]]:
     """One server per build on ``device``: the recipe's prompts, greedy, and provenance.
     Raises SmokeError when the working build's server does not start."""
     answers: dict[str, dict[str, Answer]] = {}
@@ -294,14 +306,18 @@ def answers_on(req: RunRequest, device: str, hasher: Callable[[Path], str]) -> t
         except SmokeError as exc:
             if side.role == WORKING:
                 raise SmokeError(f"the working build's llama-server did not start on {device}: {exc.message}",
-                                 hint="check the working build (its log is named above); verify-run needs a working build that serves") from None
+                                 hint="check the working build (its log is named above); verify-run needs a working "
+                                      "build that serves") from None
             why = f"the new build's server did not start: {exc.message}"
             answers[side.role] = {p.name: Answer(text="", error=why) for p in req.recipe.smoke.prompts}
-            provs.append(Provenance(side=side.role, device=device, pid=0, executable=str(side.build.server), checks=(), error=why))
+            provs.append(Provenance(side=side.role, device=device, pid=0, executable=str(side.build.server),
+                                    checks=(), error=why))
             continue
         try:
-            provs.append(inspect_process(server.pid, side=side.role, device=device, expected=side.build.expected_files, hasher=hasher))
-            answers[side.role] = {p.name: _ask(server, p.prompt, req.recipe.smoke.answer_tokens) for p in req.recipe.smoke.prompts}
+            provs.append(inspect_process(server.pid, side=side.role, device=device, expected=side.build.expected_files,
+                                         hasher=hasher))
+            answers[side.role] = {p.name: _ask(server, p.prompt, req.recipe.smoke.answer_tokens)
+                                  for p in req.recipe.smoke.prompts}
         finally:
             server.stop()
     return answers, provs

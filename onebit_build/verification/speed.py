@@ -140,7 +140,8 @@ class SpeedVerdict:
             return f"{self.label}: no round with valid answers from both builds"
         spread = f"{_pct(self.low)}..{_pct(self.high)}" if self.low is not None else "n/a"
         cover = f", {self.coverage:.0%} interval" if self.coverage is not None else ""
-        base = f"new/working {self.median:.3f} ({_signed(self.median)}; spread {spread}{cover}; {n} round{'s' if n != 1 else ''})"
+        base = (f"new/working {self.median:.3f} ({_signed(self.median)}; spread {spread}{cover}; {n} "
+                f"round{'s' if n != 1 else ''})")
         if self.label == TOO_FEW:
             return f"{self.label}: {base}; needs {MIN_ROUNDS} valid rounds to decide"
         took = f"; {self.budget.words()}" if self.budget is not None else ""
@@ -288,7 +289,8 @@ def speed_verdict(measures: Iterable[Measure], *, tolerance: float = DEFAULT_TOL
         raise ValueError(f"tolerance must be between 0 and 1, not {tolerance!r}")
     measures = list(measures)
     ratios = round_ratios(measures)
-    medians = {side: _median([m.tok_s for m in measures if m.side == side and m.tok_s is not None]) for side in ("new", "working")}
+    medians = {side: _median([m.tok_s for m in measures if m.side == side and m.tok_s is not None])
+               for side in ("new", "working")}
     common = dict(tolerance=tolerance, ratios=ratios, new_median=medians["new"], working_median=medians["working"],
                   rounds_asked=rounds_asked, budget=budget)
     if not ratios:

@@ -91,7 +91,8 @@ def artifacts_part(kernel: Sequence[Any], outputs: Sequence[Any]) -> Part:
     output binaries do. The other comparison is shown, not counted."""
     deciding, shown = (kernel, outputs) if kernel else (outputs, ())
     if not deciding:
-        return Part(name=ARTIFACTS, ok=False, summary="nothing to compare: neither kernel artifacts nor output binaries were recorded")
+        return Part(name=ARTIFACTS, ok=False,
+                    summary="nothing to compare: neither kernel artifacts nor output binaries were recorded")
     ok = all(c.ok for c in deciding)
     summary = "; ".join(c.summary() for c in deciding)
     if not kernel:
@@ -121,7 +122,8 @@ def answers_part(comparisons: Sequence[AnswerComparison], *, not_compared: dict[
         parts = [f"{c.device}/{c.prompt}: {c.difference}" for c in bad]
         parts += [f"{dev}: {why}" for dev, why in not_compared.items()]
         summary = f"{len(bad) + len(not_compared)} differ: " + "; ".join(parts)
-    lines = tuple(f"{'same   ' if c.same else 'DIFFERS'} {c.device}/{c.prompt}: {c.new.text!r}" + ("" if c.same else f" vs working {c.working.text!r}; {c.difference}")
+    lines = tuple(f"{'same   ' if c.same else 'DIFFERS'} {c.device}/{c.prompt}: {c.new.text!r}"
+                  + ("" if c.same else f" vs working {c.working.text!r}; {c.difference}")
                   for c in comparisons) + tuple(f"NOT COMPARED {dev}: {why}" for dev, why in not_compared.items())
     return Part(name=ANSWERS, ok=ok, summary=summary, lines=lines,
                 data={"comparisons": [c.to_dict() for c in comparisons], "not_compared": not_compared})

@@ -87,16 +87,19 @@ def read_build_manifest(path: Path, named: Path) -> Manifest:
     except StateError as exc:
         problem = str(exc)
         if "schema" in problem:
-            raise _refuse(named, f"{problem}", hint="rebuild the working build with this version of onebit-build") from None
+            raise _refuse(named, f"{problem}",
+                          hint="rebuild the working build with this version of onebit-build") from None
         if "not valid JSON" in problem:
             raise _refuse(named, f"{path} is not valid JSON") from None
         raise _refuse(named, f"{path} is not a build manifest of onebit-build ({problem})") from None
     if not isinstance(doc.get("components"), list) or not isinstance(doc.get("recipe"), dict):
-        raise _refuse(named, f"{path} names no components or recipe", hint="rebuild the working build with onebit-build")
+        raise _refuse(named, f"{path} names no components or recipe",
+                      hint="rebuild the working build with onebit-build")
     try:
         return Manifest.from_doc(doc, str(path))
     except (StateError, VerifyError) as exc:
-        raise _refuse(named, f"{path} is not a readable build manifest ({exc})", hint="rebuild the working build with onebit-build") from None
+        raise _refuse(named, f"{path} is not a readable build manifest ({exc})",
+                      hint="rebuild the working build with onebit-build") from None
 
 
 def server_component(man: Manifest) -> ComponentRecord | None:
@@ -117,7 +120,8 @@ def anchored(recorded: str, recorded_dir: str, actual_dir: Path) -> Path:
         return rec
 
 
-def outputs_of(man: Manifest, *, server_comp: ComponentRecord, folder: Path, installed: bool = False) -> tuple[Output, ...]:
+def outputs_of(man: Manifest, *, server_comp: ComponentRecord, folder: Path,
+               installed: bool = False) -> tuple[Output, ...]:
     """Every output of every component; those of the server's component re-anchored at
     ``folder``. Under an install prefix every output is in ``folder/bin``. Pure."""
     out = []
@@ -194,7 +198,8 @@ def resolve_working(path: Path, *, recipe: str) -> ResolvedBuild:
                       hint=f"pass --recipe {got} to verify builds of {got}, or give a working build of {recipe}")
     comp = server_component(doc)
     if comp is None:
-        raise _refuse(named, f"{manifest_path} records no {SERVER} output", hint="give a build of a recipe that builds llama-server")
+        raise _refuse(named, f"{manifest_path} records no {SERVER} output",
+                      hint="give a build of a recipe that builds llama-server")
     rel = Path("bin") / SERVER if installed else _server_rel(comp)
     if installed:
         given = given or INSTALL_PREFIX
@@ -219,7 +224,8 @@ def resolve_new(manifest_path: Path, doc: Manifest) -> ResolvedBuild:
     """The build just made (its manifest is fresh; its outputs are where it records them)."""
     comp = server_component(doc)
     if comp is None:
-        raise ConfigError(f"{manifest_path} records no {SERVER} output", hint="verify-run needs a recipe that builds llama-server")
+        raise ConfigError(f"{manifest_path} records no {SERVER} output",
+                          hint="verify-run needs a recipe that builds llama-server")
     folder = Path(comp.build_dir)
     return ResolvedBuild(folder=folder, server=folder / _server_rel(comp), manifest_path=manifest_path, manifest=doc,
                          given_as=BUILD_FOLDER, outputs=outputs_of(doc, server_comp=comp, folder=folder))
