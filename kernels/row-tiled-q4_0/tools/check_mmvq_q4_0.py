@@ -226,11 +226,13 @@ def parse_build(spec: str):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--harness", required=True)
-    ap.add_argument("--build", action="append", required=True, help="NAME=LIBDIR[,VAR=VALUE...]; first is the reference")
+    ap.add_argument("--build", action="append", required=True,
+                    help="NAME=LIBDIR[,VAR=VALUE...]; first is the reference")
     ap.add_argument("--backend", default="CUDA0")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--min-rows", type=int, default=4096,
-                    help="only labels which path a case takes: the patch's MMVQ_Q4_0_RT_MIN_ROWS (0 for builds without it)")
+                    help="only labels which path a case takes: the patch's MMVQ_Q4_0_RT_MIN_ROWS (0 for builds without "
+                         "it)")
     ap.add_argument("--q8-model", choices=("q8_1", "none"), default="q8_1",
                     help="activation quantization to emulate for the tight check (none: backends that use another)")
     ap.add_argument("--groups", default="base40,oddrows,tailrows,tail2,weak3,perfshape")
@@ -268,14 +270,16 @@ def main() -> int:
         wfile, xfile, r = shared[key]
         refs[ci] = tuple(a[:c.ncols] for a in r)
         for name, _, _ in builds:
-            manifest_lines[name].append(f"{c.name} {c.rows} {c.k} {c.ncols} {wfile} {xfile} {work / f'o{ci}-{name}.bin'}")
+            manifest_lines[name].append(f"{c.name} {c.rows} {c.k} {c.ncols} {wfile} {xfile} "
+                                        f"{work / f'o{ci}-{name}.bin'}")
 
     for name, libdir, env in builds:
         mpath = work / f"manifest-{name}.txt"
         mpath.write_text("\n".join(manifest_lines[name]) + "\n")
         run_env = dict(os.environ)
         run_env.update(env)
-        run_env["LD_LIBRARY_PATH"] = libdir + (":" + run_env["LD_LIBRARY_PATH"] if run_env.get("LD_LIBRARY_PATH") else "")
+        run_env["LD_LIBRARY_PATH"] = libdir + (":" + run_env["LD_LIBRARY_PATH"]
+                                               if run_env.get("LD_LIBRARY_PATH") else "")
         r = subprocess.run([args.harness, "check", args.backend, str(mpath)], env=run_env, text=True,
                            capture_output=True)
         for out_line in r.stdout.splitlines():
@@ -330,7 +334,8 @@ def main() -> int:
     table = md_table(header, rows_out)
     print(table)
     verdict = (f"{len(cases)} cases x {len(builds)} builds, seed {seed}: "
-               + ("all bit-identical to " + ref_name + " and within bound" if failures == 0 else f"{failures} FAILURES"))
+               + ("all bit-identical to " + ref_name + " and within bound" if failures == 0
+                  else f"{failures} FAILURES"))
     print(verdict)
     if args.table:
         Path(args.table).write_text(f"seed {seed}\n\n{table}\n\n{verdict}\n")

@@ -33,7 +33,8 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def greedy_table(wd: Path, ns: list[int]) -> tuple[list[str], bool]:
-    rows = ["| sequences (columns) | tokens per sequence | tokens identical | logits rows identical (hash) | sequence 0 text (start) |",
+    rows = ["| sequences (columns) | tokens per sequence | tokens identical | logits rows identical (hash) | sequence "
+            "0 text (start) |",
             "|---|---|---|---|---|"]
     ok = True
     for n in ns:
@@ -70,7 +71,8 @@ def batched(wd: Path, rounds: int) -> dict:
 def batched_table(res: dict) -> list[str]:
     """Generation t/s per number of sequences: medians, the range over rounds of each build, and
     whether the patched build's slowest round beats the unpatched build's fastest ("outside spread")."""
-    rows = ["| sequences | unpatched gen t/s (median) | patched gen t/s (median) | patched / unpatched | unpatched min..max | patched min..max | gain outside the round-to-round spread |",
+    rows = ["| sequences | unpatched gen t/s (median) | patched gen t/s (median) | patched / unpatched | unpatched "
+            "min..max | patched min..max | gain outside the round-to-round spread |",
             "|---|---|---|---|---|---|---|"]
     pls = sorted(set(res["unpatched"]) | set(res["patched"]))
     for pl in pls:
@@ -81,7 +83,8 @@ def batched_table(res: dict) -> list[str]:
             continue
         mu, mp = statistics.median(u), statistics.median(p)
         outside = "yes" if min(p) > max(u) else ("no (slower)" if max(p) < min(u) else "no")
-        rows.append(f"| {pl} | {mu:.1f} | {mp:.1f} | {mp / mu:.3f}x | {min(u):.0f}..{max(u):.0f} | {min(p):.0f}..{max(p):.0f} | {outside} |")
+        rows.append(f"| {pl} | {mu:.1f} | {mp:.1f} | {mp / mu:.3f}x | {min(u):.0f}..{max(u):.0f} | "
+                    f"{min(p):.0f}..{max(p):.0f} | {outside} |")
     return rows
 
 
@@ -102,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     b_rows = batched_table(res)
     a.batched.write_text("\n".join(b_rows) + "\n")
     a.json.write_text(json.dumps({"schema": 1, "rounds": a.rounds, "greedy_identical": g_ok,
-                                  "batched": {b: {str(k): v for k, v in d.items()} for b, d in res.items()}}, indent=1) + "\n")
+                                  "batched": {b: {str(k): v for k, v in d.items()}
+                                              for b, d in res.items()}}, indent=1) + "\n")
     print("\n".join(g_rows))
     print(f"greedy outputs: {'ALL IDENTICAL' if g_ok else 'DIFFER OR MISSING'}")
     print("\n".join(b_rows))

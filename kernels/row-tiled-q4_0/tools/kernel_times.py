@@ -33,8 +33,8 @@ def profile(ncu: str, harness: str, libdir: str, m: int, k: int, n: int, count: 
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     cmd = [ncu, "--csv", "--print-units", "base", "--metrics", "gpu__time_duration.sum", "--cache-control", "all",
-           "--clock-control", "none", "-k", "regex:quantize|mul_mat_vec", "--launch-skip", "40", "--launch-count", str(count),
-           harness, "perf", "CUDA0", str(m), str(k), str(n), "2"]
+           "--clock-control", "none", "-k", "regex:quantize|mul_mat_vec", "--launch-skip", "40", "--launch-count",
+           str(count), harness, "perf", "CUDA0", str(m), str(k), str(n), "2"]
     r = subprocess.run(cmd, env=env, text=True, capture_output=True, timeout=300)
     if r.returncode != 0:
         raise RuntimeError(f"ncu exit {r.returncode}: {r.stderr[-600:]}")
@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         print("ncu not found: Nsight Compute is needed", file=sys.stderr)
         return 2
     builds = [b.split("=", 1) for b in a.build]
-    rows = ["| M x K | n | build | quantize us | mat-vec us | mat-vec kernel | kernels profiled |", "|---|---|---|---|---|---|---|"]
+    rows = ["| M x K | n | build | quantize us | mat-vec us | mat-vec kernel | kernels profiled |",
+            "|---|---|---|---|---|---|---|"]
     base_mv: dict[tuple, float] = {}
     for shape in a.shapes.split(","):
         m, k = (int(x) for x in shape.split("x"))
@@ -84,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                     rel = ""
                 else:
                     rel = f" ({base_mv[key] / mv:.3f}x)"
-                rows.append(f"| {m} x {k} | {n} | {name} | {q:.2f} | {mv:.2f}{rel} | {mv_name} | {sum(len(v) for v in t.values())} |")
+                rows.append(f"| {m} x {k} | {n} | {name} | {q:.2f} | {mv:.2f}{rel} | {mv_name} | "
+                            f"{sum(len(v) for v in t.values())} |")
                 print(rows[-1], flush=True)
     if a.table:
         with open(a.table, "w") as f:

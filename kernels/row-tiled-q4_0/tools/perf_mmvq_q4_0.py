@@ -64,7 +64,8 @@ def main() -> int:
             for name, libdir, env in builds:
                 run_env = dict(os.environ)
                 run_env.update(env)
-                run_env["LD_LIBRARY_PATH"] = libdir + (":" + os.environ["LD_LIBRARY_PATH"] if os.environ.get("LD_LIBRARY_PATH") else "")
+                run_env["LD_LIBRARY_PATH"] = libdir + (":" + os.environ["LD_LIBRARY_PATH"]
+                                                       if os.environ.get("LD_LIBRARY_PATH") else "")
                 cmd = [args.harness, "perf", args.backend, str(m), str(k), ",".join(map(str, ns)), str(args.reps)]
                 r = subprocess.run(cmd, env=run_env, text=True, capture_output=True)
                 if r.returncode != 0:

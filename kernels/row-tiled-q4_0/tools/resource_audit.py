@@ -29,7 +29,8 @@ def demangle(names: list[str]) -> dict[str, str]:
 
 def main() -> int:
     lib, ptxas_log, out_md = sys.argv[1:4]
-    usage = subprocess.run(["cuobjdump", "--dump-resource-usage", lib], capture_output=True, text=True, check=True).stdout
+    usage = subprocess.run(["cuobjdump", "--dump-resource-usage", lib], capture_output=True,
+                           text=True, check=True).stdout
     res: dict[str, dict[str, str]] = {}
     lines = usage.splitlines()
     for i, line in enumerate(lines):
@@ -56,7 +57,8 @@ def main() -> int:
         if tiled and (r.get("LOCAL", "0") != "0" or r.get("STACK", "0") != "0" or ss not in ("0",) or sl not in ("0",)):
             bad += 1
         short = re.match(r"(?:void )?(.*?>)\(", dem[n])
-        rows.append([short.group(1) if short else dem[n], r.get("REG", "?"), r.get("STACK", "?"), ss, sl, r.get("SHARED", "?"), r.get("LOCAL", "?")])
+        rows.append([short.group(1) if short else dem[n], r.get("REG", "?"), r.get("STACK", "?"), ss, sl,
+                     r.get("SHARED", "?"), r.get("LOCAL", "?")])
     table = md_table(["kernel", "registers", "stack frame (bytes)", "spill stores (bytes)", "spill loads (bytes)",
                       "static shared (bytes)", "local (bytes)"], rows)
     verdict = (f"{sum('q4_0_q8_1_rt' in n for n in names)} row-tiled instantiations: "
