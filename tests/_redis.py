@@ -52,7 +52,8 @@ class RedisServer:
                 "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", str(self.data_dir / "redis.log")]
         if self.password:
             argv += ["--requirepass", self.password]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while not ping(self.port, 0.2, self.password):
             if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -68,7 +68,8 @@ def make_patch(repo: Path, base: str, change: dict[str, str], message: str, out_
     """Commit ``change`` on top of HEAD and write it with format-patch as NNNN-*.patch."""
     make_repo(repo, change, message)
     out_dir.mkdir(parents=True, exist_ok=True)
-    git(repo, "format-patch", "-q", "--zero-commit", "--no-signature", f"--start-number={number}", "-o", str(out_dir), "HEAD~1..HEAD")
+    git(repo, "format-patch", "-q", "--zero-commit", "--no-signature", f"--start-number={number}", "-o", str(out_dir),
+        "HEAD~1..HEAD")
     return sorted(out_dir.glob(f"{number:04d}-*.patch"))[-1]
 
 
@@ -94,7 +95,8 @@ TINY_CMAKE = {
 }
 
 
-def project_tree(root: Path, *, pins: str, recipes: dict[str, str], patches: dict[str, dict[str, bytes]] | None = None) -> Path:
+def project_tree(root: Path, *, pins: str, recipes: dict[str, str],
+                 patches: dict[str, dict[str, bytes]] | None = None) -> Path:
     """A project folder (pins.yaml, recipes/, patches/) as the CLI expects it."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "pins.yaml").write_text(textwrap.dedent(pins))
@@ -127,13 +129,15 @@ def tiny_recipe(name: str = "tiny", source: str = "tiny", greeting: str = "hello
         """
 
 
-def run_cli(root: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def run_cli(root: Path, *args: str, env: dict[str, str] | None = None,
+            timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a subprocess against the project folder ``root``."""
     import sys
 
     full_env = {k: v for k, v in os.environ.items() if k not in ("ONEBIT_MIRROR_DIR", "ONEBIT_WORKSPACE")}
     full_env.update({"ONEBIT_ROOT": str(root), **(env or {})})
-    return subprocess.run([sys.executable, "-m", "onebit_build", *args], cwd=root, env=full_env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "onebit_build", *args], cwd=root, env=full_env, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def user_workspace() -> Path | None:

@@ -57,7 +57,8 @@ def sample(v: str, p: str, rnd: int, dps: float, pps: float = 100.0, valid: bool
                   text="x", valid=valid, why=why)
 
 
-def answer(content: str, *, n: int = 16, pps: float = 150.0, dps: float = 30.0, tokens: list[int] | None = None) -> Completion:
+def answer(content: str, *, n: int = 16, pps: float = 150.0, dps: float = 30.0,
+           tokens: list[int] | None = None) -> Completion:
     data = {"content": content, "timings": {"predicted_n": n, "prompt_per_second": pps, "predicted_per_second": dps}}
     if tokens is not None:
         data["tokens"] = tokens
@@ -78,7 +79,8 @@ def synthetic_result(tmp_path: Path) -> BenchResult:
         prompts=tuple(Prompt(name=p, text=p) for p in prompts), run_dir=tmp_path, rounds=3, decode_tokens=16,
     )
     cells = summarize(vs, prompts, tuple(samples), 3)
-    return BenchResult(request=req, expectations={}, samples=tuple(samples), servers=(), cells=cells, started_at="now", seconds=1.0)
+    return BenchResult(request=req, expectations={}, samples=tuple(samples), servers=(), cells=cells, started_at="now",
+                       seconds=1.0)
 
 
 def gone(pid: int, timeout: float = 10.0) -> bool:
@@ -99,7 +101,8 @@ def gone(pid: int, timeout: float = 10.0) -> bool:
 def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("ONEBIT_WORKSPACE",)}
     env["ONEBIT_ROOT"] = str(REPO)
-    return subprocess.run([sys.executable, "-m", "onebit_build", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "onebit_build", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 HOLDER = textwrap.dedent("""\
@@ -114,7 +117,8 @@ HOLDER = textwrap.dedent("""\
 
 def hold_lock(path: Path, seconds: float) -> subprocess.Popen[str]:
     """Another process that holds the bench lock for ``seconds``; returns once it holds it."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), str(seconds)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), str(seconds)],
+                              stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None
     assert holder.stdout.readline().strip() == "held"
     return holder
@@ -135,7 +139,8 @@ def test_parse_config_rejects_malformed(text):
         parse_config(text)
 
 
-@pytest.mark.parametrize("flag", ["--port 8080", "-m other.gguf", "--model=x.gguf", "--device CUDA0", "-np 4", "--host 0.0.0.0"])
+@pytest.mark.parametrize("flag", ["--port 8080", "-m other.gguf", "--model=x.gguf", "--device CUDA0", "-np 4",
+                                  "--host 0.0.0.0"])
 def test_parse_config_rejects_arguments_the_bench_sets(flag):
     with pytest.raises(ConfigError, match="set by the bench"):
         parse_config(f"c={flag}")
@@ -181,8 +186,10 @@ def test_load_expectations_from_yaml_and_from_bench_json(tmp_path):
     assert got["short"].text == " 6, 7, 8" and got["code"].text == "\n    return"
     assert got["short"].source == "given (expect.yaml)" and got["short"].tokens is None
     earlier = tmp_path / "bench.json"
-    steps = [{"id": 1, "text": " he", "runner_up": 9, "runner_up_text": " the", "margin": 0.04}, {"id": 2, "text": " was", "runner_up": None, "runner_up_text": "", "margin": None}]
-    earlier.write_text(json.dumps({"kind": "onebit-bench", "schema": 1, "expectations": {"prose": {"text": " he was", "tokens": 2, "source": "baseline CPU round 1", "steps": steps}}}))
+    steps = [{"id": 1, "text": " he", "runner_up": 9, "runner_up_text": " the", "margin": 0.04},
+             {"id": 2, "text": " was", "runner_up": None, "runner_up_text": "", "margin": None}]
+    prose = {"text": " he was", "tokens": 2, "source": "baseline CPU round 1", "steps": steps}
+    earlier.write_text(json.dumps({"kind": "onebit-bench", "schema": 1, "expectations": {"prose": prose}}))
     (prose,) = bench.load_expectations(earlier, ("code", "prose", "short"))
     assert prose.prompt == "prose" and prose.text == " he was" and prose.tokens == 2
     assert prose.steps[0] == Step(id=1, text=" he", runner_up=9, runner_up_text=" the", margin=0.04)
@@ -275,10 +282,11 @@ def test_divergence_where_the_baseline_was_sure_is_not_excused():
 def test_steps_from_probs_keeps_margins_only_while_the_tokens_agree():
     def entry(tid: int, text: str, lp: float, rid: int, rtext: str, rlp: float) -> dict:
         return {"id": tid, "token": text, "logprob": lp,
-                "top_logprobs": [{"id": tid, "token": text, "logprob": lp}, {"id": rid, "token": rtext, "logprob": rlp}]}
+                "top_logprobs": [{"id": tid, "token": text, "logprob": lp},
+                                 {"id": rid, "token": rtext, "logprob": rlp}]}
 
-    probs = [entry(1, " he", -0.5, 9, " the", -1.5), entry(2, " was", -1.7, 8, " had", -1.75), entry(30, " is", -1.0, 2, " was", -1.1),
-             entry(4, " on", -0.1, 6, " at", -3.0)]
+    probs = [entry(1, " he", -0.5, 9, " the", -1.5), entry(2, " was", -1.7, 8, " had", -1.75),
+             entry(30, " is", -1.0, 2, " was", -1.1), entry(4, " on", -0.1, 6, " at", -3.0)]
     steps = steps_from_probs(probs, [1, 2, 3, 4])
     assert [s.id for s in steps] == [1, 2, 3, 4]
     assert steps[0].margin == pytest.approx(1.0) and steps[0].runner_up == 9 and steps[0].runner_up_text == " the"
@@ -478,9 +486,10 @@ def test_real_near_tie_flip_is_excused_and_given_prefixes_gate_everyone(llama_se
         Expectation(prompt="prose", text=" she said", tokens=None, source="given"),
     )
     base = Variant(name="t1", config="t1", build="cpu", device="CPU", server=Path(llama_server), args=("-t", "1"))
-    tie = Variant(name="tie", config="tie", build="cpu", device="CPU", server=Path(llama_server), args=tuple(NEAR_TIE.split()))
-    req = BenchRequest(variants=(base, tie), model=local_model(Path(gemma_model)), prompts=prompts, run_dir=out, rounds=1,
-                       decode_tokens=12, prefix_tokens=8, given=given)
+    tie = Variant(name="tie", config="tie", build="cpu", device="CPU", server=Path(llama_server),
+                  args=tuple(NEAR_TIE.split()))
+    req = BenchRequest(variants=(base, tie), model=local_model(Path(gemma_model)), prompts=prompts, run_dir=out,
+                       rounds=1, decode_tokens=12, prefix_tokens=8, given=given)
     result = bench.run_bench(req, progress=lambda _: None)
 
     code = result.expectations["code"]
@@ -548,8 +557,8 @@ def test_cli_held_lock_fails_naming_the_holder(llama_server, gemma_model, tmp_pa
 
 @pytest.mark.slow
 def test_cli_device_the_build_lacks_is_refused(llama_server, gemma_model, tmp_path):
-    done = run_cli("bench", "--server", str(llama_server), "--model", str(gemma_model), "--device", "CPU", "--device", "CUDA0",
-                   "--lock", str(tmp_path / "bench.lock"), "--out", str(tmp_path / "run"), timeout=120)
+    done = run_cli("bench", "--server", str(llama_server), "--model", str(gemma_model), "--device", "CPU", "--device",
+                   "CUDA0", "--lock", str(tmp_path / "bench.lock"), "--out", str(tmp_path / "run"), timeout=120)
     assert done.returncode == 2, done.stderr
     assert "does not offer CUDA0" in done.stderr and "--device all" in done.stderr
 

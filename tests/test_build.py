@@ -74,7 +74,8 @@ def tiny_project(tmp_path):
             url: https://example.invalid/tiny.git
             commit: {commit}
         """
-    root = project_tree(tmp_path / "proj", pins=pins, recipes={"tiny": tiny_recipe(), "shout": tiny_recipe(name="shout", greeting="HELLO")})
+    root = project_tree(tmp_path / "proj", pins=pins,
+                        recipes={"tiny": tiny_recipe(), "shout": tiny_recipe(name="shout", greeting="HELLO")})
     return root, mirrors, tmp_path / "ws"
 
 
@@ -98,13 +99,15 @@ def test_tiny_build_end_to_end_and_noop_rerun(tiny_project):
     again = cli(root, mirrors, ws, "--recipe", "tiny", "build")
     assert again.returncode == 0, again.stderr
     assert "(cache)" in again.stderr and "(reused)" in again.stderr and "up to date" in again.stderr
-    assert hello.stat().st_mtime_ns == Path(read_manifest(ws / "manifests" / "tiny.json")["components"][0]["outputs"][0]["path"]).stat().st_mtime_ns
+    recorded = read_manifest(ws / "manifests" / "tiny.json")["components"][0]["outputs"][0]["path"]
+    assert hello.stat().st_mtime_ns == Path(recorded).stat().st_mtime_ns
     # Another configuration never shares the build dir.
     other = cli(root, mirrors, ws, "--recipe", "shout", "build")
     assert other.returncode == 0, other.stderr
     man2 = read_manifest(ws / "manifests" / "shout.json")
     assert man2["components"][0]["build_dir"] != comp["build_dir"]
-    assert subprocess.run([man2["components"][0]["outputs"][0]["path"]], capture_output=True, text=True).stdout.strip() == "HELLO"
+    assert subprocess.run([man2["components"][0]["outputs"][0]["path"]],
+                          capture_output=True, text=True).stdout.strip() == "HELLO"
 
 
 def test_build_failure_shows_compiler_error_and_log(tmp_path):
@@ -114,7 +117,9 @@ def test_build_failure_shows_compiler_error_and_log(tmp_path):
     commit = make_repo(src, files)
     mirrors = tmp_path / "mirrors"
     bare_mirror(src, mirrors, "tiny")
-    root = project_tree(tmp_path / "proj", pins=f"schema: 1\nsources:\n  tiny:\n    url: https://example.invalid/t.git\n    commit: {commit}\n", recipes={"tiny": tiny_recipe()})
+    root = project_tree(tmp_path / "proj",
+                        pins="schema: 1\nsources:\n  tiny:\n    url: https://example.invalid/t.git\n    commit: "
+                             f"{commit}\n", recipes={"tiny": tiny_recipe()})
     out = cli(root, mirrors, tmp_path / "ws", "--recipe", "tiny", "build")
     assert out.returncode == 9
     assert "undefined_symbol_xyz" in out.stderr and "build-hello.log" in out.stderr
@@ -171,18 +176,22 @@ def test_ctrl_c_during_build_cleans_up_and_next_run_works(tmp_path):
     commit = make_repo(src, files)
     mirrors = tmp_path / "mirrors"
     bare_mirror(src, mirrors, "tiny")
-    root = project_tree(tmp_path / "proj", pins=f"schema: 1\nsources:\n  tiny:\n    url: https://example.invalid/t.git\n    commit: {commit}\n", recipes={"tiny": tiny_recipe()})
+    root = project_tree(tmp_path / "proj",
+                        pins="schema: 1\nsources:\n  tiny:\n    url: https://example.invalid/t.git\n    commit: "
+                             f"{commit}\n", recipes={"tiny": tiny_recipe()})
     env = {k: v for k, v in os.environ.items() if k != "ONEBIT_MIRROR_DIR"}
     env["ONEBIT_ROOT"] = str(root)
-    proc = subprocess.Popen([sys.executable, "-m", "onebit_build", "--workspace", str(tmp_path / "ws"), "--mirror-dir", str(mirrors), "--recipe", "tiny", "build"],
-                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=sigint_default)
+    proc = subprocess.Popen([sys.executable, "-m", "onebit_build", "--workspace", str(tmp_path / "ws"), "--mirror-dir",
+                             str(mirrors), "--recipe", "tiny", "build"],
+                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=sigint_default)
     sleeper = None
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and sleeper is None:
             time.sleep(0.5)
-            ps = subprocess.run(["pgrep", "-f", f"{tmp_path}/ws/build/.* && sleep 300"], capture_output=True, text=True).stdout.split()
+            ps = subprocess.run(["pgrep", "-f", f"{tmp_path}/ws/build/.* && sleep 300"],
+                                capture_output=True, text=True).stdout.split()
             sleeper = ps[0] if ps else None
         assert sleeper, "the build never reached its slow step"
         os.killpg(proc.pid, signal.SIGINT)

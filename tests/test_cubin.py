@@ -34,7 +34,8 @@ compile_size = 64bit
 
 
 def test_sass_digest_ignores_file_name_lines():
-    other_header = SASS.replace("arch = sm_90", "arch = sm_90 ").replace("Fatbin elf code:", "Fatbin elf code: /tmp/x1.cubin")
+    other_header = (SASS.replace("arch = sm_90", "arch = sm_90 ")
+                    .replace("Fatbin elf code:", "Fatbin elf code: /tmp/x1.cubin"))
     assert sass_code_digest(other_header) == sass_code_digest(SASS)
 
 
@@ -51,8 +52,12 @@ needs_cuda_tools = pytest.mark.skipif(
     reason=f"needs nvcc and cuobjdump on PATH (nvcc: {NVCC or 'missing'}, cuobjdump: {CUOBJDUMP or 'missing'})",
 )
 
-KERNEL_A = "__global__ void scale(float *x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= %s; }\n"
-KERNEL_B = "__global__ void shift(float *x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += 1.0f; }\n"
+KERNEL_A = ("__global__ void scale(float *x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] "
+            "*= "
+            "%s; }\n")
+KERNEL_B = ("__global__ void shift(float *x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] "
+            "+= "
+            "1.0f; }\n")
 
 
 @pytest.fixture(autouse=True)
@@ -70,7 +75,8 @@ def build_library(build_dir: Path, factor: str) -> Path:
     (src / "b.cu").write_text(KERNEL_B)
     out = build_dir / "bin" / "libggml-cuda.so"
     out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([NVCC, "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90", "-o", str(out), str(src / "a.cu"), str(src / "b.cu")],
+    subprocess.run([NVCC, "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90", "-o", str(out), str(src / "a.cu"),
+                    str(src / "b.cu")],
                    check=True, capture_output=True)
     return out
 

@@ -47,7 +47,8 @@ def test_pure_parsers():
     assert vulkan_header_version(HEADER.format(patch=275)) == (1, 3, 275)
     assert vulkan_header_version("#define VK_HEADER_VERSION 239\n") == (1, 3, 239)
     assert vulkan_header_version("nothing") is None
-    text = "Available devices:\n  Vulkan0: AMD Radeon 8060S Graphics (RADV STRIX_HALO)\n  HRX20: AMD Radeon 8060S (gfx1151)\n"
+    text = ("Available devices:\n  Vulkan0: AMD Radeon 8060S Graphics (RADV STRIX_HALO)\n  HRX20: AMD Radeon 8060S "
+            "(gfx1151)\n")
     assert parse_list_devices(text) == ("Vulkan0", "HRX20")
 
 
@@ -63,8 +64,8 @@ def test_everything_present(tmp_path):
     report = run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=Workspace(root=tmp_path / "ws"),
                                       mirror_dirs=(mirrors,), toolchain_root=str(root), environ=env))
     checks = by_name(report)
-    for name in ("toolchain root", "amdclang", "amdclang++", "ASM compiler", "archiver (CMAKE_AR)", "HSA runtime", "CMake", "Ninja",
-                 "Vulkan headers", "source hrx", "source hrx-system", "source llama.cpp-hrx"):
+    for name in ("toolchain root", "amdclang", "amdclang++", "ASM compiler", "archiver (CMAKE_AR)", "HSA runtime",
+                 "CMake", "Ninja", "Vulkan headers", "source hrx", "source hrx-system", "source llama.cpp-hrx"):
         assert checks[name].ok is True, (name, checks[name])
     assert "1.3.275" in checks["Vulkan headers"].detail
     # The recipe assembles with amdclang too (as the hand-written build did).
@@ -89,7 +90,8 @@ def test_each_missing_item_has_its_fix(tmp_path):
                                       toolchain_root=str(tmp_path / "no-therock"), environ=env))
     checks = by_name(report)
     assert not report.ok
-    for name in ("toolchain root", "amdclang", "amdclang++", "ASM compiler", "HSA runtime", "Vulkan headers", "source hrx"):
+    for name in ("toolchain root", "amdclang", "amdclang++", "ASM compiler", "HSA runtime", "Vulkan headers",
+                 "source hrx"):
         assert checks[name].ok is False and checks[name].fix, name
     assert "--toolchain-root" in checks["toolchain root"].fix
     assert "older than 1.3.261" in checks["Vulkan headers"].detail
@@ -112,8 +114,8 @@ def test_given_libhsa_and_unreachable_url(tmp_path):
     sources = dict(pins.sources)
     sources["hrx"] = replace(sources["hrx"], url=str(local))
     sources["hrx-system"] = replace(sources["hrx-system"], url=str(tmp_path / "gone.git"))
-    report = run_doctor(DoctorRequest(recipe=recipe, pins=replace(pins, sources=sources), workspace=Workspace(root=tmp_path / "ws"),
-                                      toolchain_root=str(root), environ=env))
+    report = run_doctor(DoctorRequest(recipe=recipe, pins=replace(pins, sources=sources),
+                                      workspace=Workspace(root=tmp_path / "ws"), toolchain_root=str(root), environ=env))
     checks = by_name(report)
     assert checks["HSA runtime"].ok is True and "given in $IREE_HAL_AMDGPU_LIBHSA_PATH" in checks["HSA runtime"].detail
     assert checks["source hrx"].ok is True and "answers" in checks["source hrx"].detail
@@ -174,7 +176,8 @@ def test_cached_sdist_store_counts_as_cached(tmp_path):
     base = _sdist_dir(ws, m)
     (base / "store" / m.git_dir).mkdir(parents=True)
     (base / "archive.sha256").write_text(m.sha256 + "\n")
-    checks = by_name(run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=ws, offline=True, environ={"PATH": os.environ["PATH"]})))
+    checks = by_name(run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=ws, offline=True,
+                                              environ={"PATH": os.environ["PATH"]})))
     assert checks["source llama.cpp"].ok is True and m.label in checks["source llama.cpp"].detail
 
 
@@ -182,7 +185,8 @@ def test_cmake_values_and_stale_defines():
     assert same_cmake_value("ON", "TRUE") and same_cmake_value("OFF", "0") and not same_cmake_value("ON", "OFF")
     assert same_cmake_value("pinned", "pinned") and not same_cmake_value("ON", None)
     assert stale_defines((("IREE_HAL_DRIVER_AMDGPU", "ON"), ("BUILD_SHARED_LIBS", "ON")),
-                         {"IREE_HAL_DRIVER_AMDGPU": "OFF", "BUILD_SHARED_LIBS": "ON"}) == ["IREE_HAL_DRIVER_AMDGPU=ON (built with OFF)"]
+                         {"IREE_HAL_DRIVER_AMDGPU": "OFF",
+                          "BUILD_SHARED_LIBS": "ON"}) == ["IREE_HAL_DRIVER_AMDGPU=ON (built with OFF)"]
 
 
 def test_a_build_that_predates_the_recipe_is_named(tmp_path):
@@ -196,12 +200,14 @@ def test_a_build_that_predates_the_recipe_is_named(tmp_path):
         bdir.mkdir(parents=True)
         lines = [f"{k}:STRING={v.replace('|', ';')}" for k, v in c.defines if "${" not in v]
         if c.name == "hrx-runtime":
-            lines = [ln for ln in lines if not ln.startswith("IREE_HAL_DRIVER_AMDGPU:")] + ["IREE_HAL_DRIVER_AMDGPU:BOOL=OFF"]
+            lines = [ln for ln in lines
+                     if not ln.startswith("IREE_HAL_DRIVER_AMDGPU:")] + ["IREE_HAL_DRIVER_AMDGPU:BOOL=OFF"]
         (bdir / "CMakeCache.txt").write_text("# cache\n" + "\n".join(lines) + "\n")
         comps.append({"name": c.name, "build_dir": str(bdir), "outputs": []})
     write_manifest(ws.root / "manifests" / "strix-halo.json", {"recipe": {"name": "strix-halo"}, "components": comps})
     checks = by_name(run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=ws, offline=True,
-                                              toolchain_root=str(tmp_path / "none"), environ={"PATH": os.environ["PATH"]})))
+                                              toolchain_root=str(tmp_path / "none"),
+                                              environ={"PATH": os.environ["PATH"]})))
     stale = checks["built hrx-runtime"]
     assert stale.ok is None and "IREE_HAL_DRIVER_AMDGPU=ON (built with OFF)" in stale.detail and "build" in stale.fix
     assert checks["built loom-link"].ok is True and checks["built llama"].ok is True
@@ -220,7 +226,8 @@ def test_git_compilers_and_workspace_are_checked(tmp_path):
     assert checks["C compiler"].ok is False and "build-essential" in checks["C compiler"].fix
     assert checks["C++ compiler"].ok is False
     assert checks["workspace"].ok is False and "is a file" in checks["workspace"].detail
-    present = by_name(run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=Workspace(root=tmp_path / "new" / "ws"),
+    present = by_name(run_doctor(DoctorRequest(recipe=recipe, pins=pins,
+                                               workspace=Workspace(root=tmp_path / "new" / "ws"),
                                                offline=True, environ={"PATH": os.environ["PATH"]})))
     assert present["git"].ok and present["git"].detail.startswith("git version")
     assert present["C compiler"].ok and present["C++ compiler"].ok
@@ -235,15 +242,16 @@ def test_cli_doctor_json(tmp_path):
                   env={"ONEBIT_TOOLCHAIN_ROOT": str(tmp_path / "none")})
     assert out.returncode == 7, out.stderr
     doc = json.loads(out.stdout)
-    assert doc["kind"] == "onebit-build-doctor" and doc["schema"] == 1 and doc["recipe"] == "strix-halo" and doc["ok"] is False
+    assert doc["kind"] == "onebit-build-doctor" and doc["schema"] == 1
+    assert doc["recipe"] == "strix-halo" and doc["ok"] is False
     names = {c["name"]: c for c in doc["checks"]}
     assert names["amdclang"]["ok"] is False and names["amdclang"]["fix"]
     assert names["git"]["ok"] is True
 
 
 def _vulkan_header_check(root, tmp_path):
-    out = run_cli(root, "--root", str(root), "--workspace", str(tmp_path / "ws"), "--recipe", "vulkan", "doctor", "--json",
-                  "--offline")
+    out = run_cli(root, "--root", str(root), "--workspace", str(tmp_path / "ws"), "--recipe", "vulkan", "doctor",
+                  "--json", "--offline")
     doc = json.loads(out.stdout)
     return next(c for c in doc["checks"] if c["name"] == "Vulkan headers")
 
@@ -268,7 +276,8 @@ def test_vulkan_header_minimum_follows_the_recipes_patches(tmp_path):
             root.mkdir(exist_ok=True)
             shutil.copy2(src, root / part)
     patch = root / "patches" / "llama.cpp" / "0001-vulkan-older-headers-compat.patch"
-    patch.write_text("".join(line for line in patch.read_text().splitlines(True) if not line.startswith("Vulkan-Headers-")))
+    patch.write_text("".join(line for line in patch.read_text().splitlines(True)
+                             if not line.startswith("Vulkan-Headers-")))
     theirs = _vulkan_header_check(root, tmp_path)
     assert theirs["ok"] is False and "older than 1.3.261" in theirs["detail"]
 

@@ -23,7 +23,8 @@ def vulkan_build(pytestconfig):
     ws = workspace_for_tests()
     say = progress(pytestconfig)
     say(f"building the vulkan recipe in {ws} (reused when up to date)")
-    rc, out = stream_cli(REPO, "--workspace", str(ws), *shared_from_user(ws), "--recipe", "vulkan", "build", say=say, timeout=5400)
+    rc, out = stream_cli(REPO, "--workspace", str(ws), *shared_from_user(ws), "--recipe", "vulkan", "build", say=say,
+                         timeout=5400)
     assert rc == 0, out[-3000:]
     manifest = json.loads((ws / "manifests" / "vulkan.json").read_text())
     return ws, manifest
@@ -40,7 +41,8 @@ def test_vulkan_verify_against_committed_reference(vulkan_build):
     out = _cli(ws, "verify")
     if "no committed reference" in out.stderr:
         assert out.returncode == 11
-        pytest.skip(f"no committed reference for this toolchain ({aset['facts'].get('glslc')}): {out.stderr.strip().splitlines()[-1]}")
+        pytest.skip(f"no committed reference for this toolchain ({aset['facts'].get('glslc')}): "
+                    f"{out.stderr.strip().splitlines()[-1]}")
     assert out.returncode == 0, out.stderr
     n = aset["count"]
     assert f"Vulkan SPIR-V: {n}/{n} byte-identical" in out.stderr

@@ -46,7 +46,8 @@ def test_fetch_from_bundle(tmp_path, upstream):
     mirrors = tmp_path / "mirrors"
     mirrors.mkdir()
     git(repo, "bundle", "create", str(mirrors / "src.bundle"), "--all")
-    res = fetch(FetchRequest(pin=pin_for("src", second), workspace=Workspace(root=tmp_path / "ws"), mirror_dirs=(mirrors,), offline=True))
+    res = fetch(FetchRequest(pin=pin_for("src", second), workspace=Workspace(root=tmp_path / "ws"),
+                             mirror_dirs=(mirrors,), offline=True))
     assert res.commit == second and res.mirror_used.endswith("src.bundle")
 
 
@@ -57,10 +58,12 @@ def test_bundle_of_a_shallow_clone_is_explained(tmp_path, upstream):
     mirrors = tmp_path / "mirrors"
     mirrors.mkdir()
     # git writes such a bundle without complaint; fetching from it fails for want of the parent
-    subprocess.run(["git", "-C", str(shallow), "bundle", "create", str(mirrors / "src.bundle"), "--all"], capture_output=True)
+    subprocess.run(["git", "-C", str(shallow), "bundle", "create", str(mirrors / "src.bundle"), "--all"],
+                   capture_output=True)
     assert (mirrors / "src.bundle").exists()
     with pytest.raises(FetchError) as e:
-        fetch(FetchRequest(pin=pin_for("src", second), workspace=Workspace(root=tmp_path / "ws"), mirror_dirs=(mirrors,), offline=True))
+        fetch(FetchRequest(pin=pin_for("src", second), workspace=Workspace(root=tmp_path / "ws"),
+                           mirror_dirs=(mirrors,), offline=True))
     msg = str(e.value)
     assert "src.bundle (" in msg and "shallow clone" in msg and "src.git" in msg
 
@@ -71,7 +74,8 @@ def test_commit_not_in_repository(tmp_path, upstream):
     bare_mirror(repo, mirrors, "src")
     missing = "1" * 40
     with pytest.raises(FetchError) as e:
-        fetch(FetchRequest(pin=pin_for("src", missing), workspace=Workspace(root=tmp_path / "ws"), mirror_dirs=(mirrors,), offline=True))
+        fetch(FetchRequest(pin=pin_for("src", missing), workspace=Workspace(root=tmp_path / "ws"),
+                           mirror_dirs=(mirrors,), offline=True))
     assert "src" in str(e.value) and missing in str(e.value)
 
 
@@ -86,7 +90,8 @@ def test_abbreviated_pin_is_resolved(tmp_path, upstream):
     repo, first, _ = upstream
     mirrors = tmp_path / "mirrors"
     bare_mirror(repo, mirrors, "src")
-    res = fetch(FetchRequest(pin=pin_for("src", first[:9], abbreviated=True), workspace=Workspace(root=tmp_path / "ws"), mirror_dirs=(mirrors,), offline=True))
+    res = fetch(FetchRequest(pin=pin_for("src", first[:9], abbreviated=True), workspace=Workspace(root=tmp_path / "ws"),
+                             mirror_dirs=(mirrors,), offline=True))
     assert res.commit == first and res.resolved_from == first[:9]
 
 
@@ -98,7 +103,8 @@ def test_ambiguous_prefix_is_refused(tmp_path):
     stream = io.StringIO()
     for i in range(1, 1500):
         msg = f"c{i}\n"
-        stream.write(f"commit refs/heads/main\nmark :{i}\ncommitter T <t@example.invalid> 1700000000 +0000\ndata {len(msg)}\n{msg}\n")
+        stream.write(f"commit refs/heads/main\nmark :{i}\ncommitter T <t@example.invalid> 1700000000 +0000\ndata "
+                     f"{len(msg)}\n{msg}\n")
     subprocess.run(["git", "fast-import", "--quiet"], cwd=repo, input=stream.getvalue(), text=True, check=True)
     shas = git(repo, "rev-list", "main").split()
     seen: dict[str, str] = {}
@@ -112,7 +118,8 @@ def test_ambiguous_prefix_is_refused(tmp_path):
     mirrors = tmp_path / "mirrors"
     bare_mirror(repo, mirrors, "many")
     with pytest.raises(FetchError, match="ambiguous"):
-        fetch(FetchRequest(pin=pin_for("many", prefix, abbreviated=True), workspace=Workspace(root=tmp_path / "ws"), mirror_dirs=(mirrors,), offline=True))
+        fetch(FetchRequest(pin=pin_for("many", prefix, abbreviated=True), workspace=Workspace(root=tmp_path / "ws"),
+                           mirror_dirs=(mirrors,), offline=True))
 
 
 @pytest.mark.parametrize("name,link,sym,hard,why", [

@@ -40,7 +40,8 @@ def test_every_command_is_in_the_test():
 @pytest.mark.parametrize("command", every_command())
 def test_dry_run_is_honoured_or_refused(command, tmp_path):
     ws = tmp_path / "ws"
-    args = [a.replace("PREFIX", str(tmp_path / "prefix")).replace("WORKING", str(tmp_path)) for a in REQUIRED.get(command, [])]
+    args = [a.replace("PREFIX", str(tmp_path / "prefix")).replace("WORKING", str(tmp_path))
+            for a in REQUIRED.get(command, [])]
     out = run_cli(REPO, "--workspace", str(ws), "--dry-run", command, *args, timeout=120)
     if command in DRY_RUN_USERS or command == "plan":
         assert out.returncode == 0, out.stderr

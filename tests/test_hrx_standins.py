@@ -166,10 +166,13 @@ SELECTIVE_CHECK = 'strcmp(mode, "selective") != 0'
 
 # The stand-in series, as (message, {path: (old, new)}) edits of the pinned tree.
 NO_INSTALL_EXPORT = ("libhrx: leave out the install and export rules of hrx-targets", {
-    "libhrx/CMakeLists.txt": (LIBHRX_CMAKE, "add_subdirectory(src/libhrx)\ninstall(FILES include/hrx_runtime.h DESTINATION include/hrx)\n"),
+    "libhrx/CMakeLists.txt": (LIBHRX_CMAKE,
+                              "add_subdirectory(src/libhrx)\ninstall(FILES include/hrx_runtime.h DESTINATION "
+                              "include/hrx)\n"),
 })
 NO_VERSION_SCRIPT = ("loomc: drop the export version script and the export rules", {
-    "loom/binding/c/CMakeLists.txt": (LOOMC_EXPORTS, "install(TARGETS loomc_shared EXPORT loomc-targets LIBRARY DESTINATION lib)\n"),
+    "loom/binding/c/CMakeLists.txt": (LOOMC_EXPORTS,
+                                      "install(TARGETS loomc_shared EXPORT loomc-targets LIBRARY DESTINATION lib)\n"),
 })
 PM4_NATIVE = ("amdgpu: treat a failed PM4-emulation probe as native AQL", {
     "runtime/src/iree/hal/drivers/amdgpu/util/aql_ring.c": (
@@ -256,7 +259,8 @@ def side_commit(repo: Path, base: str, files: dict[str, str], message: str, bran
     return sha
 
 
-def make_series(repo: Path, base: str, edits: list[tuple[str, dict[str, tuple[str, str]]]], out_dir: Path) -> list[Path]:
+def make_series(repo: Path, base: str, edits: list[tuple[str, dict[str, tuple[str, str]]]],
+                out_dir: Path) -> list[Path]:
     """Commit each edit on top of ``base``, write them with format-patch, reset to ``base``."""
     for message, changes in edits:
         files = {}
@@ -307,7 +311,8 @@ def make_standins(base: Path) -> dict[str, object]:
     repos, mirrors, series = base / "repos", base / "mirrors", base / "series"
     _, hsa_sha = hsa_archive(mirrors)
     hrx_commit = commit(repos / "hrx", hrx_tree(hsa_sha), "hrx stand-in")
-    hrx_patches = make_series(repos / "hrx", hrx_commit, [NO_INSTALL_EXPORT, NO_VERSION_SCRIPT, PM4_NATIVE], series / "hrx")
+    hrx_patches = make_series(repos / "hrx", hrx_commit, [NO_INSTALL_EXPORT, NO_VERSION_SCRIPT, PM4_NATIVE],
+                              series / "hrx")
     sys_commit = commit(repos / "hrx-system", hrx_tree(hsa_sha), "hrx-system stand-in")
     sys_patches = make_series(repos / "hrx-system", sys_commit, [NO_VERSION_SCRIPT], series / "hrx-system")
     assert LOOM_LINK_C.count(SELECTIVE_CHECK) == 1
@@ -344,12 +349,14 @@ def project(root: Path, s: dict[str, object], *, system_commit: str | None = Non
         if name == "downloads":
             recipe = re.sub(r"^    downloads: .*\n(      .*\n)*", "", recipe, flags=re.M)
     (root / "recipes" / "strix-halo.yaml").write_text(recipe)
-    shutil.copy(REPO / "recipes" / "strix-halo" / "hrx-config.cmake.in", root / "recipes" / "strix-halo" / "hrx-config.cmake.in")
+    shutil.copy(REPO / "recipes" / "strix-halo" / "hrx-config.cmake.in",
+                root / "recipes" / "strix-halo" / "hrx-config.cmake.in")
     sys_commit = system_commit or str(s["hrx-system"])
     (root / "pins.yaml").write_text(
         "schema: 1\nsources:\n"
         f"  hrx:\n    url: https://example.invalid/hrx.git\n    commit: {s['hrx']}\n"
-        f"  hrx-system:\n    url: https://example.invalid/hrx-system.git\n    commit: {sys_commit[:8]}\n    abbreviated: true\n"
+        f"  hrx-system:\n    url: https://example.invalid/hrx-system.git\n    commit: {sys_commit[:8]}\n    "
+        "abbreviated: true\n"
         f"    note: must stay before {s['removal']}, which removed loom-link --mode=selective\n"
         f"    before: {s['removal']}\n"
         f"  llama.cpp-hrx:\n    url: https://example.invalid/llama.git\n    branch: 1bit-engine/hrx-vulkan\n"
@@ -376,8 +383,8 @@ def standins(tmp_path_factory):
 
 
 def cli(st, *args, env=None, timeout=600):
-    return run_cli(st["root"], "--workspace", str(st["ws"]), "--mirror-dir", str(st["s"]["mirrors"]), "--hrx", "on", *args,
-                   env=env, timeout=timeout)
+    return run_cli(st["root"], "--workspace", str(st["ws"]), "--mirror-dir", str(st["s"]["mirrors"]), "--hrx", "on",
+                   *args, env=env, timeout=timeout)
 
 
 def build(st, root: Path, ws: Path):
@@ -436,7 +443,8 @@ def test_build_order_and_defines(built):
         assert d["CMAKE_C_COMPILER"] == f"{tc}/bin/amdclang" and d["CMAKE_CXX_COMPILER"] == f"{tc}/bin/amdclang++"
         assert d["CMAKE_ASM_COMPILER"] == f"{tc}/bin/amdclang"
         assert d["CMAKE_AR"] == f"{tc}/lib/llvm/bin/llvm-ar"
-        assert d["IREE_HAL_AMDGPU_TARGETS"] == "gfx9-generic;gfx90a;gfx9-4-generic;gfx10-1-generic;gfx10-3-generic;gfx11-generic;gfx12-generic"
+        assert d["IREE_HAL_AMDGPU_TARGETS"] == ("gfx9-generic;gfx90a;gfx9-4-generic;gfx10-1-generic;gfx10-3-generic;"
+                                                "gfx11-generic;gfx12-generic")
         assert d["IREE_HAL_DRIVER_AMDGPU"] == "ON" and d["IREE_ENABLE_WERROR_FLAG"] == "OFF"
         assert "IREE_ROCM_PATH" not in d
         # What the stand-in runtime's CMake made of them: upstream's defaults overridden.
@@ -452,7 +460,8 @@ def test_build_order_and_defines(built):
     loom_link = output(man, "loom-link", "loom-link")
     assert prefix == f"{rt['build_dir']}/onebit-prefix"
     assert llama["defines"]["hrx_DIR"] == f"{prefix}/cmake/hrx"
-    assert llama["defines"]["GGML_HRX2_LOOM_LINK_EXECUTABLE"] == loom_link == f"{ll['build_dir']}/loom/src/loom/tools/loom-link/loom-link"
+    assert llama["defines"]["GGML_HRX2_LOOM_LINK_EXECUTABLE"] == loom_link
+    assert loom_link == f"{ll['build_dir']}/loom/src/loom/tools/loom-link/loom-link"
     assert llama["defines"]["GGML_HRX2"] == "ON" and llama["defines"]["GGML_VULKAN"] == "ON"
     assert llama["defines"]["LLAMA_USE_PREBUILT_UI"] == "OFF" and llama["defines"]["LLAMA_BUILD_UI"] == "OFF"
     assert llama["defines"]["LLAMA_BUILD_COMMIT"] == str(built["s"]["llama.cpp-hrx"])[:7]
@@ -466,7 +475,8 @@ def test_build_order_and_defines(built):
 def test_dry_run_shows_the_upstream_requirements(standins):
     out = cli(standins, "--toolchain-root", str(standins["tc"]), "--dry-run")
     assert out.returncode == 0, out.stderr
-    for define in ("-DIREE_HAL_DRIVER_AMDGPU=ON", "-DIREE_ENABLE_WERROR_FLAG=OFF", f"-DCMAKE_ASM_COMPILER={standins['tc']}/bin/amdclang",
+    for define in ("-DIREE_HAL_DRIVER_AMDGPU=ON", "-DIREE_ENABLE_WERROR_FLAG=OFF",
+                   f"-DCMAKE_ASM_COMPILER={standins['tc']}/bin/amdclang",
                    "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF", "-DGGML_NATIVE=ON"):
         assert define in out.stdout, define
     assert out.stdout.count("-DIREE_HAL_DRIVER_AMDGPU=ON") == 2  # the runtime and loom-link
@@ -511,7 +521,8 @@ def test_patch_series_applied_and_prefix_assembled(built):
     lib = prefix / "lib"
     assert (lib / "libhrx.so").is_symlink() and (lib / "libhrx.so.0.1.0").is_file() and (lib / "libloomc.so.0").exists()
     assert (prefix / "include" / "hrx_runtime.h").is_file() and (prefix / "include" / "loomc" / "loomc.h").is_file()
-    members = subprocess.run(["ar", "t", str(lib / "libloomc_amdgpu.a")], capture_output=True, text=True, check=True).stdout.split()
+    members = subprocess.run(["ar", "t", str(lib / "libloomc_amdgpu.a")], capture_output=True,
+                             text=True, check=True).stdout.split()
     assert members == ["amdgpu.c.o"]
     config = (prefix / "cmake" / "hrx" / "hrx-config.cmake").read_text()
     assert "loom::binding::c::target::amdgpu" in config and "hrx-runtime" in config
@@ -534,7 +545,8 @@ def test_artifacts_counted_hashed_and_from_canonical_paths(built):
     llama = comp(man, "llama")
     src = next(s for s in man["sources"] if s["name"] == "llama.cpp-hrx")
     tree = src["tree"]
-    assert tree == str(built["ws"] / "src" / f"llama.cpp-hrx-{str(built['s']['llama.cpp-hrx'])[:12]}-{src['patch_digest'][:12]}")
+    commit = str(built["s"]["llama.cpp-hrx"])
+    assert tree == str(built["ws"] / "src" / f"llama.cpp-hrx-{commit[:12]}-{src['patch_digest'][:12]}")
     catalog = json.loads((Path(tree) / "ggml/src/ggml-hrx2/catalog/artifacts.json").read_text())
     assert isinstance(catalog, dict) and len(catalog) == len(ARTIFACTS) == 48
     sets = llama["artifacts"]
@@ -554,7 +566,8 @@ def test_artifacts_counted_hashed_and_from_canonical_paths(built):
         name = item["name"][len("artifacts/"):-len(".loombc")]
         op = next(o for o in OPS if name.startswith(o + "_f32"))
         head = f.read_bytes().split(b"\n")[:3]
-        assert head == [b"LOOMBC1", f"source {tree}/ggml/src/ggml-hrx2/kernels/{op}.loom".encode(), f"root @hrx2_{name}".encode()]
+        assert head == [b"LOOMBC1", f"source {tree}/ggml/src/ggml-hrx2/kernels/{op}.loom".encode(),
+                        f"root @hrx2_{name}".encode()]
     # The fork embedded every one of them.
     run = subprocess.run([output(man, "llama", "llama-server")], capture_output=True, text=True, check=True)
     assert ": 48 HRX2 kernels" in run.stdout
@@ -769,4 +782,5 @@ def test_any_other_catalog_is_a_one_line_error(doc, problem):
         parse_loombc_catalog(doc, Path("/src/catalog/artifacts.json"))
     text = str(exc.value)
     assert "\n" not in text and problem in text, text
-    assert text.startswith("/src/catalog/artifacts.json: ") and '{"path": "artifacts/<name>.loombc", "format": "loom-bytecode"' in text
+    assert text.startswith("/src/catalog/artifacts.json: ")
+    assert '{"path": "artifacts/<name>.loombc", "format": "loom-bytecode"' in text

@@ -22,7 +22,8 @@ from onebit_build.core.pins import load_pins
 
 # The project data the installed tool needs, as the repository holds it.
 DATA_ITEMS = ("pins.yaml", "recipes", "patches", "references", "smoke/prompts")
-NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "runs")
+NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__",
+                                    ".pytest_cache", "runs")
 
 
 def repo_data_files() -> list[str]:
@@ -60,7 +61,8 @@ def installed(wheel, tmp_path_factory) -> Path:
                                capture_output=True, text=True, check=True).stdout.strip())
     deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (site / "zz-dependencies.pth").write_text("".join(f"{d}\n" for d in sorted(deps)))
-    out = subprocess.run([sys.executable, "-m", "pip", "--python", str(vpy), "install", "--no-deps", "--no-index", "-q", str(wheel)],
+    out = subprocess.run([sys.executable, "-m", "pip", "--python", str(vpy), "install", "--no-deps", "--no-index",
+                          "-q", str(wheel)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     return venv
@@ -68,11 +70,13 @@ def installed(wheel, tmp_path_factory) -> Path:
 
 def tool(venv: Path, cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the installed console script from ``cwd`` with a clean environment."""
-    full = {k: v for k, v in os.environ.items() if k not in ("ONEBIT_ROOT", "ONEBIT_WORKSPACE", "ONEBIT_MIRROR_DIR", "PYTHONPATH")}
+    full = {k: v for k, v in os.environ.items()
+            if k not in ("ONEBIT_ROOT", "ONEBIT_WORKSPACE", "ONEBIT_MIRROR_DIR", "PYTHONPATH")}
     full["PATH"] = f"{venv / 'bin'}{os.pathsep}{full.get('PATH', '')}"
     full["XDG_CACHE_HOME"] = str(cwd.parent / "cache")
     full.update(env or {})
-    return subprocess.run([str(venv / "bin" / "onebit-build"), *args], cwd=cwd, env=full, capture_output=True, text=True, timeout=300)
+    return subprocess.run([str(venv / "bin" / "onebit-build"), *args], cwd=cwd, env=full, capture_output=True,
+                          text=True, timeout=300)
 
 
 @pytest.fixture()
@@ -134,7 +138,8 @@ def test_installed_version_and_recipes(installed, empty):
     digest = hashlib.sha256((REPO / "pins.yaml").read_bytes()).hexdigest()[:12]
     out = tool(installed, empty, "--version")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["onebit-build 0.1.0", f"pins.yaml sha256 {digest}", f"recipes from {data} (package, found by installed package)"]
+    assert out.stdout.splitlines() == ["onebit-build 0.1.0", f"pins.yaml sha256 {digest}",
+                                       f"recipes from {data} (package, found by installed package)"]
     listed = tool(installed, empty, "recipes", "--json")
     assert listed.returncode == 0, listed.stderr
     doc = json.loads(listed.stdout)

@@ -42,7 +42,8 @@ def project(tmp_path):
 
 def cli(project, *args):
     root, tmp = project
-    return run_cli(root, "--workspace", str(tmp / "ws"), "--mirror-dir", str(tmp / "mirrors"), "--recipe", "tiny", *args)
+    return run_cli(root, "--workspace", str(tmp / "ws"), "--mirror-dir", str(tmp / "mirrors"), "--recipe",
+                   "tiny", *args)
 
 
 def builds(project) -> list[dict]:
@@ -54,7 +55,8 @@ def builds(project) -> list[dict]:
 def test_staleness_names_what_changed():
     man = Manifest(recipe="r", recipe_sha256="a", sources=(SourceRecord(name="s", commit="c1", patch_digest="d1"),))
     assert staleness(man, Current(recipe_sha256="a", sources={"s": ("c1", "d1")})) == ()
-    assert staleness(man, Current(recipe_sha256="b", sources={"s": ("c2", "d1")})) == ("recipe changed", "pin of s changed")
+    changed = Current(recipe_sha256="b", sources={"s": ("c2", "d1")})
+    assert staleness(man, changed) == ("recipe changed", "pin of s changed")
     assert staleness(man, Current(recipe_sha256="a", sources={"s": ("c1", "d2")})) == ("patches of s changed",)
     assert staleness(man, Current(recipe_sha256=None, sources={})) == ("recipe r is not in the project",)
 
@@ -68,7 +70,8 @@ def test_builds_location_and_gc_through_a_recipe_change(project):
     first = builds(project)
     assert [b["up_to_date"] for b in first] == [True] and first[0]["bytes"] > 0
     where = cli(project, "location")
-    assert where.returncode == 0 and subprocess.run([where.stdout.strip()], capture_output=True, text=True).stdout == "hello\n"
+    assert where.returncode == 0 and subprocess.run([where.stdout.strip()],
+                                                    capture_output=True, text=True).stdout == "hello\n"
 
     # The recipe changes: the old build is stale (and says why), the new one up to date.
     (root / "recipes" / "tiny.yaml").write_text(textwrap.dedent(SERVERISH.replace("GREETING_VALUE", "bonjour")))
@@ -80,7 +83,8 @@ def test_builds_location_and_gc_through_a_recipe_change(project):
     assert stale["stale"] == ["recipe changed"]
     plan = json.loads(cli(project, "plan", "--json").stdout)["built"]
     assert plan["stale"] == [{"folder": stale["folder"], "why": ["recipe changed"]}] and len(plan["up_to_date"]) == 1
-    assert subprocess.run([cli(project, "location").stdout.strip()], capture_output=True, text=True).stdout == "bonjour\n"
+    assert subprocess.run([cli(project, "location").stdout.strip()],
+                          capture_output=True, text=True).stdout == "bonjour\n"
 
     # A program running from the stale build keeps it; --dry-run removes nothing.
     sleeper = shutil.copy("/bin/sleep", f"{stale['folder']}/sleep-in-build")

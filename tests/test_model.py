@@ -51,7 +51,8 @@ def make_wheel(folder: Path, dist: str, version: str, files: dict[str, bytes]) -
     return path
 
 
-PARTS = {"tiny.gguf.part00": b"GGUF" + b"\x01" * 1000, "tiny.gguf.part01": b"\x02" * 777, "tiny.gguf.part02": b"\x03" * 5}
+PARTS = {"tiny.gguf.part00": b"GGUF" + b"\x01" * 1000, "tiny.gguf.part01": b"\x02" * 777,
+         "tiny.gguf.part02": b"\x03" * 5}
 JOINED = b"".join(PARTS.values())
 JOINED_SHA = hashlib.sha256(JOINED).hexdigest()
 
@@ -300,7 +301,8 @@ def _gguf(path, kvs):
 def test_chat_template_read_from_the_gguf_header(tmp_path):
     from onebit_build.running.model import chat_template, gguf_string_value
 
-    with_t = _gguf(tmp_path / "chat.gguf", [("general.architecture", "llama"), ("tokenizer.ggml.tokens", ["a", "bb", "ccc"]),
+    with_t = _gguf(tmp_path / "chat.gguf",
+                   [("general.architecture", "llama"), ("tokenizer.ggml.tokens", ["a", "bb", "ccc"]),
                                             ("x.count", 7), ("tokenizer.chat_template", "{{ messages }}")])
     assert chat_template(with_t) == "{{ messages }}"
     assert gguf_string_value(with_t, "general.architecture") == "llama"

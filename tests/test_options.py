@@ -49,7 +49,8 @@ def test_parse_define_refuses_with_the_form_expected(bad):
 def _recipe() -> Recipe:
     comps = (
         Component(name="runtime", source="rt", defines=(("A", "1"),), outputs=(("lib", "lib/x.so"),)),
-        Component(name="llama", source="llama.cpp", defines=(("GGML_NATIVE", "OFF"), ("B", "2")), outputs=(("llama-server", "bin/llama-server"),)),
+        Component(name="llama", source="llama.cpp", defines=(("GGML_NATIVE", "OFF"), ("B", "2")),
+                  outputs=(("llama-server", "bin/llama-server"),)),
     )
     return Recipe(name="r", path=Path("r.yaml"), description="", backends=("cpu",), components=comps)
 
@@ -71,7 +72,8 @@ def test_define_for_an_unknown_component_names_the_known_ones():
 def test_from_args_is_the_one_place_arguments_become_options(tmp_path):
     from onebit_build.cli import make_parser
 
-    ns = make_parser().parse_args(["--workspace", str(tmp_path), "-D", "X=1", "build", "-j", "3", "-D", "Y=2", "--offline"])
+    ns = make_parser().parse_args(["--workspace", str(tmp_path), "-D", "X=1", "build", "-j", "3", "-D", "Y=2",
+                                   "--offline"])
     opts = from_args(ns)
     assert opts.command == "build" and opts.jobs == 3 and opts.offline and opts.workspace == tmp_path.resolve()
     assert [d.render() for d in opts.defines] == ["X=1", "Y=2"]
@@ -107,7 +109,8 @@ def test_install_tree_copies_outputs_with_their_links(tmp_path):
     (bdir / "libllama.so").symlink_to("libllama.so.0")
     man = tmp_path / "build" / "build-manifest.json"
     man.write_text("{}")
-    outs = [SimpleNamespace(name="llama-server", path=bdir / "llama-server"), SimpleNamespace(name="libllama", path=bdir / "libllama.so.0.5.0")]
+    outs = [SimpleNamespace(name="llama-server", path=bdir / "llama-server"),
+            SimpleNamespace(name="libllama", path=bdir / "libllama.so.0.5.0")]
     prefix = tmp_path / "prefix"
     files = install_tree([SimpleNamespace(outputs=outs, build_dir=tmp_path / "build")], man, prefix)
     assert (prefix / "bin" / "llama-server").read_bytes() == b"\x7fELF server"

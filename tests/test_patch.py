@@ -10,7 +10,8 @@ from _support import git, make_patch, make_repo
 from onebit_build.core.pins import Pin
 from onebit_build.core.errors import PatchError
 from onebit_build.building.fetch import FetchRequest, fetch
-from onebit_build.building.patch import PrepareRequest, canonical_path, export_series, list_patches, patch_digest, prepare
+from onebit_build.building.patch import (PrepareRequest, canonical_path, export_series, list_patches, patch_digest,
+                                         prepare)
 from onebit_build.core.workspace import Workspace
 
 
@@ -32,8 +33,10 @@ def series(tmp_path):
 
 def prep(tmp_path: Path, ws_name: str, base: str, patches_root: Path, mirrors: Path):
     ws = Workspace(root=tmp_path / ws_name)
-    f = fetch(FetchRequest(pin=Pin(name="src", url="https://example.invalid/src.git", commit=base), workspace=ws, mirror_dirs=(mirrors,), offline=True))
-    return ws, PrepareRequest(source="src", commit=f.commit, bare_repo=f.bare_repo, patches=list_patches(patches_root, "src"), workspace=ws)
+    f = fetch(FetchRequest(pin=Pin(name="src", url="https://example.invalid/src.git", commit=base), workspace=ws,
+                           mirror_dirs=(mirrors,), offline=True))
+    return ws, PrepareRequest(source="src", commit=f.commit, bare_repo=f.bare_repo,
+                              patches=list_patches(patches_root, "src"), workspace=ws)
 
 
 def test_patches_apply_in_order_deterministically(tmp_path, series):
@@ -98,6 +101,7 @@ def test_export_round_trip(tmp_path, series):
     written = export_series(tree, out)
     assert [p.name for p in written] == ["0001-change-a.patch", "0002-add-b.patch", "0003-add-c.patch"]
     # The exported series prepares a tree with the same content.
-    req2 = PrepareRequest(source="src", commit=req.commit, bare_repo=req.bare_repo, patches=list_patches(tmp_path, "exported"), workspace=ws)
+    req2 = PrepareRequest(source="src", commit=req.commit, bare_repo=req.bare_repo,
+                          patches=list_patches(tmp_path, "exported"), workspace=ws)
     t2 = prepare(req2)
     assert (t2.path / "src" / "c.c").read_text() == "int c;\n"

@@ -44,9 +44,11 @@ def test_ar_and_libhsa_are_found_under_the_root_or_reported(tmp_path):
 def test_runtime_env_prefers_what_the_user_gave(tmp_path):
     root = fake_toolchain(tmp_path / "therock")
     recipe = Recipe(path=tmp_path / "r.yaml", name="r", description="", backends=("hrx",), components=(),
-                    smoke=SmokeSpec(env=(("IREE_HAL_AMDGPU_LIBHSA_PATH", "${toolchain.libhsa}"), ("OTHER", "x"))), toolchain=SPEC)
+                    smoke=SmokeSpec(env=(("IREE_HAL_AMDGPU_LIBHSA_PATH", "${toolchain.libhsa}"), ("OTHER", "x"))),
+                    toolchain=SPEC)
     tc = resolve_toolchain(SPEC, override=str(root), environ={})
-    assert runtime_env(recipe, tc, environ={}) == (("IREE_HAL_AMDGPU_LIBHSA_PATH", str(root / "lib/libhsa-runtime64.so.1")), ("OTHER", "x"))
+    assert runtime_env(recipe, tc, environ={}) == (
+        ("IREE_HAL_AMDGPU_LIBHSA_PATH", str(root / "lib/libhsa-runtime64.so.1")), ("OTHER", "x"))
     given = {"IREE_HAL_AMDGPU_LIBHSA_PATH": "/given/libhsa.so"}
     assert runtime_env(recipe, tc, environ=given)[0] == ("IREE_HAL_AMDGPU_LIBHSA_PATH", "/given/libhsa.so")
     missing = resolve_toolchain(SPEC, override=str(tmp_path / "empty"), environ={})
@@ -74,7 +76,8 @@ def test_dry_run_prints_the_whole_plan_without_touching_anything(tmp_path):
     root = fake_toolchain(tmp_path / "therock")
     ws = tmp_path / "ws"
     out = run_cli(REPO, "--workspace", str(ws), "--hrx", "on", "--toolchain-root", str(root), "--dry-run",
-                  env={"GIT_CONFIG_GLOBAL": "/dev/null", "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"})
+                  env={"GIT_CONFIG_GLOBAL": "/dev/null", "http_proxy": "http://127.0.0.1:9",
+                       "https_proxy": "http://127.0.0.1:9"})
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert not ws.exists(), "a dry run must not create the workspace"
@@ -82,8 +85,10 @@ def test_dry_run_prints_the_whole_plan_without_touching_anything(tmp_path):
     for needle in ("hrx: https://github.com/ROCm/hrx.git @ 0bc22fb",
                    "hrx-system: https://github.com/ROCm/hrx-system.git @ 6743075f",
                    "must not descend from 87e371596321dd426cbe0961ed32d5669038ca60",
-                   "llama.cpp-hrx: https://github.com/bong-water-water-bong/llama.cpp.git @ 3b33c8a93732180533e02f8c3f16291f1b8d7c24",
-                   "patch 0001-libhrx-no-install-export-rules.patch", "patch 0003-amdgpu-failed-pm4-probe-is-native-aql.patch",
+                   "llama.cpp-hrx: https://github.com/bong-water-water-bong/llama.cpp.git @ "
+                   "3b33c8a93732180533e02f8c3f16291f1b8d7c24",
+                   "patch 0001-libhrx-no-install-export-rules.patch",
+                   "patch 0003-amdgpu-failed-pm4-probe-is-native-aql.patch",
                    f"patched tree: {ws}/src/llama.cpp-hrx-3b33c8a93732-"):
         assert needle in text, needle
     # Build order and every define of every component.
@@ -94,9 +99,11 @@ def test_dry_run_prints_the_whole_plan_without_touching_anything(tmp_path):
         for key, _ in comp.defines:
             assert f"-D{key}=" in text, key
     assert f"-DCMAKE_C_COMPILER={root}/bin/amdclang " in text and f"-DCMAKE_AR={root}/lib/llvm/bin/llvm-ar " in text
-    assert "'-DIREE_HAL_AMDGPU_TARGETS=gfx9-generic;gfx90a;gfx9-4-generic;gfx10-1-generic;gfx10-3-generic;gfx11-generic;gfx12-generic'" in text
+    assert ("'-DIREE_HAL_AMDGPU_TARGETS=gfx9-generic;gfx90a;gfx9-4-generic;gfx10-1-generic;gfx10-3-generic;"
+            "gfx11-generic;gfx12-generic'") in text
     assert f"-Dhrx_DIR={ws}/build/strix-halo-hrx-runtime-<key>/onebit-prefix/cmake/hrx" in text
-    assert f"-DGGML_HRX2_LOOM_LINK_EXECUTABLE={ws}/build/strix-halo-loom-link-<key>/loom/src/loom/tools/loom-link/loom-link" in text
+    assert (f"-DGGML_HRX2_LOOM_LINK_EXECUTABLE={ws}/build/strix-halo-loom-link-<key>"
+            "/loom/src/loom/tools/loom-link/loom-link") in text
     assert "--target libhrx_src_libhrx_hrx loomc_shared loom_binding_c_target_amdgpu_amdgpu.objects" in text
     assert "--target llama-server llama-bench" in text
     assert "configure recipes/strix-halo/hrx-config.cmake.in -> cmake/hrx/hrx-config.cmake" in text
@@ -108,8 +115,8 @@ def test_dry_run_prints_the_whole_plan_without_touching_anything(tmp_path):
 
 
 def test_dry_run_names_what_is_missing(tmp_path):
-    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--hrx", "on", "--toolchain-root", str(tmp_path / "none"), "--dry-run",
-                  env={k: v for k, v in os.environ.items() if k != "IREE_HAL_AMDGPU_LIBHSA_PATH"})
+    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--hrx", "on", "--toolchain-root", str(tmp_path / "none"),
+                  "--dry-run", env={k: v for k, v in os.environ.items() if k != "IREE_HAL_AMDGPU_LIBHSA_PATH"})
     assert out.returncode == 0, out.stderr
     assert "problems a real run would meet" in out.stdout
     assert f"toolchain root {tmp_path}/none does not exist" in out.stdout

@@ -32,7 +32,8 @@ PKG, VER = "demo-big", "1.0.0"
 GIT_DIR = ".git/modules/vendor/demo"
 
 
-def cli(*args: str, env: dict | None = None, cwd: Path | None = None, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+def cli(*args: str, env: dict | None = None, cwd: Path | None = None,
+        prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     full = {**os.environ, **(env or {})}
     return subprocess.run([*prefix, sys.executable, "-m", "onebit_build", *args], capture_output=True, text=True,
                           env=full, cwd=cwd or REPO, timeout=300)
@@ -57,7 +58,8 @@ def small_disk(path: Path, size: str):
     if os.geteuid() != 0:
         pytest.skip("mounting a size-limited tmpfs needs root (CI runs as root)")
     path.mkdir(parents=True, exist_ok=True)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                       capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
     try:
@@ -98,7 +100,8 @@ def test_read_only_workspace(tmp_path):
 
 @pytest.mark.parametrize("jobs", ["0", "-3", "two"])
 def test_bad_jobs_refused_at_parse_time(tmp_path, jobs):
-    r = cli("--workspace", str(tmp_path / "ws"), f"-j{jobs}" if jobs.startswith("-") else "-j", *([] if jobs.startswith("-") else [jobs]), "build")
+    r = cli("--workspace", str(tmp_path / "ws"), f"-j{jobs}" if jobs.startswith("-") else "-j",
+            *([] if jobs.startswith("-") else [jobs]), "build")
     assert r.returncode == 2 and "-j/--jobs" in r.stderr
     assert not (tmp_path / "ws").exists(), "nothing may start before the arguments are checked"
 
@@ -166,7 +169,8 @@ def test_removing_the_lock_file_does_not_let_a_second_run_in(tmp_path):
 # --------------------------------------------------------------------------- stopping and probing programs
 
 
-IGNORES_TERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+IGNORES_TERM = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
+                "time.sleep(60)")
 
 
 def test_stop_group_follows_the_given_signals_and_graces():
@@ -226,7 +230,8 @@ def big_index(tmp_path, monkeypatch):
 
 
 def _left_behind(root: Path) -> list[Path]:
-    return [p for p in root.rglob("*") if p.is_file() and (p.name.endswith(".part") or p.name.startswith("tmp_") or ".tmp" in p.name)]
+    return [p for p in root.rglob("*")
+            if p.is_file() and (p.name.endswith(".part") or p.name.startswith("tmp_") or ".tmp" in p.name)]
 
 
 @pytest.mark.parametrize("size,stage", [("3m", "download"), ("9m", "unpack"), ("15m", "git fetch")])
@@ -269,7 +274,8 @@ def test_disk_full_through_the_cli_is_one_line(tmp_path, big_index, monkeypatch)
             f"        sha256: {big_index.mirrors[0].sha256}\n        git-dir: {GIT_DIR}\n"
         )
         (pins / "recipes" / "default.yaml").write_text(
-            "schema: 1\nname: default\nbackends: [cpu]\ncomponents:\n  - name: demo\n    source: demo\n    targets: [all]\n"
+            "schema: 1\nname: default\nbackends: [cpu]\ncomponents:\n  - name: demo\n    source: demo\n    targets: "
+            "[all]\n"
         )
         t0 = time.monotonic()
         r = cli("--workspace", str(disk / "ws"), "fetch", env={"ONEBIT_ROOT": str(pins)})

@@ -38,22 +38,29 @@ def make_result(run_dir: Path, *, cpu_ok: bool = True, with_missing: bool = True
         answer_passed=True, reference=None, tolerance=0.25,
     )
     cpu_checks = (
-        SmokeCheck(name="start", device="CPU", passed=True, summary="healthy on port 1234 after 1.0 s", evidence={"port": 1234}),
-        SmokeCheck(name="health", device="CPU", passed=True, summary="/health: 200 status ok", evidence={"http_status": 200}),
-        SmokeCheck(name="answer:capital", device="CPU", passed=True, summary="capital: answer ' Paris' contains 'Paris'",
+        SmokeCheck(name="start", device="CPU", passed=True, summary="healthy on port 1234 after 1.0 s",
+                   evidence={"port": 1234}),
+        SmokeCheck(name="health", device="CPU", passed=True, summary="/health: 200 status ok",
+                   evidence={"http_status": 200}),
+        SmokeCheck(name="answer:capital", device="CPU", passed=True,
+                   summary="capital: answer ' Paris' contains 'Paris'",
               evidence={"answer": " Paris", "prompt": "Q|A\nAnswer:"}),
         check_speed(speed),
     )
-    devices = [DeviceResult(device="CPU", checks=cpu_checks, speed=speed, log=run_dir / "logs" / "server-CPU.log", seconds=12.5, port=1234)]
+    devices = [DeviceResult(device="CPU", checks=cpu_checks, speed=speed, log=run_dir / "logs" / "server-CPU.log",
+                            seconds=12.5, port=1234)]
     listed: tuple[str, ...] = ()
-    run_checks = (SmokeCheck(name="devices", device=None, passed=True, summary="--list-devices shows every expected device (CPU)"),)
+    run_checks = (SmokeCheck(name="devices", device=None, passed=True,
+                             summary="--list-devices shows every expected device (CPU)"),)
     if with_missing:
         devices.append(DeviceResult(
             device="HRX20",
-            checks=(SmokeCheck(name="start", device="HRX20", passed=False, summary="HRX20 is not offered by this llama-server"),),
+            checks=(SmokeCheck(name="start", device="HRX20", passed=False,
+                               summary="HRX20 is not offered by this llama-server"),),
             speed=None, log=None, seconds=0.0,
         ))
-        run_checks = (SmokeCheck(name="devices", device=None, passed=False, summary="--list-devices lacks HRX20 (lists: none)",
+        run_checks = (SmokeCheck(name="devices", device=None, passed=False,
+                                 summary="--list-devices lacks HRX20 (lists: none)",
                             evidence={"missing": ["HRX20"]}),)
     return SmokeResult(
         recipe="default",
@@ -73,7 +80,8 @@ def make_result(run_dir: Path, *, cpu_ok: bool = True, with_missing: bool = True
 def test_report_json_is_versioned_and_complete(tmp_path):
     result = make_result(tmp_path)
     manifest = {"recipe": "default", "llama.cpp": "0c1e570", "nested": {"x": 1}}
-    json_path, md_path = write_report(tmp_path, recipe=recipe(), smoke=result, manifest=manifest, extra={"stage_s": 13.0})
+    json_path, md_path = write_report(tmp_path, recipe=recipe(), smoke=result, manifest=manifest,
+                                      extra={"stage_s": 13.0})
     assert json_path == tmp_path / "report.json" and md_path == tmp_path / "report.md"
     doc = read_state(json_path, REPORT_KIND, REPORT_SCHEMA)
     assert doc["result"] == "fail" and doc["passed"] is False
@@ -138,7 +146,8 @@ def test_passing_result_and_terminal_summary(tmp_path, capsys):
     # The verdict answers the command (stdout, kept with -q); the device lines are progress.
     assert said.out.startswith("smoke PASS") and "decode 29.0 tok/s" in said.err and "smoke PASS" not in said.err
 
-    failing = replace(result, checks=(SmokeCheck(name="devices", device=None, passed=False, summary="--list-devices lacks Vulkan0"),))
+    failing = replace(result, checks=(SmokeCheck(name="devices", device=None, passed=False,
+                                                 summary="--list-devices lacks Vulkan0"),))
     lines = summary_lines(failing)
     assert "  FAIL --list-devices lacks Vulkan0" in lines and lines[-1].startswith("smoke FAIL: 4/5")
 

@@ -31,9 +31,10 @@ def test_serve_prints_the_base_url_answers_and_stops_on_ctrl_c(llama_server, gem
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("ONEBIT_MIRROR_DIR", "ONEBIT_WORKSPACE")}
     env["ONEBIT_ROOT"] = str(REPO)
-    argv = [sys.executable, "-m", "onebit_build", "--workspace", str(ws), *shared_from_user(ws), "--model", str(gemma_model),
-            "serve", "--port", str(port), "--", "--threads", "2"]
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=sigint_default)
+    argv = [sys.executable, "-m", "onebit_build", "--workspace", str(ws), *shared_from_user(ws), "--model",
+            str(gemma_model), "serve", "--port", str(port), "--", "--threads", "2"]
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=sigint_default)
     seen: list[str] = []
     try:
         assert proc.stdout is not None
@@ -50,7 +51,9 @@ def test_serve_prints_the_base_url_answers_and_stops_on_ctrl_c(llama_server, gem
         pid = int(re.search(r"\(pid (\d+),", text).group(1))
         models = requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=30).json()
         assert [m["id"] for m in models["data"]] == ["gemma-3-270m-q4_k_m"]  # the recipe's model name, not a path
-        r = requests.post(f"http://127.0.0.1:{port}/v1/completions", json={"prompt": "Question: What is the capital of France?\nAnswer:", "max_tokens": 8, "temperature": 0},
+        r = requests.post(f"http://127.0.0.1:{port}/v1/completions",
+                          json={"prompt": "Question: What is the capital of France?\nAnswer:", "max_tokens": 8,
+                                "temperature": 0},
                           timeout=120)
         assert r.status_code == 200 and "Paris" in r.json()["choices"][0]["text"]
         # The extra argument after -- reached the server.
@@ -79,7 +82,8 @@ def test_serve_refuses_a_port_in_use(llama_server, gemma_model):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        out = run_cli(REPO, "--workspace", str(ws), *shared_from_user(ws), "--model", str(gemma_model), "serve", "--port", str(port))
+        out = run_cli(REPO, "--workspace", str(ws), *shared_from_user(ws), "--model", str(gemma_model), "serve",
+                      "--port", str(port))
     assert out.returncode == 2, out.stderr
     assert f"port {port} is in use" in out.stderr and "--port" in out.stderr
 
@@ -101,7 +105,9 @@ def test_install_gives_a_relocatable_tree_with_its_manifest(llama_server, tmp_pa
     moved = tmp_path / "moved"
     prefix.rename(moved)
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    ver = subprocess.run([str(moved / "bin" / "llama-server"), "--version"], capture_output=True, text=True, timeout=60, env=env)
+    ver = subprocess.run([str(moved / "bin" / "llama-server"), "--version"], capture_output=True, text=True,
+                         timeout=60, env=env)
     assert ver.returncode == 0 and "0c1e570" in ver.stdout + ver.stderr
-    ldd = subprocess.run(["ldd", str(moved / "bin" / "llama-server")], capture_output=True, text=True, timeout=60).stdout
+    ldd = subprocess.run(["ldd", str(moved / "bin" / "llama-server")], capture_output=True,
+                         text=True, timeout=60).stdout
     assert str(moved / "bin" / "libllama-server-impl.so") in ldd, ldd

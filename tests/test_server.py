@@ -65,7 +65,8 @@ def test_device_args():
 
 
 def test_server_argv_binds_loopback_one_slot():
-    spec = ServerSpec(binary=Path("bin/llama-server"), model=Path("m.gguf"), log=Path("l"), device="CUDA0", ctx_size=4096, threads=2)
+    spec = ServerSpec(binary=Path("bin/llama-server"), model=Path("m.gguf"), log=Path("l"), device="CUDA0",
+                      ctx_size=4096, threads=2)
     argv = server_argv(spec, 8123)
     assert argv[0] == "bin/llama-server"
     pairs = {argv[i]: argv[i + 1] for i in range(1, len(argv) - 1) if argv[i].startswith("-")}
@@ -106,11 +107,13 @@ def test_bind_failure_and_error_line():
     assert not is_bind_failure("model loaded")
     tail = (
         "0.00.006.141 I srv    load_model: loading model 'x.gguf'\n"
-        "0.00.072.772 E llama_model_load: error loading model: tensor 'token_embd.weight' data is not within the file bounds\n"
+        "0.00.072.772 E llama_model_load: error loading model: tensor 'token_embd.weight' data is not within the file "
+        "bounds\n"
         "0.00.146.007 E srv    load_model: failed to load model, 'x.gguf'\n"
         "0.00.146.776 E srv  llama_server: exiting due to model loading error\n"
     )
-    assert first_error_line(tail) == "llama_model_load: error loading model: tensor 'token_embd.weight' data is not within the file bounds"
+    assert first_error_line(tail) == ("llama_model_load: error loading model: tensor 'token_embd.weight' data is not "
+                                      "within the file bounds")
     assert first_error_line("all good\nbye\n") == "bye"
     assert first_error_line("") == "(the log is empty)"
 
@@ -161,7 +164,8 @@ def test_busy_server_is_stopped_promptly(llama_server, gemma_model, tmp_path):
 
     def long_request():
         try:
-            requests.post(server.url + "/completion", json={"prompt": "1, 2,", "n_predict": 4000, "ignore_eos": True}, timeout=60)
+            requests.post(server.url + "/completion",
+                          json={"prompt": "1, 2,", "n_predict": 4000, "ignore_eos": True}, timeout=60)
             outcome.append("answered")
         except requests.RequestException:
             outcome.append("cut off")

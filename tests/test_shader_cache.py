@@ -403,7 +403,8 @@ def test_two_workspaces_share_shaders_through_the_tool(tmp_path):
     assert "1/1 shader cache hits" in out.stderr, out.stderr  # the second build's line
     one, two = (c["compiler_cache"]["shader_cache"] for c in comps)
     assert one["launcher"] == two["launcher"] == "glslc-cache" and one["cache_dir"] == str(tmp_path / "sc")
-    assert (one["stats"]["hits"], one["stats"]["misses"]) == (0, 1) and (two["stats"]["hits"], two["stats"]["misses"]) == (1, 0)
+    assert (one["stats"]["hits"], one["stats"]["misses"]) == (0, 1)
+    assert (two["stats"]["hits"], two["stats"]["misses"]) == (1, 0)
     assert comps[0]["outputs"][0]["sha256"] == comps[1]["outputs"][0]["sha256"]
     cache = (Path(comps[1]["build_dir"]) / "CMakeCache.txt").read_text()
     assert f"Vulkan_GLSLC_EXECUTABLE:STRING={comps[1]['build_dir']}/onebit-glslc/glslc" in cache

@@ -81,7 +81,8 @@ def test_check_health():
     assert not bad.passed and "503" in bad.summary
 
 
-CATALOG = {"object": "list", "data": [{"id": "/m/x.gguf", "meta": {"n_params": 268098176, "n_ctx": 2048, "n_ctx_train": 32768}}]}
+CATALOG = {"object": "list",
+           "data": [{"id": "/m/x.gguf", "meta": {"n_params": 268098176, "n_ctx": 2048, "n_ctx_train": 32768}}]}
 
 
 def test_check_catalog():
@@ -115,9 +116,11 @@ def test_check_props(tmp_path):
     assert check_props("CPU", 200, props, expect_commit=PIN, model_path=model, ctx_size=2048).passed
     wrong_commit = check_props("CPU", 200, props, expect_commit="deadbeefcafe", model_path=model, ctx_size=2048)
     assert not wrong_commit.passed and "does not name commit deadbeefcafe" in wrong_commit.summary
-    assert not check_props("CPU", 200, props, expect_commit=PIN, model_path=tmp_path / "other.gguf", ctx_size=2048).passed
+    assert not check_props("CPU", 200, props, expect_commit=PIN, model_path=tmp_path / "other.gguf",
+                           ctx_size=2048).passed
     assert not check_props("CPU", 200, props, expect_commit=PIN, model_path=model, ctx_size=1024).passed
-    assert not check_props("CPU", 200, {**props, "total_slots": 4}, expect_commit=PIN, model_path=model, ctx_size=2048).passed
+    assert not check_props("CPU", 200, {**props, "total_slots": 4}, expect_commit=PIN, model_path=model,
+                           ctx_size=2048).passed
 
 
 def test_check_devices():
@@ -149,16 +152,19 @@ def test_judge_speed_sample():
 
 
 def sample(dps: float, ok: bool = True) -> Sample:
-    return Sample(prompt_tok_s=100.0 + dps, decode_tok_s=dps, prompt_n=12, predicted_n=128, valid=ok, why="" if ok else "bad", text="")
+    return Sample(prompt_tok_s=100.0 + dps, decode_tok_s=dps, prompt_n=12, predicted_n=128, valid=ok,
+                  why="" if ok else "bad", text="")
 
 
 def test_summarize_speed_median_and_validity():
     s = summarize_speed(device="CPU", prompt="capital", tokens=128, warmup=None,
-                        samples=(sample(31.0), sample(10.0), sample(29.0)), answer_passed=True, reference=None, tolerance=0.25)
+                        samples=(sample(31.0), sample(10.0), sample(29.0)), answer_passed=True, reference=None,
+                        tolerance=0.25)
     assert s.valid and s.decode_tok_s == 29.0 and s.prompt_tok_s == 129.0 and s.on_par is None
     assert check_speed(s).passed and "decode 29.0 tok/s" in check_speed(s).summary
     one_bad = summarize_speed(device="CPU", prompt="capital", tokens=128, warmup=None,
-                              samples=(sample(31.0), sample(10.0, ok=False)), answer_passed=True, reference=None, tolerance=0.25)
+                              samples=(sample(31.0), sample(10.0, ok=False)), answer_passed=True, reference=None,
+                              tolerance=0.25)
     assert not one_bad.valid and one_bad.decode_tok_s is None and "1 of 2" in one_bad.reason
     assert not check_speed(one_bad).passed
     wrong_answer = summarize_speed(device="CPU", prompt="capital", tokens=128, warmup=None,
@@ -189,7 +195,8 @@ def default_run(llama_server, gemma_model, tmp_path_factory):
     model = ModelFile(path=Path(gemma_model).resolve(), sha256=recipe.model.sha256, source="local")
     run_dir = tmp_path_factory.mktemp("smoke-default")
     t0 = time.monotonic()
-    result = run_smoke(recipe=recipe, server_bin=Path(llama_server), model=model, run_dir=run_dir, expect_commit=PIN, threads=THREADS)
+    result = run_smoke(recipe=recipe, server_bin=Path(llama_server), model=model, run_dir=run_dir, expect_commit=PIN,
+                       threads=THREADS)
     wall = time.monotonic() - t0
     print(f"\nsmoke stage: {wall:.1f} s")
     for c in result.all_checks:
@@ -204,7 +211,8 @@ def test_default_recipe_passes_on_cpu(default_run):
     assert wall < SMOKE_BUDGET_S, f"smoke stage took {wall:.1f} s"
     cpu = result.device("CPU")
     names = [c.name for c in cpu.checks]
-    assert names == ["start", "offload", "health", "catalog", "props", "answer:capital", "answer:landmark", "answer:counting", "speed"]
+    assert names == ["start", "offload", "health", "catalog", "props", "answer:capital", "answer:landmark",
+                     "answer:counting", "speed"]
     capital = next(c for c in cpu.checks if c.name == "answer:capital")
     assert "Paris" in capital.evidence["answer"]
     assert len(recipe.smoke.prompts) >= 3
@@ -292,7 +300,8 @@ def test_truncated_model_is_reported_with_the_server_log_tail(llama_server, gemm
         dst.write(src.read(8 << 20))
     recipe = default_recipe()
     model = ModelFile(path=truncated, sha256="0" * 64, source="local")
-    result = run_smoke(recipe=recipe, server_bin=Path(llama_server), model=model, run_dir=tmp_path / "run", expect_commit=PIN)
+    result = run_smoke(recipe=recipe, server_bin=Path(llama_server), model=model, run_dir=tmp_path / "run",
+                       expect_commit=PIN)
     assert not result.passed
     (start,) = result.device("CPU").checks
     assert start.name == "start" and not start.passed
@@ -343,8 +352,8 @@ def test_ctrl_c_during_smoke_leaves_no_server(llama_server, gemma_model, tmp_pat
                   run_dir=Path({str(tmp_path)!r}), expect_commit={PIN!r}, threads={THREADS})
         print("smoke finished", flush=True)
     """)
-    child = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             preexec_fn=sigint_default)
+    child = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, preexec_fn=sigint_default)
     server_pid = None
     try:
         deadline = time.monotonic() + 90

@@ -88,9 +88,11 @@ def _alive(pid: int) -> bool:
 
 
 def test_request_deadline_comes_from_the_tokens(silent_server, tmp_path):
-    recipe = _recipe(answer_tokens=4, speed_tokens=8, speed_repeats=1, request_base_s=1.0, min_tok_s=4.0, stage_timeout_s=120.0)
+    recipe = _recipe(answer_tokens=4, speed_tokens=8, speed_repeats=1, request_base_s=1.0, min_tok_s=4.0,
+                     stage_timeout_s=120.0)
     t0 = time.monotonic()
-    result = run_smoke(recipe=recipe, server_bin=silent_server, model=_model(tmp_path), run_dir=tmp_path / "run", expect_commit="0c1e570")
+    result = run_smoke(recipe=recipe, server_bin=silent_server, model=_model(tmp_path), run_dir=tmp_path / "run",
+                       expect_commit="0c1e570")
     took = time.monotonic() - t0
     assert not result.passed
     checks = {c.name: c for c in result.device("CPU").checks}
@@ -110,7 +112,8 @@ def test_request_deadline_comes_from_the_tokens(silent_server, tmp_path):
 def test_stage_deadline_bounds_every_device(silent_server, tmp_path):
     recipe = _recipe(devices=("CPU", "CPU"), answer_tokens=4, request_base_s=30.0, min_tok_s=1.0, stage_timeout_s=3.0)
     t0 = time.monotonic()
-    result = run_smoke(recipe=recipe, server_bin=silent_server, model=_model(tmp_path), run_dir=tmp_path / "run", expect_commit="0c1e570")
+    result = run_smoke(recipe=recipe, server_bin=silent_server, model=_model(tmp_path), run_dir=tmp_path / "run",
+                       expect_commit="0c1e570")
     took = time.monotonic() - t0
     assert took < 15, f"the stage took {took:.0f} s with a 3 s deadline"
     summaries = [c.summary for d in result.device_results for c in d.checks]

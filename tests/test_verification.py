@@ -244,9 +244,11 @@ def test_differing_answers_name_the_first_token_and_the_shared_text():
 def test_answer_without_tokens_falls_back_to_characters_and_errors_fail():
     c = answers.compare("CPU", "p", new=answers.Answer(text="abcX"), working=answers.Answer(text="abcY"))
     assert c.difference == "character 3 after 'abc': new 'X', working 'Y'"
-    c = answers.compare("CPU", "p", new=answers.Answer(text="", error="server exited"), working=answers.Answer(text="x"))
+    c = answers.compare("CPU", "p", new=answers.Answer(text="", error="server exited"),
+                        working=answers.Answer(text="x"))
     assert not c.same and c.difference == "new: server exited"
-    ended = answers.describe(answers.Answer(text="a", tokens=(1,)), answers.Answer(text="ab", tokens=(1, 2), pieces=("a", "b")))
+    ended = answers.describe(answers.Answer(text="a", tokens=(1,)),
+                             answers.Answer(text="ab", tokens=(1, 2), pieces=("a", "b")))
     assert "new (the answer ended), working 'b' (id 2)" in ended
 
 
@@ -269,7 +271,8 @@ def test_parse_maps_lists_each_file_once():
     files = provenance.parse_maps(MAPS)
     paths = [f.path for f in files]
     assert paths == ["/b/bin/llama-server", "/b/bin/libggml-base.so.0.25.3", "/usr/lib/x86_64-linux-gnu/libggml.so.0",
-                     "/b/bin/libllama.so.0.5.0", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/b/dir with space/libmtmd.so.0.5.0"]
+                     "/b/bin/libllama.so.0.5.0", "/usr/lib/x86_64-linux-gnu/libc.so.6",
+                     "/b/dir with space/libmtmd.so.0.5.0"]
     assert files[1].device == (0xFE, 0) and files[1].inode == 201
     assert files[3].deleted and not files[1].deleted
 
@@ -283,8 +286,9 @@ def test_judge_finds_system_deleted_changed_and_replaced_files():
         "/b/bin/libllama.so.0.5.0": provenance.OnDisk(sha256="c" * 64, device=(0xFE, 0), inode=999),
         "/b/dir with space/libmtmd.so.0.5.0": provenance.OnDisk(sha256="d" * 64, device=(0xFE, 0), inode=999),
     }
-    checks = {Path(c.path).name: c for c in provenance.judge(provenance.parse_maps(MAPS), executable="/b/bin/llama-server",
-                                                             expected=expected, on_disk=on_disk)}
+    judged = provenance.judge(provenance.parse_maps(MAPS), executable="/b/bin/llama-server", expected=expected,
+                              on_disk=on_disk)
+    checks = {Path(c.path).name: c for c in judged}
     assert "libc.so.6" not in checks  # not a library provenance judges
     assert checks["llama-server"].status == provenance.OWN
     assert checks["libggml-base.so.0.25.3"].status == provenance.CHANGED
@@ -406,7 +410,8 @@ def fake_build(folder: Path, *, recipe: str = "default", recorded: Path | None =
     doc = {
         "kind": manifest_mod.KIND, "schema": manifest_mod.SCHEMA, "recipe": {"name": recipe},
         "components": [{"name": "llama", "build_dir": str(recorded), "outputs": [
-            {"name": "llama-server", "path": str(recorded / "bin" / "llama-server"), "sha256": sha256_file(server), "size": 1},
+            {"name": "llama-server", "path": str(recorded / "bin" / "llama-server"),
+             "sha256": sha256_file(server), "size": 1},
             {"name": "libggml.so.1", "path": str(recorded / "bin" / "libggml.so.1"), "sha256": "f" * 64, "size": 3},
         ]}],
     }
@@ -502,7 +507,8 @@ def test_same_build_is_detected(tmp_path):
 
 
 def _set(names_hashes: dict[str, str], facts: dict[str, str] | None = None) -> ArtifactSet:
-    return ArtifactSet(kind="spirv", root="/x", items=tuple(Artifact(name=n, size=4, sha256=h) for n, h in names_hashes.items()),
+    return ArtifactSet(kind="spirv", root="/x",
+                       items=tuple(Artifact(name=n, size=4, sha256=h) for n, h in names_hashes.items()),
                        facts=facts or {"glslc": "shaderc 2023.2-1"})
 
 
@@ -516,8 +522,10 @@ def _parts(*, spv_ok: bool = True, same: bool = True, slow: bool = False, own: b
     ratio = 0.5 if slow else 1.0
     sp = verdict.speed_part({("CPU", "decode"): speed.speed_verdict(measures([(30, 30 * ratio)] * 5), rounds_asked=5),
                              ("CPU", "prompt"): speed.speed_verdict(measures([(200, 200)] * 5), rounds_asked=5)})
-    check = provenance.FileCheck(path="/b/bin/libggml.so", status=provenance.OWN if own else provenance.FOREIGN, detail="" if own else "system")
-    prov = verdict.provenance_part([provenance.Provenance(side="new", device="CPU", pid=1, executable="/b/bin/llama-server", checks=(check,))])
+    check = provenance.FileCheck(path="/b/bin/libggml.so", status=provenance.OWN if own else provenance.FOREIGN,
+                                 detail="" if own else "system")
+    prov = verdict.provenance_part([provenance.Provenance(side="new", device="CPU", pid=1,
+                                                          executable="/b/bin/llama-server", checks=(check,))])
     return [prov, sp, ans, art]
 
 
@@ -549,7 +557,8 @@ def test_recipe_without_kernel_artifacts_compares_its_outputs():
 def _facts(tmp_path: Path) -> report.RunFacts:
     return report.RunFacts(recipe="default", new={"folder": "/n", "given_as": "build folder"},
                            working={"folder": "/w", "given_as": "run folder"}, rounds=5, tolerance=0.03,
-                           devices=("CPU",), started_at="2026-01-01T00:00:00+00:00", seconds=12.3, run_dir=str(tmp_path),
+                           devices=("CPU",), started_at="2026-01-01T00:00:00+00:00", seconds=12.3,
+                           run_dir=str(tmp_path),
                            model={"path": "/m/Qwen3-0.6B-Q4_0.gguf", "sha256": "c" * 64, "source": "local"})
 
 
@@ -558,10 +567,12 @@ def test_report_files_are_written_whole(tmp_path):
     log.parent.mkdir()
     log.write_text("started\n")
     v = verdict.verdict(_parts(slow=True))
-    w = report.write_all(tmp_path, v, _facts(tmp_path), bundle_files=[("logs/server-r1-new.log", log), ("missing.json", tmp_path / "nope")])
+    w = report.write_all(tmp_path, v, _facts(tmp_path),
+                         bundle_files=[("logs/server-r1-new.log", log), ("missing.json", tmp_path / "nope")])
     doc = json.loads(w.json.read_text())
     assert doc["kind"] == report.KIND
-    assert doc["schema"] == report.SCHEMA and doc["verdict"] == "NOT VERIFIED" and doc["exit_code"] == 11 and doc["failed"] == ["speed"]
+    assert doc["schema"] == report.SCHEMA and doc["verdict"] == "NOT VERIFIED"
+    assert doc["exit_code"] == 11 and doc["failed"] == ["speed"]
     speed_part = next(p for p in doc["parts"] if p["name"] == "speed")
     assert speed_part["per_device"][0]["verdict"] == "slower"
     md = w.md.read_text()
@@ -572,14 +583,16 @@ def test_report_files_are_written_whole(tmp_path):
     with tarfile.open(w.bundle) as tar:
         assert tar.getnames() == ["verification.md", "verification.json", "logs/server-r1-new.log"]
         assert json.loads(tar.extractfile("verification.json").read())["verdict"] == "NOT VERIFIED"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "verification.json", "verification.md", "verification.tar.gz"]
+    names = ["logs", "verification.json", "verification.md", "verification.tar.gz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == names
 
 
 # --------------------------------------------------------------------------- junit
 
 
 def test_junit_xml_lists_each_check(tmp_path):
-    cases = [Case(name="artifacts", ok=True, message="2/2"), Case(name="speed", ok=False, message="slower 0.5", detail="CPU decode")]
+    cases = [Case(name="artifacts", ok=True, message="2/2"),
+             Case(name="speed", ok=False, message="slower 0.5", detail="CPU decode")]
     path = write_junit(tmp_path / "j.xml", "verify-run", cases, seconds=1.5)
     root = ET.parse(path).getroot()
     suite = root.find("testsuite")

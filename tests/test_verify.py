@@ -54,7 +54,8 @@ def built(tmp_path_factory):
     commit = make_repo(src, SHADER_PROJECT)
     mirrors = tmp / "mirrors"
     bare_mirror(src, mirrors, "shaders")
-    root = project_tree(tmp / "proj", pins=f"schema: 1\nsources:\n  shaders:\n    url: https://example.invalid/s.git\n    commit: {commit}\n", recipes={"shaders": RECIPE})
+    root = project_tree(tmp / "proj", pins="schema: 1\nsources:\n  shaders:\n    url: https://example.invalid/s.git\n "
+                                           f"   commit: {commit}\n", recipes={"shaders": RECIPE})
     ws = tmp / "ws"
 
     def cli(*args):
@@ -159,25 +160,33 @@ def test_no_matching_committed_reference_is_said_plainly(built):
 
 
 def test_compare_sets_pure():
-    a = ArtifactSet(kind="loombc", root="/r", items=(Artifact(name="k.loombc", size=4, sha256="a"),), facts={"source_dir": "/x", "loom_link": "L"})
-    b = ArtifactSet(kind="loombc", root="/r", items=(Artifact(name="k.loombc", size=4, sha256="a"),), facts={"source_dir": "/y", "loom_link": "L"})
+    a = ArtifactSet(kind="loombc", root="/r", items=(Artifact(name="k.loombc", size=4, sha256="a"),),
+                    facts={"source_dir": "/x", "loom_link": "L"})
+    b = ArtifactSet(kind="loombc", root="/r", items=(Artifact(name="k.loombc", size=4, sha256="a"),),
+                    facts={"source_dir": "/y", "loom_link": "L"})
     res = compare_sets("llama", b, a)
     assert res.ok and res.summary() == "HRX2 Loom bytecode: 1/1 byte-identical"
     assert res.warnings and "another path" in res.warnings[0]
 
 
 def manifest_doc() -> dict:
-    spv = ArtifactSet(kind="spirv", root="/b/spv", items=(Artifact(name="add.spv", size=3, sha256="a" * 64),), facts={"glslc": "shaderc 1"})
+    spv = ArtifactSet(kind="spirv", root="/b/spv", items=(Artifact(name="add.spv", size=3, sha256="a" * 64),),
+                      facts={"glslc": "shaderc 1"})
     return {
-        "tool": {"name": "onebit-build", "version": "0"}, "project_root": "/p", "data_from": "checkout", "created": "2025-01-01T00:00:00+0000",
+        "tool": {"name": "onebit-build", "version": "0"}, "project_root": "/p", "data_from": "checkout",
+            "created": "2025-01-01T00:00:00+0000",
         "recipe": {"name": "tiny", "path": "/p/recipes/tiny.yaml", "sha256": "r" * 64, "backends": ["vulkan"]},
         "host": {"hostname": "box", "system": "Linux"}, "toolchain": {"cmake": "3.31", "glslc": "shaderc 1"},
-        "sources": [{"name": "src", "url": "https://example.org/src.git", "commit": "c" * 40, "resolved_from": None, "mirror_used": "cache",
+        "sources": [{"name": "src", "url": "https://example.org/src.git", "commit": "c" * 40, "resolved_from": None,
+                     "mirror_used": "cache",
                      "archive_sha256": None, "tree": "/w/src", "patched_head": "d" * 40, "patch_digest": "p" * 64,
                      "patches": [{"name": "0001-x.patch", "sha256": "e" * 64}]}],
-        "components": [{"name": "llama", "source": "src", "build_dir": "/b", "key": "k" * 64, "build_type": "Release", "targets": ["llama-server"],
-                        "defines": {"GGML_VULKAN": "ON"}, "configure_argv": ["cmake"], "build_argv": ["ninja"], "toolchain": {"cmake": "3.31"},
-                        "outputs": [{"name": "llama-server", "path": "/b/bin/llama-server", "sha256": "f" * 64, "size": 9}],
+        "components": [{"name": "llama", "source": "src", "build_dir": "/b", "key": "k" * 64, "build_type": "Release",
+                        "targets": ["llama-server"],
+                        "defines": {"GGML_VULKAN": "ON"}, "configure_argv": ["cmake"], "build_argv": ["ninja"],
+                        "toolchain": {"cmake": "3.31"},
+                        "outputs": [{"name": "llama-server", "path": "/b/bin/llama-server",
+                                     "sha256": "f" * 64, "size": 9}],
                         "artifacts": [spv.to_dict()]}],
     }
 

@@ -213,7 +213,8 @@ def test_second_build_of_the_same_configuration_is_verified(second_build, defaul
     # honest answer is "too noisy": NOT VERIFIED for speed alone, with the remedy printed.
     assert set(speed) <= {"on par", "faster", "too noisy"}, out.stderr[-4000:]
     if "too noisy" in speed:
-        assert out.returncode == 11 and doc["verdict"] == "NOT VERIFIED" and doc["failed"] == ["speed"], out.stderr[-4000:]
+        assert (out.returncode == 11 and doc["verdict"] == "NOT VERIFIED"
+                and doc["failed"] == ["speed"]), out.stderr[-4000:]
         assert "the budget is spent: raise --speed-budget" in out.stderr and "too noisy" in junit.read_text()
     else:
         assert out.returncode == 0, out.stderr[-4000:]
@@ -230,8 +231,8 @@ def test_second_build_of_the_same_configuration_is_verified(second_build, defaul
 def test_define_that_changes_the_binary_is_not_verified(default_build, tmp_path):
     run_dir = tmp_path / "run"
     try:
-        out = cli("-D", "LLAMA_BUILD_NUMBER=99999", "verify-run", "--working", str(default_build), "--tolerance", TOLERANCE,
-                  "--run-dir", str(run_dir))
+        out = cli("-D", "LLAMA_BUILD_NUMBER=99999", "verify-run", "--working", str(default_build), "--tolerance",
+                  TOLERANCE, "--run-dir", str(run_dir))
     finally:
         restored = cli("build")  # the workspace's latest default build is the plain one again
         assert restored.returncode == 0, restored.stderr[-2000:]
@@ -352,8 +353,8 @@ def test_flipped_shader_byte_in_the_working_build_is_named(vulkan_build, tmp_pat
     victim.write_bytes(bytes(data))
     total = len(list(spv.glob("*.spv")))
     run_dir = tmp_path / "run"
-    out = cli("--recipe", "vulkan", "verify-run", "--working", str(working), "--tolerance", TOLERANCE, "--run-dir", str(run_dir),
-              "--adopt")
+    out = cli("--recipe", "vulkan", "verify-run", "--working", str(working), "--tolerance", TOLERANCE, "--run-dir",
+              str(run_dir), "--adopt")
     assert out.returncode == 11, out.stderr[-4000:]
     doc = verdict_of(run_dir)
     assert "artifacts" in doc["failed"]
@@ -378,11 +379,12 @@ def test_adopted_reference_is_named_after_the_toolchain_and_verifies(vulkan_buil
     build = resolve_working(vulkan_build, recipe="vulkan")
     sets = vrun.collect_sets(build)
     side = vrun.Side(role=vrun.WORKING, build=build)
-    req = vrun.RunRequest(recipe=recipe, new=side, working=side, model=None, run_dir=tmp_path, prompts=(), rounds=5, tolerance=0.03,
-                          refs_dir=tmp_path / "references" / "vulkan")
+    req = vrun.RunRequest(recipe=recipe, new=side, working=side, model=None, run_dir=tmp_path, prompts=(), rounds=5,
+                          tolerance=0.03, refs_dir=tmp_path / "references" / "vulkan")
     path, said = vrun.adopt_reference(req, sets)
     glslc = next(iter(sets.values())).facts["glslc"]
-    assert path == tmp_path / "references" / "vulkan" / f"glslc-{glslc.replace(' ', '-')}.json" and said == f"wrote {path}"
+    assert path == tmp_path / "references" / "vulkan" / f"glslc-{glslc.replace(' ', '-')}.json"
+    assert said == f"wrote {path}"
     found, _ = find_matching_reference(path.parent, sets)
     assert found == path
     ref = load_reference(path)

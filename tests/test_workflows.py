@@ -40,8 +40,10 @@ def steps(doc: dict) -> list[dict]:
 @pytest.mark.parametrize("name", ["ci.yml", "strix-halo.yml"])
 def test_actionlint_passes(name):
     if shutil.which("shellcheck") is None:
-        pytest.fail("shellcheck is not installed (apt-get install shellcheck): actionlint needs it to check the run: scripts")
-    out = subprocess.run([actionlint(), "-config-file", str(CONFIG), str(WORKFLOWS / name)], capture_output=True, text=True, cwd=REPO)
+        pytest.fail("shellcheck is not installed (apt-get install shellcheck): actionlint needs it to check the run: "
+                    "scripts")
+    out = subprocess.run([actionlint(), "-config-file", str(CONFIG), str(WORKFLOWS / name)], capture_output=True,
+                         text=True, cwd=REPO)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -50,7 +52,8 @@ def test_actionlint_catches_an_unknown_runner_label(tmp_path):
     copy = tmp_path / ".github" / "workflows"
     copy.mkdir(parents=True)
     shutil.copy2(WORKFLOWS / "strix-halo.yml", copy / "strix-halo.yml")
-    out = subprocess.run([actionlint(), "-shellcheck=", str(copy / "strix-halo.yml")], capture_output=True, text=True, cwd=tmp_path)
+    out = subprocess.run([actionlint(), "-shellcheck=", str(copy / "strix-halo.yml")], capture_output=True, text=True,
+                         cwd=tmp_path)
     assert out.returncode != 0 and 'label "strix-halo" is unknown' in out.stdout
 
 
@@ -80,7 +83,8 @@ def test_permissions_are_read_only(name):
 def test_strix_halo_is_a_verification_run():
     doc = load("strix-halo.yml")
     text = (WORKFLOWS / "strix-halo.yml").read_text()
-    run = next(s for s in steps(doc) if "onebit-build" in str(s.get("run", "")) and " verify-run " in str(s.get("run", "")))
+    run = next(s for s in steps(doc) if "onebit-build" in str(s.get("run", ""))
+               and " verify-run " in str(s.get("run", "")))
     assert "--working" in run["run"] and "--run-dir" in run["run"] and "--junit" in run["run"]
     assert "GITHUB_STEP_SUMMARY" in text
     uploads = [s for s in steps(doc) if str(s.get("uses", "")).startswith("actions/upload-artifact")]
