@@ -30,8 +30,8 @@ def copy_project_data(src_root: Path, dest: Path) -> list[str]:
             if item == "pins.lock":
                 continue
             raise FileNotFoundError(f"{src}: project data missing from the source tree (check MANIFEST.in)")
-        files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file()
-                                                   and "__pycache__" not in p.parts)
+        files = [src] if src.is_file() else sorted(
+            p for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
         for f in files:
             target = dest / f.relative_to(src_root)
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -26,10 +26,10 @@ if TYPE_CHECKING:  # for the annotations only: the module itself is imported whe
 def make_parser() -> argparse.ArgumentParser:
     """The parser, built from the command table: each command with its help and options."""
     p = argparse.ArgumentParser(prog="onebit-build",
-                                description="Fetch pinned sources, apply patches, build llama-server, verify and "
-                                            "smoke-test it.",
-                                epilog="Global options go before or after the command. 'onebit-build COMMAND --help' "
-                                       "shows a"
+                                description="Fetch pinned sources, apply patches, build llama-server, "
+                                            "verify and smoke-test it.",
+                                epilog="Global options go before or after the command. "
+                                       "'onebit-build COMMAND --help' shows a"
                                        " command's own options. " + exit_codes_sentence())
     p.add_argument("--version", action="store_true",
                    help="print the version, the digest of pins.yaml and where the recipes come from")
@@ -44,8 +44,8 @@ def make_parser() -> argparse.ArgumentParser:
     for cmd in TABLE:
         sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help,
                             parents=[after] if cmd.action is None else [],
-                            epilog="Global options (--recipe, -D, --workspace, -j, -v, -q, ...): see onebit-build "
-                                   "--help.")
+                            epilog="Global options (--recipe, -D, --workspace, -j, -v, -q, ...): "
+                                   "see onebit-build --help.")
         if cmd.dry_run:
             sp.add_argument("--dry-run", action="store_true", default=argparse.SUPPRESS,
                             help="print the plan and stop; no network, no build")

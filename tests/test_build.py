@@ -118,8 +118,8 @@ def test_build_failure_shows_compiler_error_and_log(tmp_path):
     mirrors = tmp_path / "mirrors"
     bare_mirror(src, mirrors, "tiny")
     root = project_tree(tmp_path / "proj",
-                        pins="schema: 1\nsources:\n  tiny:\n    url: https://example.invalid/t.git\n    commit: "
-                             f"{commit}\n", recipes={"tiny": tiny_recipe()})
+                        pins="schema: 1\nsources:\n  tiny:\n    url: "
+                             f"https://example.invalid/t.git\n    commit: {commit}\n", recipes={"tiny": tiny_recipe()})
     out = cli(root, mirrors, tmp_path / "ws", "--recipe", "tiny", "build")
     assert out.returncode == 9
     assert "undefined_symbol_xyz" in out.stderr and "build-hello.log" in out.stderr
@@ -177,8 +177,8 @@ def test_ctrl_c_during_build_cleans_up_and_next_run_works(tmp_path):
     mirrors = tmp_path / "mirrors"
     bare_mirror(src, mirrors, "tiny")
     root = project_tree(tmp_path / "proj",
-                        pins="schema: 1\nsources:\n  tiny:\n    url: https://example.invalid/t.git\n    commit: "
-                             f"{commit}\n", recipes={"tiny": tiny_recipe()})
+                        pins="schema: 1\nsources:\n  tiny:\n    url: "
+                             f"https://example.invalid/t.git\n    commit: {commit}\n", recipes={"tiny": tiny_recipe()})
     env = {k: v for k, v in os.environ.items() if k != "ONEBIT_MIRROR_DIR"}
     env["ONEBIT_ROOT"] = str(root)
     proc = subprocess.Popen([sys.executable, "-m", "onebit_build", "--workspace", str(tmp_path / "ws"), "--mirror-dir",

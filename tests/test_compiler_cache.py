@@ -529,8 +529,8 @@ def tool_project(tmp_path: Path, parts: int = 0) -> tuple[Path, Path]:
               libraries: "lib*.so"
         """
     root = project_tree(tmp_path / "proj",
-                        pins="schema: 1\nsources:\n  where:\n    url: https://example.invalid/where.git\n    commit: "
-                             f"{commit}\n",
+                        pins="schema: 1\nsources:\n  where:\n"
+                             f"    url: https://example.invalid/where.git\n    commit: {commit}\n",
                         recipes={"where": recipe})
     return root, mirrors
 
@@ -727,10 +727,10 @@ def test_cuda_through_nvcc_maps_host_and_device_paths(tmp_path, monkeypatch):
     the library is byte-identical at two paths. sccache 0.16 hits the host object and the
     cubin across paths, not the device front end (it keys that step on the source's path)."""
     kernel = ('#include <cstdio>\n#include <cassert>\n'
-              '__global__ void k(int *x) { if (x[0] < 0) { printf("%s\\n", __FILE__); assert(x[0] >= 0); } x[0] += 1; '
-              '}\n'
-              'extern "C" const char *host_where() { return __FILE__; }\nextern "C" void launch(int *x) { k<<<1, '
-              '1>>>(x); }\n')
+              '__global__ void k(int *x) { if (x[0] < 0) { printf("%s\\n", __FILE__); '
+              'assert(x[0] >= 0); } x[0] += 1; }\n'
+              'extern "C" const char *host_where() { return __FILE__; }\n'
+              'extern "C" void launch(int *x) { k<<<1, 1>>>(x); }\n')
     tools = find_tools()
     env = {**os.environ, "SCCACHE_DIR": str(tmp_path / "cache")}
     launcher = cc.plan_launcher(cc.CacheRequest(mode="sccache"), programs=cc.find_programs(env), env=env)
@@ -739,8 +739,8 @@ def test_cuda_through_nvcc_maps_host_and_device_paths(tmp_path, monkeypatch):
     for where in (tmp_path / "a", tmp_path / "second" / "place"):
         src, build = where / "src", where / "build"
         src.mkdir(parents=True)
-        (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.24)\nproject(cu CXX CUDA)\nadd_library(k "
-                                            "SHARED k.cu)\n"
+        (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.24)\nproject(cu CXX CUDA)\n"
+                                            "add_library(k SHARED k.cu)\n"
                                             "set_target_properties(k PROPERTIES CUDA_ARCHITECTURES 90-real)\n")
         (src / "k.cu").write_text(kernel)
         defines = cc.with_prefix_maps([("CMAKE_BUILD_TYPE", "Release"), ("CMAKE_CUDA_COMPILER", NVCC)],

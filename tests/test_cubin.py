@@ -52,12 +52,10 @@ needs_cuda_tools = pytest.mark.skipif(
     reason=f"needs nvcc and cuobjdump on PATH (nvcc: {NVCC or 'missing'}, cuobjdump: {CUOBJDUMP or 'missing'})",
 )
 
-KERNEL_A = ("__global__ void scale(float *x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] "
-            "*= "
-            "%s; }\n")
-KERNEL_B = ("__global__ void shift(float *x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] "
-            "+= "
-            "1.0f; }\n")
+KERNEL_A = ("__global__ void scale(float *x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; "
+            "if (i < n) x[i] *= %s; }\n")
+KERNEL_B = ("__global__ void shift(float *x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; "
+            "if (i < n) x[i] += 1.0f; }\n")
 
 
 @pytest.fixture(autouse=True)

@@ -47,8 +47,8 @@ def test_pure_parsers():
     assert vulkan_header_version(HEADER.format(patch=275)) == (1, 3, 275)
     assert vulkan_header_version("#define VK_HEADER_VERSION 239\n") == (1, 3, 239)
     assert vulkan_header_version("nothing") is None
-    text = ("Available devices:\n  Vulkan0: AMD Radeon 8060S Graphics (RADV STRIX_HALO)\n  HRX20: AMD Radeon 8060S "
-            "(gfx1151)\n")
+    text = ("Available devices:\n  Vulkan0: AMD Radeon 8060S Graphics (RADV STRIX_HALO)\n"
+            "  HRX20: AMD Radeon 8060S (gfx1151)\n")
     assert parse_list_devices(text) == ("Vulkan0", "HRX20")
 
 

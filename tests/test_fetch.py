@@ -103,8 +103,8 @@ def test_ambiguous_prefix_is_refused(tmp_path):
     stream = io.StringIO()
     for i in range(1, 1500):
         msg = f"c{i}\n"
-        stream.write(f"commit refs/heads/main\nmark :{i}\ncommitter T <t@example.invalid> 1700000000 +0000\ndata "
-                     f"{len(msg)}\n{msg}\n")
+        stream.write(f"commit refs/heads/main\nmark :{i}\ncommitter T <t@example.invalid> 1700000000 +0000\n"
+                     f"data {len(msg)}\n{msg}\n")
     subprocess.run(["git", "fast-import", "--quiet"], cwd=repo, input=stream.getvalue(), text=True, check=True)
     shas = git(repo, "rev-list", "main").split()
     seen: dict[str, str] = {}

@@ -166,9 +166,8 @@ SELECTIVE_CHECK = 'strcmp(mode, "selective") != 0'
 
 # The stand-in series, as (message, {path: (old, new)}) edits of the pinned tree.
 NO_INSTALL_EXPORT = ("libhrx: leave out the install and export rules of hrx-targets", {
-    "libhrx/CMakeLists.txt": (LIBHRX_CMAKE,
-                              "add_subdirectory(src/libhrx)\ninstall(FILES include/hrx_runtime.h DESTINATION "
-                              "include/hrx)\n"),
+    "libhrx/CMakeLists.txt": (LIBHRX_CMAKE, "add_subdirectory(src/libhrx)\n"
+                              "install(FILES include/hrx_runtime.h DESTINATION include/hrx)\n"),
 })
 NO_VERSION_SCRIPT = ("loomc: drop the export version script and the export rules", {
     "loom/binding/c/CMakeLists.txt": (LOOMC_EXPORTS,
@@ -355,8 +354,8 @@ def project(root: Path, s: dict[str, object], *, system_commit: str | None = Non
     (root / "pins.yaml").write_text(
         "schema: 1\nsources:\n"
         f"  hrx:\n    url: https://example.invalid/hrx.git\n    commit: {s['hrx']}\n"
-        f"  hrx-system:\n    url: https://example.invalid/hrx-system.git\n    commit: {sys_commit[:8]}\n    "
-        "abbreviated: true\n"
+        f"  hrx-system:\n    url: https://example.invalid/hrx-system.git\n    commit: {sys_commit[:8]}\n"
+        "    abbreviated: true\n"
         f"    note: must stay before {s['removal']}, which removed loom-link --mode=selective\n"
         f"    before: {s['removal']}\n"
         f"  llama.cpp-hrx:\n    url: https://example.invalid/llama.git\n    branch: 1bit-engine/hrx-vulkan\n"

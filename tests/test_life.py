@@ -42,8 +42,8 @@ def project(tmp_path):
 
 def cli(project, *args):
     root, tmp = project
-    return run_cli(root, "--workspace", str(tmp / "ws"), "--mirror-dir", str(tmp / "mirrors"), "--recipe",
-                   "tiny", *args)
+    return run_cli(root, "--workspace", str(tmp / "ws"), "--mirror-dir", str(tmp / "mirrors"),
+                   "--recipe", "tiny", *args)
 
 
 def builds(project) -> list[dict]:
@@ -70,8 +70,8 @@ def test_builds_location_and_gc_through_a_recipe_change(project):
     first = builds(project)
     assert [b["up_to_date"] for b in first] == [True] and first[0]["bytes"] > 0
     where = cli(project, "location")
-    assert where.returncode == 0 and subprocess.run([where.stdout.strip()],
-                                                    capture_output=True, text=True).stdout == "hello\n"
+    assert where.returncode == 0
+    assert subprocess.run([where.stdout.strip()], capture_output=True, text=True).stdout == "hello\n"
 
     # The recipe changes: the old build is stale (and says why), the new one up to date.
     (root / "recipes" / "tiny.yaml").write_text(textwrap.dedent(SERVERISH.replace("GREETING_VALUE", "bonjour")))

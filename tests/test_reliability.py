@@ -169,8 +169,8 @@ def test_removing_the_lock_file_does_not_let_a_second_run_in(tmp_path):
 # --------------------------------------------------------------------------- stopping and probing programs
 
 
-IGNORES_TERM = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
-                "time.sleep(60)")
+IGNORES_TERM = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', "
+                "flush=True); time.sleep(60)")
 
 
 def test_stop_group_follows_the_given_signals_and_graces():
@@ -274,8 +274,8 @@ def test_disk_full_through_the_cli_is_one_line(tmp_path, big_index, monkeypatch)
             f"        sha256: {big_index.mirrors[0].sha256}\n        git-dir: {GIT_DIR}\n"
         )
         (pins / "recipes" / "default.yaml").write_text(
-            "schema: 1\nname: default\nbackends: [cpu]\ncomponents:\n  - name: demo\n    source: demo\n    targets: "
-            "[all]\n"
+            "schema: 1\nname: default\nbackends: [cpu]\ncomponents:\n  - name: demo\n"
+            "    source: demo\n    targets: [all]\n"
         )
         t0 = time.monotonic()
         r = cli("--workspace", str(disk / "ws"), "fetch", env={"ONEBIT_ROOT": str(pins)})

@@ -107,13 +107,13 @@ def test_bind_failure_and_error_line():
     assert not is_bind_failure("model loaded")
     tail = (
         "0.00.006.141 I srv    load_model: loading model 'x.gguf'\n"
-        "0.00.072.772 E llama_model_load: error loading model: tensor 'token_embd.weight' data is not within the file "
-        "bounds\n"
+        "0.00.072.772 E llama_model_load: error loading model: tensor 'token_embd.weight' data is not "
+        "within the file bounds\n"
         "0.00.146.007 E srv    load_model: failed to load model, 'x.gguf'\n"
         "0.00.146.776 E srv  llama_server: exiting due to model loading error\n"
     )
-    assert first_error_line(tail) == ("llama_model_load: error loading model: tensor 'token_embd.weight' data is not "
-                                      "within the file bounds")
+    assert first_error_line(tail) == ("llama_model_load: error loading model: tensor 'token_embd.weight' data is "
+                                      "not within the file bounds")
     assert first_error_line("all good\nbye\n") == "bye"
     assert first_error_line("") == "(the log is empty)"
 

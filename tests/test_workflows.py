@@ -40,8 +40,8 @@ def steps(doc: dict) -> list[dict]:
 @pytest.mark.parametrize("name", ["ci.yml", "strix-halo.yml"])
 def test_actionlint_passes(name):
     if shutil.which("shellcheck") is None:
-        pytest.fail("shellcheck is not installed (apt-get install shellcheck): actionlint needs it to check the run: "
-                    "scripts")
+        pytest.fail("shellcheck is not installed (apt-get install shellcheck): actionlint needs it "
+                    "to check the run: scripts")
     out = subprocess.run([actionlint(), "-config-file", str(CONFIG), str(WORKFLOWS / name)], capture_output=True,
                          text=True, cwd=REPO)
     assert out.returncode == 0, out.stdout + out.stderr

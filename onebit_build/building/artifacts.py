@@ -99,8 +99,8 @@ def collect_spirv(build_dir: Path) -> ArtifactSet:
     cache = read_cmake_cache(build_dir)
     glslc = cache.get("Vulkan_GLSLC_EXECUTABLE") or shutil.which("glslc") or "glslc"
     facts = {"glslc": proc.version_line(glslc) or "unknown"}
-    facts.update(glslc_probes(build_dir, Path(cache.get("CMAKE_HOME_DIRECTORY", ""))
-                              if cache.get("CMAKE_HOME_DIRECTORY") else None))
+    facts.update(glslc_probes(
+        build_dir, Path(cache.get("CMAKE_HOME_DIRECTORY", "")) if cache.get("CMAKE_HOME_DIRECTORY") else None))
     return ArtifactSet(kind="spirv", root=str(root), items=_files("spirv", root, names), facts=facts)
 
 
@@ -136,8 +136,8 @@ CATALOG_SHAPE = ('one JSON object mapping each artifact id to {"path": "artifact
 
 def _catalog_error(path: Path, problem: str) -> VerifyError:
     return VerifyError(f"{path}: {problem}; expected the HRX2 artifact catalog format: {CATALOG_SHAPE}",
-                       hint="check that the pinned fork is the ggml-hrx2 one and that its catalog format has not "
-                            "changed")
+                       hint="check that the pinned fork is the ggml-hrx2 one and that its "
+                            "catalog format has not changed")
 
 
 def parse_loombc_catalog(doc: object, path: Path) -> list[str]:

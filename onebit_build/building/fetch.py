@@ -175,8 +175,8 @@ def _open_store(bare_path: Path, pin: Pin, log: Path | None) -> Git:
     if any(bare_path.glob("objects/pack/*.pack")) or any(bare_path.glob("objects/??")):
         damage = store_damage(bare)
         if damage:
-            ui.warn(f"fetch {pin.name}: the cached git store {bare_path} is damaged ({damage}); fetching into a fresh "
-                    "one")
+            ui.warn(f"fetch {pin.name}: the cached git store {bare_path} is damaged ({damage}); "
+                    "fetching into a fresh one")
             shutil.rmtree(bare_path)
             bare = init_bare(bare_path, log=log)
     return bare

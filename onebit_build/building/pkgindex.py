@@ -358,8 +358,8 @@ def download(cand: Candidate, dest: Path, *, want_sha256: str, cfg: IndexConfig,
     if got != want_sha256:
         partial.unlink(missing_ok=True)
         raise IntegrityError(
-            f"{cand.filename}: sha256 {got} is not the pinned {want_sha256}; nothing was unpacked or run and the file "
-            "was removed",
+            f"{cand.filename}: sha256 {got} is not the pinned {want_sha256}; nothing was unpacked or run "
+            "and the file was removed",
             hint=f"the index served other bytes than pinned ({cand.url}): do not trust it; check the pin",
         )
     os.replace(partial, dest)

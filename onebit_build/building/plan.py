@@ -287,8 +287,8 @@ def _source_lines(plan: Plan) -> list[str]:
         if s.note:
             out.append(f"    note: {s.note}")
         if s.before:
-            out.append(f"    constraint: must not descend from {s.before} (checked after fetch when that commit is "
-                       "present)")
+            out.append(f"    constraint: must not descend from {s.before} (checked after fetch "
+                       "when that commit is present)")
         out.append(f"    fetched from, in order: {'; '.join(s.places)}")
         out.append(f"    patched tree: {s.tree}")
         if s.patches:
@@ -322,8 +322,8 @@ def _component_lines(plan: Plan) -> list[str]:
         out.append("    outputs")
         out += [f"      {n}: {p}" for n, p in c.outputs]
         if c.artifacts:
-            out.append(f"    kernel artifacts  {', '.join(c.artifacts)} (hashed into the build manifest; see "
-                       "'onebit-build verify')")
+            out.append(f"    kernel artifacts  {', '.join(c.artifacts)} (hashed into the build manifest; "
+                       "see 'onebit-build verify')")
     return out
 
 
@@ -351,6 +351,6 @@ def _runtime_lines(plan: Plan) -> list[str]:
     if sm.reference_tok_s:
         refs = ", ".join(f"{d} {v:g} tok/s" for d, v in sm.reference_tok_s)
         out.append(f"  decode   {sm.speed_tokens} tokens x {sm.speed_repeats}; the recipe's figures {refs} (workload "
-                   f"not recorded: shown, not judged); on par within {sm.tolerance:.0%} of a reference of the same "
-                   "workload")
+                   f"not recorded: shown, not judged); on par within {sm.tolerance:.0%} of a "
+                   "reference of the same workload")
     return out

@@ -60,8 +60,8 @@ def global_options(p: argparse.ArgumentParser, *, listed: bool) -> None:
     add("--hrx", choices=["on", "off"], help="on: the HRX + Vulkan Strix Halo recipe")
     add("-D", dest="defines", action="append", metavar="[COMPONENT:]NAME=VALUE",
         help="override a CMake define of the recipe (repeatable; enters the build key and the manifest)")
-    add("--root", metavar="DIR", help="project folder holding pins.yaml and recipes/ (default: $ONEBIT_ROOT, the "
-                                      "checkout around the"
+    add("--root", metavar="DIR", help="project folder holding pins.yaml and recipes/ (default: "
+                                      "$ONEBIT_ROOT, the checkout around the"
         " current folder, else the data installed with the tool)")
     add("--workspace", metavar="DIR", help="cache and build folder (default: $ONEBIT_WORKSPACE, else "
                                            "$XDG_CACHE_HOME/onebit-build)")
@@ -186,8 +186,8 @@ def verify_run(vp: argparse.ArgumentParser) -> None:
     vp.add_argument("--lock", metavar="FILE", dest="bench_lock",
                     help="the bench lock file (default: bench.lock in the workspace)")
     vp.add_argument("--wait", metavar="SECONDS", type=float, nargs="?", const=D.lock_wait_s, default=0.0,
-                    help="when a benchmark holds the lock, wait for it (default: fail at once; --wait alone: up to an "
-                         "hour)")
+                    help="when a benchmark holds the lock, wait for it (default: fail at once; "
+                         "--wait alone: up to an hour)")
     run_folder_options(vp, junit=True)
 
 
@@ -203,8 +203,8 @@ def fraction(text: str) -> float:
 
 def bench(bp: argparse.ArgumentParser) -> None:
     bp.add_argument("--config", metavar="NAME=ARGS", action="append", dest="bench_configs",
-                    help="extra llama-server arguments under a name, e.g. t1='-t 1' (repeatable; the first is the "
-                         "baseline)")
+                    help="extra llama-server arguments under a name, e.g. t1='-t 1' (repeatable; "
+                         "the first is the baseline)")
     bp.add_argument("--server", metavar="[NAME=]PATH", action="append", dest="bench_builds",
                     help="a llama-server binary to benchmark as it is, without the build pipeline (repeatable)")
     bp.add_argument("--build", metavar="[NAME=]DIR", action="append", dest="bench_builds",
@@ -221,8 +221,8 @@ def bench(bp: argparse.ArgumentParser) -> None:
     bp.add_argument("--expect", metavar="FILE",
                     help="expected answer prefixes: an earlier bench.json or a YAML 'prompt: text' mapping")
     bp.add_argument("--tie-margin", type=float, default=D.tie_margin, metavar="NATS",
-                    help="excuse a divergence where the baseline's two likeliest tokens were closer than this in "
-                         "log-probability"
+                    help="excuse a divergence where the baseline's two likeliest tokens were closer "
+                         "than this in log-probability"
                          f" and the variant took the second (default {D.tie_margin:g})")
     bp.add_argument("--prompts", metavar="DIR",
                     help="folder with code.txt, prose.txt, short.txt (default: smoke/prompts)")
@@ -231,6 +231,6 @@ def bench(bp: argparse.ArgumentParser) -> None:
     bp.add_argument("--lock", metavar="FILE", dest="bench_lock",
                     help="the bench lock file (default: bench.lock in the workspace)")
     bp.add_argument("--wait", metavar="SECONDS", type=float, nargs="?", const=D.lock_wait_s, default=0.0,
-                    help="when another bench holds the lock, wait for it (default: fail at once; --wait alone: up to "
-                         "an hour)")
+                    help="when another bench holds the lock, wait for it (default: fail at once; "
+                         "--wait alone: up to an hour)")
     bp.add_argument("--out", metavar="DIR", help="write the results here (default: a new run folder in the workspace)")

@@ -70,10 +70,10 @@ def latest_server(ws: Workspace, recipe: str) -> Path:
     try:
         man = load_latest(ws, recipe)
     except (StateError, VerifyError) as exc:
-        raise NotAvailableError(f"the manifest of the latest {recipe} build is damaged ({latest_path(ws, recipe)}: "
-                                f"{exc})",
-                                hint=f"run 'onebit-build --recipe {recipe} build' to write it again, or pass --build "
-                                     "DIR") from None
+        raise NotAvailableError(f"the manifest of the latest {recipe} build is damaged "
+                                f"({latest_path(ws, recipe)}: {exc})",
+                                hint=f"run 'onebit-build --recipe {recipe} build' to write it "
+                                     "again, or pass --build DIR") from None
     if man is None:
         raise NotAvailableError(f"no build of recipe {recipe} in {ws.root}"
                                 f" (no {latest_path(ws, recipe).name} manifest)",

@@ -50,8 +50,8 @@ def builds(opts: Options, project: ProjectRoot, cmd: Command) -> int:
         return 0
     for r in rows:
         state = "up to date" if r["up_to_date"] else "stale: " + ", ".join(r["stale"])
-        ui.answer(f"{r['recipe']:<12} {r['key']}  {r['created'] or '?':<25} {_size(r['bytes']):>10}  {state}  "
-                  f"{r['folder']}")
+        ui.answer(f"{r['recipe']:<12} {r['key']}  {r['created'] or '?':<25} "
+                  f"{_size(r['bytes']):>10}  {state}  {r['folder']}")
     return 0
 
 

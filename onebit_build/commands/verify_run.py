@@ -46,8 +46,8 @@ def check_request(opts: Options, recipe) -> Asked:
     rounds = vo.rounds or recipe.verification.rounds
     check_rounds(rounds)
     if vo.adopt and not recipe.smoke.prompts and not any(c.artifacts for c in recipe.components):
-        raise ConfigError(f"--adopt: recipe {recipe.name} collects no kernel artifacts and has no smoke prompt to "
-                          "measure"
+        raise ConfigError(f"--adopt: recipe {recipe.name} collects no kernel artifacts and has "
+                          "no smoke prompt to measure"
                           " speed on", hint="drop --adopt; references exist for recipes with an 'artifacts:' collector"
                                             " or smoke prompts")
     return Asked(working=working, rounds=rounds, tolerance=vo.tolerance or recipe.verification.tolerance,
@@ -70,8 +70,8 @@ def verify_run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     vrun.print_outcome(out)
     if out.reference is not None and out.adopted.startswith("wrote"):
         rel = out.reference.relative_to(project.path) if out.reference.is_relative_to(project.path) else out.reference
-        ui.result(f"  commit it: git add {rel} && git commit -m 'references: {job.recipe.name} artifacts for this "
-                  "toolchain'"
+        ui.result(f"  commit it: git add {rel} && git commit -m 'references: {job.recipe.name} "
+                  "artifacts for this toolchain'"
                   f" -- {rel}")
     if "adopted " in out.adopted:
         ui.result(f"  commit the speed references too: {project.references / job.recipe.name / 'smoke-speed.json'}")
@@ -88,10 +88,10 @@ def compare(job: Job, asked: Asked, prompts) -> vrun.RunOutcome:
                           hint="give the working build to compare with: another folder, a copy, or an install prefix")
     model = resolve_model(job.recipe, job.opts, models_dir=job.workspace.models, log=job.log("model.log"),
                           lock=job.project.models_lock)
-    ui.info(f"verify-run: new {new.folder}; working {asked.working.folder} ({asked.working.given_as}); {asked.rounds} "
-            "rounds,"
-            f" then more until decided, up to {asked.budget_s:g} s per device; tolerance ±{asked.tolerance:.0%}; lock "
-            f"{asked.lock}")
+    ui.info(f"verify-run: new {new.folder}; working {asked.working.folder} "
+            f"({asked.working.given_as}); {asked.rounds} rounds,"
+            f" then more until decided, up to {asked.budget_s:g} s per device; "
+            f"tolerance ±{asked.tolerance:.0%}; lock {asked.lock}")
     req = vrun.RunRequest(
         recipe=with_runtime_env(job.recipe, job.opts.toolchain_root),
                           new=vrun.Side(role=vrun.NEW, build=new, args=asked.new_args),

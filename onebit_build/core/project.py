@@ -89,6 +89,6 @@ def find_root(*, given: str | None, env: Mapping[str, str], cwd: Path, package_d
         return ProjectRoot(path=data, data_from=PACKAGE, found_by="installed package")
     raise ConfigError(
         "no project data: not inside a checkout, and this installation carries no pins.yaml and recipes/",
-        hint="run inside a checkout of onebit-build, pass --root DIR or set ONEBIT_ROOT, or reinstall from a built "
-             "wheel",
+        hint="run inside a checkout of onebit-build, pass --root DIR or set ONEBIT_ROOT, "
+             "or reinstall from a built wheel",
     )

@@ -129,8 +129,8 @@ def toolchain_checks(recipe: Recipe, tc: ToolchainSettings, environ: Mapping[str
             checks.append(Check(name="HSA runtime", ok=True, detail=f"{tc.libhsa} (for ${key})"))
         else:
             checks.append(Check(name="HSA runtime", ok=False, detail=f"no {', '.join(spec.libhsa)} under {tc.root}",
-                                fix="install TheRock (its HSA runtime; a distribution libhsa fails gfx1151's PM4 "
-                                    f"probe) or set ${key}"))
+                                fix="install TheRock (its HSA runtime; a distribution libhsa fails gfx1151's "
+                                    f"PM4 probe) or set ${key}"))
     return checks
 
 
@@ -139,8 +139,9 @@ def system_checks(workspace: Path, environ: Mapping[str, str]) -> list[Check]:
     path = environ.get("PATH", os.defpath)
     checks = []
     git_exe = shutil.which("git", path=path)
-    checks.append(Check(name="git", ok=git_exe is not None, detail=(version_line(git_exe) or git_exe) if git_exe
-                        else "not on PATH", fix=None if git_exe else "install git (Debian: apt-get install git)"))
+    checks.append(Check(name="git", ok=git_exe is not None,
+                        detail=(version_line(git_exe) or git_exe) if git_exe else "not on PATH",
+                        fix=None if git_exe else "install git (Debian: apt-get install git)"))
     for label, kind, var in (("C compiler", "c", "CC"), ("C++ compiler", "cxx", "CXX")):
         chosen = environ.get(var)
         named = compiler_path(kind, (), environ)
@@ -224,8 +225,8 @@ def source_checks(req: DoctorRequest, environ: Mapping[str, str]) -> list[Check]
         if req.offline:
             checks.append(Check(name=label, ok=False,
                                 detail=f"{pin.commit} is neither cached nor in a mirror dir (offline)",
-                                fix=f"run once with network access, or put {name}.git / {name}.bundle in a "
-                                    "--mirror-dir"))
+                                fix=f"run once with network access, or put {name}.git / "
+                                    f"{name}.bundle in a --mirror-dir"))
             continue
         listed = [m for m in pin.mirrors if index_lists(m.package, m.version, environ)]
         if listed:
@@ -303,8 +304,8 @@ def built_checks(req: DoctorRequest) -> list[Check]:
         if stale:
             checks.append(Check(name=label, ok=None,
                                 detail=f"{build_dir} predates the recipe: it lacks {'; '.join(stale)}",
-                                fix=f"run 'onebit-build --recipe {req.recipe.name} build' to build what the "
-                                    "recipe says"))
+                                fix=f"run 'onebit-build --recipe {req.recipe.name} build' to "
+                                    "build what the recipe says"))
         else:
             checks.append(Check(name=label, ok=True,
                                 detail=f"{build_dir}: all {len(fixed)} fixed defines of the recipe in effect"))
@@ -349,8 +350,8 @@ def gpu_checks(req: DoctorRequest, tc: ToolchainSettings | None, environ: Mappin
         checks.append(Check(name="GPU devices", ok=False,
                             detail=f"--list-devices lacks {', '.join(missing)} (lists: {', '.join(listed) or 'none'})",
                             fix="HRX needs TheRock's HSA runtime (IREE_HAL_AMDGPU_LIBHSA_PATH) and a runtime built "
-                                "with its AMDGPU driver (IREE_HAL_DRIVER_AMDGPU=ON); Vulkan needs the Mesa RADV "
-                                "driver"))
+                                "with its AMDGPU driver (IREE_HAL_DRIVER_AMDGPU=ON); "
+                                "Vulkan needs the Mesa RADV driver"))
     elif devices:
         checks.append(Check(name="GPU devices", ok=True, detail=f"--list-devices shows {', '.join(devices)}"))
     if gpu:
@@ -358,8 +359,8 @@ def gpu_checks(req: DoctorRequest, tc: ToolchainSettings | None, environ: Mappin
             checks.append(Check(name="GPU", ok=True, detail=f"{gpu} is listed"))
         else:
             checks.append(Check(name="GPU", ok=False, detail=f"no {gpu} in the device list",
-                                fix=f"this recipe is for {gpu} (Strix Halo); check the amdgpu driver and /dev/kfd "
-                                    "access (group render)"))
+                                fix=f"this recipe is for {gpu} (Strix Halo); check the amdgpu driver and "
+                                    "/dev/kfd access (group render)"))
     return checks
 
 

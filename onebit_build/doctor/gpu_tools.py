@@ -73,12 +73,12 @@ def vulkan_checks(environ: Mapping[str, str], patches: Iterable[Path] = ()) -> l
                 checks.append(Check(name="Vulkan headers", ok=False,
                                     detail=f"{header}: {'.'.join(map(str, v))}, older than {'.'.join(map(str, low[0]))}"
                                            f" ({low[1]})",
-                                    fix="install newer headers (Debian 13 and Ubuntu 24.04 ship them, or the Vulkan "
-                                        "SDK with $VULKAN_SDK)"))
+                                    fix="install newer headers (Debian 13 and Ubuntu 24.04 ship them, "
+                                        "or the Vulkan SDK with $VULKAN_SDK)"))
             else:
                 checks.append(Check(name="Vulkan headers", ok=True,
-                                    detail=f"{header}: {'.'.join(map(str, v))} (at least {'.'.join(map(str, low[0]))}, "
-                                           f"{low[1]})"))
+                                    detail=f"{header}: {'.'.join(map(str, v))} "
+                                           f"(at least {'.'.join(map(str, low[0]))}, {low[1]})"))
             return checks
     checks.append(Check(name="Vulkan headers", ok=False, detail="no vulkan/vulkan_core.h in "
                         + ", ".join(str(d) for d in vulkan_header_dirs(environ)),

@@ -56,8 +56,8 @@ def run_fetch(job: Job, names: list[str]) -> dict[str, FetchResult]:
     if newly and job.project.data_from == "checkout":
         update_lock(pins, newly)
     elif newly:  # the installed package's own files are never written to
-        ui.detail(f"  resolved {', '.join(newly)}; {pins.lock_path.name} not updated (the pins come from the installed "
-                  "package)")
+        ui.detail(f"  resolved {', '.join(newly)}; {pins.lock_path.name} not updated "
+                  "(the pins come from the installed package)")
     return out
 
 
@@ -73,8 +73,8 @@ def check_before(pin: Pin, res: FetchResult, *, log: Path | None = None) -> bool
     r = git.run("merge-base", "--is-ancestor", pin.before, res.commit, check=False)
     if r.status == 0:
         raise ConfigError(
-            f"source {pin.name}: pinned commit {res.commit[:12]} is at or after {pin.before[:12]}, which it must stay "
-            "before",
+            f"source {pin.name}: pinned commit {res.commit[:12]} is at or after {pin.before[:12]}, "
+            "which it must stay before",
             hint=f"pin a commit older than {pin.before[:12]} in pins.yaml ({pin.note or 'see the note there'})",
         )
     return True

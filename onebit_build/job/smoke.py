@@ -41,8 +41,8 @@ def resolve_model(recipe: Recipe | None, opts: Options, *, models_dir: Path, log
         mf = model_mod.local_model(opts.model)
         if spec is not None and spec.sha256:
             if opts.locked and mf.sha256 != spec.sha256:
-                raise ConfigError(f"--locked: --model {mf.path} (sha256 {mf.sha256}) is not the recipe's pinned model"
-                                  f" {spec.name}",
+                raise ConfigError(f"--locked: --model {mf.path} (sha256 {mf.sha256}) is not the recipe's "
+                                  f"pinned model {spec.name}",
                                   hint=f"drop --model to use {spec.file}, or drop --locked to serve another model")
             return mf
         return locked_model(spec, mf, locked=opts.locked, lock=lock) if spec is not None else mf
@@ -68,8 +68,8 @@ def user_model(spec, *, locked: bool = False, lock: Path | None = None):
     mf = model_mod.local_model(Path(where))
     if spec.sha256 and mf.sha256 != spec.sha256:
         raise IntegrityError(f"{mf.path}: sha256 {mf.sha256} is not the recipe's {spec.sha256}",
-                             hint=f"use the file the recipe pins ({spec.file}), or fix the recipe's sha256 "
-                                  "deliberately")
+                             hint=f"use the file the recipe pins ({spec.file}), "
+                                  "or fix the recipe's sha256 deliberately")
     return mf if spec.sha256 else locked_model(spec, mf, locked=locked, lock=lock)
 
 
@@ -97,8 +97,8 @@ def speed_references(project, recipe: Recipe):
 def chat_note(model: Path) -> str | None:
     """What a user of the chat endpoint must know about this model (None: nothing)."""
     if has_chat_template(model) is False:
-        return (f"{model.name} has no chat template of its own (a base model): llama-server answers "
-                "/v1/chat/completions"
+        return (f"{model.name} has no chat template of its own (a base model): "
+                "llama-server answers /v1/chat/completions"
                 " through a generic template this model does not follow, so chat replies are junk; use /v1/completions")
     return None
 

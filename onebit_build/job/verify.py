@@ -56,8 +56,8 @@ def verify_stage(job: Job, manifest_file: Path) -> dict:
         st["note"] = f"against {ref_path.name}: " + "; ".join(r.summary() for r in results)
     if not ok:
         raise VerifyError(f"kernel artifacts differ from {ref_path}",
-                          hint="see the list above; rebuild with the reference's toolchain or update the reference "
-                               "deliberately")
+                          hint="see the list above; rebuild with the reference's toolchain or update "
+                               "the reference deliberately")
     return {"status": "verified", "reference": str(ref_path), "results": [r.to_dict() for r in results]}
 
 
@@ -75,8 +75,8 @@ def verify_command(job: Job, built: Built) -> int:
             builds2 = run_build(job, built.fetched, trees, build_root=root, launcher=NO_LAUNCHER)
             man2 = write_manifests(job, built.fetched, trees, builds2, latest=False)
             moved = [str(t.path) for n, t in trees.items() if t.path != built.trees[n].path]
-            st["note"] = f"in {root}" + (f", sources moved to {', '.join(moved)}"
-                                         if moved else "") + ", no compiler cache"
+            st["note"] = (f"in {root}" + (f", sources moved to {', '.join(moved)}" if moved else "")
+                          + ", no compiler cache")
         results = verify_against(load_manifest(man2), load_reference(built.manifest), with_outputs=True)
         ui.info(f"rebuild in {root} compared with {built.builds[-1].build_dir}:")
     else:

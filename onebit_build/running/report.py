@@ -156,16 +156,16 @@ def _cache_section(manifest: dict | None) -> list[str]:
     rows = compiler_cache_rows(manifest)
     if not rows:
         return []
-    out = ["", "## Compiler cache", "", "| component | launcher | backend | requests | hits | misses | hit rate | note "
-                                        "|",
+    out = ["", "## Compiler cache", "", "| component | launcher | backend | requests | hits | "
+                                        "misses | hit rate | note |",
            "|---|---|---|---:|---:|---:|---:|---|"]
     for r in rows:
         s = r["stats"] or {}
         rate = s.get("hit_rate")
         launcher = " ".join(str(x) for x in (r["launcher"], r["version"]) if x)
         backend = " ".join(str(x) for x in (r["backend"], r["url"]) if x) or "—"
-        out.append(f"| {md_cell(r['component'])} | {md_cell(launcher)} | {md_cell(backend)} | {s.get('requests', '—')} "
-                   "| "
+        out.append(f"| {md_cell(r['component'])} | {md_cell(launcher)} | {md_cell(backend)} | "
+                   f"{s.get('requests', '—')} | "
                    f"{s.get('hits', '—')} | {s.get('misses', '—')} | {'—' if rate is None else f'{rate:.0%}'} | "
                    f"{md_cell(r['note'] or '')} |")
     return out
@@ -312,8 +312,8 @@ def summary_lines(smoke: SmokeResult) -> list[str]:
                 lines.append(f"    FAIL {c.summary}")
     checks = smoke.all_checks
     lines.append(
-        f"smoke {'PASS' if smoke.passed else 'FAIL'}: {sum(c.passed for c in checks)}/{len(checks)} checks in "
-        f"{smoke.seconds:.1f} s"
+        f"smoke {'PASS' if smoke.passed else 'FAIL'}: {sum(c.passed for c in checks)}/{len(checks)} checks "
+        f"in {smoke.seconds:.1f} s"
     )
     return lines
 

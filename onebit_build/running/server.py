@@ -332,8 +332,8 @@ def _wait_healthy(server: Server, timeout_s: float, t0: float) -> None:
             cause = ("it could not listen on its address and port" if is_bind_failure(tail)
                      else "a damaged model file or a bad device is the usual cause")
             raise SmokeError(
-                f"llama-server exited with code {rc} before it became healthy: {first_error_line(tail)}; log: "
-                f"{server.log}",
+                f"llama-server exited with code {rc} before it became healthy: "
+                f"{first_error_line(tail)}; log: {server.log}",
                 hint=f"read the log tail below; {cause}", detail=tail,
             )
         try:
@@ -347,8 +347,8 @@ def _wait_healthy(server: Server, timeout_s: float, t0: float) -> None:
             last = f"no connection ({type(exc).__name__})"
         if time.monotonic() >= deadline:
             raise SmokeError(
-                f"llama-server did not become healthy within {timeout_s:g} s (last /health: {last}); it was stopped; "
-                f"log: {server.log}",
+                f"llama-server did not become healthy within {timeout_s:g} s (last /health: {last}); "
+                f"it was stopped; log: {server.log}",
                 hint="raise smoke.health_timeout_s in the recipe if the model is slow to load, else read the log",
                 detail=server.log_tail(),
             )
@@ -417,8 +417,8 @@ def serve_foreground(spec: ServerSpec, *, has_chat_template: bool) -> int:
         ui.info("Ctrl-C stops the server")
         ui.answer(f"OpenAI base URL: {base}")
         if not has_chat_template:
-            ui.warn("the model has no chat template: /v1/chat/completions will answer junk; use /v1/completions with "
-                    "plain text")
+            ui.warn("the model has no chat template: /v1/chat/completions will answer junk; "
+                    "use /v1/completions with plain text")
         while server.alive():
             time.sleep(0.5)
         ui.error(f"llama-server exited with status {server.returncode()}: {first_error_line(server.log_tail())}")

@@ -148,8 +148,8 @@ def _complete(server: srvmod.Server, deadlines: Deadlines, prompt: str, *, n_pre
     except srvmod.RequestTimeout:
         deadlines.hung.add(server.port)
         raise SmokeError(f"no answer within {timeout:.0f} s, {rule}; no more requests go to this server",
-                         hint="raise it in the recipe's smoke section if the device is this slow, else read the server "
-                              "log") from None
+                         hint="raise it in the recipe's smoke section if the device is this slow, "
+                              "else read the server log") from None
 
 
 def _failed(name: str, device: str | None, exc: BaseException, server: srvmod.Server | None = None) -> SmokeCheck:

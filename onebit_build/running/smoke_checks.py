@@ -121,8 +121,8 @@ def check_catalog(device: str, status: int, body: Any, *, model_id: str, ctx_siz
                           evidence=evidence)
     return SmokeCheck(
         name="catalog", device=device, passed=True,
-        summary=f"/v1/models lists only {Path(model_id).name} ({evidence['n_params']:,} parameters, "
-                f"context {ctx_size})",
+        summary=f"/v1/models lists only {Path(model_id).name} ({evidence['n_params']:,} "
+                f"parameters, context {ctx_size})",
         evidence=evidence,
     )
 
@@ -351,8 +351,8 @@ def check_speed(speed: Speed) -> SmokeCheck:
         floor = speed.reference_tok_s * (1 - speed.tolerance)
         return SmokeCheck(
             name="speed", device=speed.device, passed=False,
-            summary=f"{figures}: below the reference {speed.reference_tok_s:g} tok/s - {speed.tolerance:.0%} = "
-                    f"{floor:.1f}",
+            summary=f"{figures}: below the reference {speed.reference_tok_s:g} tok/s - "
+                    f"{speed.tolerance:.0%} = {floor:.1f}",
             evidence=evidence,
         )
     if speed.on_par:

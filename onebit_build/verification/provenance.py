@@ -149,8 +149,8 @@ def judge_file(m: MappedFile, *, expected: dict[str, str], on_disk: OnDisk | Non
     """One mapped file against the manifest's record (``expected``: path -> sha256)."""
     if m.path not in expected:
         return FileCheck(path=m.path, status=FOREIGN,
-                         detail="not an output of this build (a system library, or LD_LIBRARY_PATH pointing at another "
-                                "build)")
+                         detail="not an output of this build (a system library, or LD_LIBRARY_PATH "
+                                "pointing at another build)")
     if m.deleted:
         return FileCheck(path=m.path, status=REPLACED, detail="deleted or replaced on disk after the server mapped it")
     if on_disk is None:

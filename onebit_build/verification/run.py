@@ -212,12 +212,12 @@ def adopt_reference(req: RunRequest, working_sets: dict[tuple[str, str], Artifac
         try:
             old = load_reference(path).sets
         except VerifyError as exc:
-            return None, (f"not adopted: {path} exists and cannot be read ({exc.message}); remove it, then run --adopt "
-                          "again")
+            return None, (f"not adopted: {path} exists and cannot be read ({exc.message}); "
+                          "remove it, then run --adopt again")
         if {k: s.items for k, s in old.items()} == {k: s.items for k, s in working_sets.items()}:
             return path, f"already recorded: {path} holds these artifacts"
-        return None, (f"not adopted: {path} exists and records other artifacts; remove it first if the working build's "
-                      "are the new truth")
+        return None, (f"not adopted: {path} exists and records other artifacts; remove it first if the working "
+                      "build's are the new truth")
     write_reference(path, man)
     return path, f"wrote {path}"
 
@@ -306,8 +306,8 @@ def answers_on(req: RunRequest, device: str,
         except SmokeError as exc:
             if side.role == WORKING:
                 raise SmokeError(f"the working build's llama-server did not start on {device}: {exc.message}",
-                                 hint="check the working build (its log is named above); verify-run needs a working "
-                                      "build that serves") from None
+                                 hint="check the working build (its log is named above); verify-run needs a "
+                                      "working build that serves") from None
             why = f"the new build's server did not start: {exc.message}"
             answers[side.role] = {p.name: Answer(text="", error=why) for p in req.recipe.smoke.prompts}
             provs.append(Provenance(side=side.role, device=device, pid=0, executable=str(side.build.server),

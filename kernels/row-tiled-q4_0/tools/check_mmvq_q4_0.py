@@ -231,8 +231,8 @@ def main() -> int:
     ap.add_argument("--backend", default="CUDA0")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--min-rows", type=int, default=4096,
-                    help="only labels which path a case takes: the patch's MMVQ_Q4_0_RT_MIN_ROWS (0 for builds without "
-                         "it)")
+                    help="only labels which path a case takes: the patch's MMVQ_Q4_0_RT_MIN_ROWS "
+                         "(0 for builds without it)")
     ap.add_argument("--q8-model", choices=("q8_1", "none"), default="q8_1",
                     help="activation quantization to emulate for the tight check (none: backends that use another)")
     ap.add_argument("--groups", default="base40,oddrows,tailrows,tail2,weak3,perfshape")

@@ -33,8 +33,8 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def greedy_table(wd: Path, ns: list[int]) -> tuple[list[str], bool]:
-    rows = ["| sequences (columns) | tokens per sequence | tokens identical | logits rows identical (hash) | sequence "
-            "0 text (start) |",
+    rows = ["| sequences (columns) | tokens per sequence | tokens identical | logits rows identical "
+            "(hash) | sequence 0 text (start) |",
             "|---|---|---|---|---|"]
     ok = True
     for n in ns:

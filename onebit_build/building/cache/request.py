@@ -72,8 +72,8 @@ def parse_url(text: str) -> RedisUrl:
                           hint="e.g. redis://cache.example:6379") from None
     if parts.scheme not in URL_SCHEMES or not parts.hostname:
         raise ConfigError(f"compiler cache URL {_redact_url(text)!r} is not redis://HOST:PORT",
-                          hint="give redis://HOST:PORT; for S3, GCS or the GitHub Actions cache set sccache's own "
-                               "SCCACHE_* variables")
+                          hint="give redis://HOST:PORT; for S3, GCS or the GitHub Actions cache set "
+                               "sccache's own SCCACHE_* variables")
     db_text = parts.path.strip("/") or (parse_qs(parts.query).get("db") or ["0"])[0]
     if not db_text.isdigit():
         raise ConfigError(f"compiler cache URL {_redact_url(text)!r}: database {db_text!r} is not a number",

@@ -333,10 +333,10 @@ class CacheSession:
         if outage is not None:
             when = time.strftime("%H:%M:%S", time.localtime(outage.since))
             back = "; it answered again later" if outage.recovered else ""
-            self.warnings.append(f"compiler cache: the shared cache {url} could not be reached from {when} on "
-                                 f"({outage.reason}); "
-                                 f"{outage.lookups} lookups missed and {outage.stores} objects were kept here "
-                                 f"only{back}")
+            self.warnings.append(f"compiler cache: the shared cache {url} could not be reached from "
+                                 f"{when} on ({outage.reason}); "
+                                 f"{outage.lookups} lookups missed and {outage.stores} objects "
+                                 f"were kept here only{back}")
         elif self.report.stats is not None and self.report.stats.errors:
             where = (f"the shared cache {url}" if self.launcher.backend != "local"
                      else f"the cache in {self.launcher.cache_dir}")

@@ -97,8 +97,8 @@ def render_markdown(result: BenchResult, *, plot_name: str | None = None) -> str
         ties = e.near_ties(req.tie_margin) if e else []
         if ties:
             out.append("  near ties in it: " + "; ".join(
-                f"token {i} {_md_escape(repr(st.text))} vs {_md_escape(repr(st.runner_up_text))} (margin "
-                f"{st.margin:.3f})" for i, st in ties))
+                f"token {i} {_md_escape(repr(st.text))} vs {_md_escape(repr(st.runner_up_text))} "
+                f"(margin {st.margin:.3f})" for i, st in ties))
     failed = [s for s in result.servers if s.error]
     if failed:
         out += ["", "## Server problems", ""]

@@ -122,8 +122,8 @@ def _record_expectation(server: srvmod.Server, answer: Completion, *, prompt: Pr
     if not expected:
         return None
     status, probs = _post(server, "/completion", {**completion_body(prompt.text, k), "n_probs": 2})
-    steps = steps_from_probs(probs.get("completion_probabilities") if status == 200 and isinstance(probs, dict)
-                             else None, ids)
+    steps = steps_from_probs(
+        probs.get("completion_probabilities") if status == 200 and isinstance(probs, dict) else None, ids)
     return Expectation(prompt=prompt.name, text=expected, tokens=k, source=source, steps=tuple(steps))
 
 
