@@ -166,7 +166,8 @@ SELECTIVE_CHECK = 'strcmp(mode, "selective") != 0'
 
 # The stand-in series, as (message, {path: (old, new)}) edits of the pinned tree.
 NO_INSTALL_EXPORT = ("libhrx: leave out the install and export rules of hrx-targets", {
-    "libhrx/CMakeLists.txt": (LIBHRX_CMAKE, "add_subdirectory(src/libhrx)\n"
+    "libhrx/CMakeLists.txt": (LIBHRX_CMAKE,
+                              "add_subdirectory(src/libhrx)\n"
                               "install(FILES include/hrx_runtime.h DESTINATION include/hrx)\n"),
 })
 NO_VERSION_SCRIPT = ("loomc: drop the export version script and the export rules", {

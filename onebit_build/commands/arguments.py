@@ -60,11 +60,11 @@ def global_options(p: argparse.ArgumentParser, *, listed: bool) -> None:
     add("--hrx", choices=["on", "off"], help="on: the HRX + Vulkan Strix Halo recipe")
     add("-D", dest="defines", action="append", metavar="[COMPONENT:]NAME=VALUE",
         help="override a CMake define of the recipe (repeatable; enters the build key and the manifest)")
-    add("--root", metavar="DIR", help="project folder holding pins.yaml and recipes/ (default: "
-                                      "$ONEBIT_ROOT, the checkout around the"
+    add("--root", metavar="DIR",
+        help="project folder holding pins.yaml and recipes/ (default: $ONEBIT_ROOT, the checkout around the"
         " current folder, else the data installed with the tool)")
-    add("--workspace", metavar="DIR", help="cache and build folder (default: $ONEBIT_WORKSPACE, else "
-                                           "$XDG_CACHE_HOME/onebit-build)")
+    add("--workspace", metavar="DIR",
+        help="cache and build folder (default: $ONEBIT_WORKSPACE, else $XDG_CACHE_HOME/onebit-build)")
     add("--mirror-dir", metavar="DIR", action="append",
         help="folder with NAME.git / NAME.bundle mirrors (repeatable; also $ONEBIT_MIRROR_DIR)")
     add("--offline", action="store_true", help="use only the cache and mirrors; fail fast otherwise")
