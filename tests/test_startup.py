@@ -20,6 +20,10 @@ NEVER = ("rich", "requests", "scikit_build_core", "pypi_simple", "psutil", "oneb
          "onebit_build.running.server", "onebit_build.building.cache.compiler")
 # What the quick commands need beyond that, by command: parsing the arguments needs none of it.
 NOT_FOR_HELP = ("yaml", "onebit_build.options", "onebit_build.core.config", "shtab")
+# The recipe table and the completion script, once kept in the user cache, need neither YAML
+# nor the recipe model (nor shtab): only a first run, or one after a change, makes them.
+NOT_WHEN_KEPT = ("yaml", "packaging", "onebit_build.core.config", "onebit_build.core.yamlnode", "onebit_build.core.pins",
+                 "onebit_build.core.model_spec", "onebit_build.job.model", "onebit_build.job.build", "shtab")
 
 PROBE = """
 import json, sys
@@ -32,8 +36,8 @@ print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 """
 
 
-def imported(*args: str) -> set[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+def imported(*args: str, cache: Path | None = None) -> set[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)} | ({"XDG_CACHE_HOME": str(cache)} if cache else {})
     r = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=REPO, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip(), f"{args} printed nothing"
@@ -51,6 +55,15 @@ def test_quick_commands_leave_the_pipeline_unimported(args):
     assert loaded(modules, NEVER) == [], f"'onebit-build {' '.join(args)}' imported what it does not use"
     if args == ("--help",):
         assert loaded(modules, NOT_FOR_HELP) == [], "--help imported more than the command table and argparse"
+
+
+@pytest.mark.parametrize("args", [("recipes",), ("recipes", "--json"), ("completion", "bash"), ("completion", "zsh"),
+                                  ("completion", "fish")], ids=lambda a: " ".join(a))
+def test_kept_answers_need_neither_yaml_nor_the_recipe_model(args, tmp_path):
+    first = imported(*args, cache=tmp_path)  # an empty cache: made afresh, as before
+    assert loaded(first, NOT_WHEN_KEPT) != [], "the first run did not make the answer: this check would see nothing"
+    again = imported(*args, cache=tmp_path)
+    assert loaded(again, NOT_WHEN_KEPT) == [], f"'onebit-build {' '.join(args)}' remade what the cache holds"
 
 
 def test_a_command_that_prints_still_gets_its_console():
