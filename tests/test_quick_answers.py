@@ -71,7 +71,7 @@ def test_the_rows_follow_the_recipes_the_pins_and_the_files_beside_them(tmp_path
 def test_a_corrupt_or_stale_cache_is_never_printed(tmp_path, damage):
     root, cache = project(tmp_path), tmp_path / "cache"
     good = cli(root, cache, "recipes")
-    (kept,) = (cache / "onebit-build").glob("recipes-*.json")
+    (kept,) = (cache / "onebit-build-answers").glob("recipes-*.json")
     doc = json.loads(kept.read_text())
     if damage == "not json":
         kept.write_text("{")
@@ -118,7 +118,7 @@ def test_the_kept_completion_script_is_byte_identical_to_a_fresh_one(tmp_path, s
                            f" import sys; sys.stdout.write(c({shell!r}))"], env={**os.environ, "PYTHONPATH": str(REPO)},
                           capture_output=True, check=True).stdout
     assert kept == made
-    where = tmp_path / "one" / "onebit-build" / f"completion-{shell}.json"
+    where = tmp_path / "one" / "onebit-build-answers" / f"completion-{shell}.json"
     doc = json.loads(where.read_text())
     doc["payload"]["script"] = "echo stale"
     doc["key"] = "0" * 64  # made by other code: not used, made again

@@ -34,7 +34,9 @@ def cache_home(env: Mapping[str, str]) -> Path:
 
 
 def tool_dir(env: Mapping[str, str]) -> Path:
-    return cache_home(env) / "onebit-build"
+    """The folder of these answers: beside the default workspace (``onebit-build``), not in it,
+    so that no workspace, wherever it is, holds them."""
+    return cache_home(env) / "onebit-build-answers"
 
 
 def key_of(*parts: str) -> str:
