@@ -53,26 +53,38 @@ def code_stamp(libraries: tuple[str, ...] = (), package_dir: Path = PACKAGE_DIR)
     package and of each library in ``libraries`` (found, not imported); a missing one counts
     as missing."""
     lines = [f"onebit-build {__version__}", f"python {sys.version}"]
-    for folder, dirs, files in os.walk(package_dir):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        lines += [_stat_line(Path(folder) / f, package_dir) for f in sorted(files) if f.endswith(".py")]
+    lines += _module_lines(str(package_dir), "")
     for name in libraries:
         try:
             spec = importlib.util.find_spec(name)
         except (ImportError, ValueError):
             spec = None
         origin = spec.origin if spec is not None else None
-        lines.append(f"{name} " + (_stat_line(Path(origin), None) if origin else "missing"))
+        lines.append(f"{name} {origin} {_stat_text(origin)}" if origin else f"{name} missing")
     return key_of(*lines)
 
 
-def _stat_line(path: Path, under: Path | None) -> str:
-    name = path.relative_to(under).as_posix() if under else str(path)
+def _module_lines(folder: str, prefix: str) -> list[str]:
+    """``relative/path.py size mtime_ns`` for each module under ``folder``, in name order."""
     try:
-        st = path.stat()
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError:
-        return f"{name} unreadable"
-    return f"{name} {st.st_size} {st.st_mtime_ns}"
+        return [f"{prefix} unreadable"]
+    lines = []
+    for e in entries:
+        if e.name.endswith(".py") and e.is_file():
+            lines.append(f"{prefix}{e.name} {_stat_text(e.path)}")
+        elif e.name != "__pycache__" and e.is_dir(follow_symlinks=False):
+            lines += _module_lines(e.path, f"{prefix}{e.name}/")
+    return lines
+
+
+def _stat_text(path: str) -> str:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "unreadable"
+    return f"{st.st_size} {st.st_mtime_ns}"
 
 
 def read(path: Path, kind: str, key: str) -> dict[str, Any] | None:
