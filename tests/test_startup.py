@@ -72,3 +72,46 @@ def test_a_command_that_prints_still_gets_its_console():
     code = "from onebit_build.core import ui; import sys; ui.warn('careful'); print('rich' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "True" and "warning: careful" in r.stderr, r.stderr
+
+
+ARGVS = [[], ["--help"], ["recipes"], ["recipes", "--json"], ["--recipe", "build", "recipes", "--names"],
+         ["--recipe", "vulkan", "build", "-j", "3", "-D", "X=1"], ["-D", "X=1", "plan", "--json", "-D", "Y=2"],
+         ["serve", "--port", "9000", "--", "--threads", "2"], ["completion", "zsh"], ["completion", "tcsh"],
+         ["bench", "--rounds", "0"], ["build", "--no-such-flag"], ["no-such-command"], ["gc", "--dry-run"],
+         ["--version"], ["-v", "all", "--help"]]
+
+
+def parsed(parser, argv: list[str]) -> tuple:
+    """What ``parser`` makes of ``argv``: the namespace, or the exit code with what it printed."""
+    import argparse
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            ns: argparse.Namespace | None = parser.parse_args(argv)
+        except SystemExit as exc:
+            return ("exit", exc.code, out.getvalue(), err.getvalue())
+    return ("parsed", vars(ns))
+
+
+@pytest.mark.parametrize("argv", ARGVS + [[c] for c in ("fetch", "verify-run", "patches", "pins", "model", "install")],
+                         ids=lambda a: " ".join(a) or "(none)")
+def test_the_parser_built_for_an_argv_parses_it_as_the_whole_parser_does(argv):
+    from onebit_build.cli import make_parser
+
+    assert parsed(make_parser(argv), argv) == parsed(make_parser(), argv)
+
+
+def test_the_parser_built_for_an_argv_leaves_the_other_commands_bare():
+    """So that the check above compares two different parsers (and start-up saves the work)."""
+    from onebit_build.cli import make_parser
+
+    def sizes(parser) -> dict[str, int]:
+        (sub,) = [a for a in parser._actions if a.dest == "command"]
+        return {name: len(p._actions) for name, p in sub.choices.items()}
+
+    lean, whole = sizes(make_parser(["recipes"])), sizes(make_parser())
+    assert lean["recipes"] == whole["recipes"] and lean.keys() == whole.keys()
+    assert [n for n in lean if n != "recipes" and lean[n] >= whole[n]] == []
