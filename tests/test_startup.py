@@ -22,8 +22,9 @@ NEVER = ("rich", "requests", "scikit_build_core", "pypi_simple", "psutil", "oneb
 NOT_FOR_HELP = ("yaml", "onebit_build.options", "onebit_build.core.config", "shtab")
 # The recipe table and the completion script, once kept in the user cache, need neither YAML
 # nor the recipe model (nor shtab): only a first run, or one after a change, makes them.
-NOT_WHEN_KEPT = ("yaml", "packaging", "onebit_build.core.config", "onebit_build.core.yamlnode", "onebit_build.core.pins",
-                 "onebit_build.core.model_spec", "onebit_build.job.model", "onebit_build.job.build", "shtab")
+NOT_WHEN_KEPT = ("yaml", "packaging", "onebit_build.core.config", "onebit_build.core.yamlnode",
+                 "onebit_build.core.pins", "onebit_build.core.model_spec", "onebit_build.job.model",
+                 "onebit_build.job.build", "shtab")
 
 PROBE = """
 import json, sys
