@@ -41,6 +41,10 @@ def test_a_broken_recipe_is_listed_as_invalid_with_its_error_and_stays_so_from_t
     doc = json.loads(cli(root, cache, "recipes", "--json").stdout)
     assert [(r["name"], r["error"] is None) for r in doc["recipes"]] == [("broken", False), ("default", True)]
     assert error in doc["recipes"][0]["error"]
+    (root / "recipes" / "latin1.yaml").write_bytes(b"schema: 1\nname: caf\xe9\n")  # not UTF-8: an error, no traceback
+    out = cli(root, cache, "recipes")
+    assert out.returncode == 2 and "latin1.yaml: recipe file is not UTF-8 text (byte 19)" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and "latin1  " in out.stdout
 
 
 def test_the_rows_follow_the_recipes_the_pins_and_the_files_beside_them(tmp_path):
