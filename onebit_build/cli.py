@@ -10,7 +10,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from onebit_build.commands import BY_NAME, TABLE, Command, arguments
 from onebit_build.core import ui
@@ -23,8 +23,14 @@ if TYPE_CHECKING:  # for the annotations only: the module itself is imported whe
     from onebit_build.options import DefineSyntaxError, Options
 
 
-def make_parser() -> argparse.ArgumentParser:
-    """The parser, built from the command table: each command with its help and options."""
+def make_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser, built from the command table: each command with its help and options.
+
+    Given the ``argv`` it is to parse, only the commands named in it get their options: the
+    chosen command is always among them, and the others stay bare (the top-level help and the
+    list of choices show only their names and help), which saves most of the building at
+    start-up. The parse of ``argv`` and every help text are those of the whole parser."""
+    named = None if argv is None else set(argv)
     p = argparse.ArgumentParser(prog="onebit-build",
                                 description="Fetch pinned sources, apply patches, build llama-server, "
                                             "verify and smoke-test it.",
@@ -42,6 +48,9 @@ def make_parser() -> argparse.ArgumentParser:
     arguments.global_options(after, listed=False)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for cmd in TABLE:
+        if named is not None and cmd.name not in named:
+            sub.add_parser(cmd.name, help=cmd.help)
+            continue
         sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help,
                             parents=[after] if cmd.action is None else [],
                             epilog="Global options (--recipe, -D, --workspace, -j, -v, -q, ...): "
@@ -80,7 +89,8 @@ def dispatch(opts: Options) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ns = make_parser().parse_args(argv)
+    args = sys.argv[1:] if argv is None else argv
+    ns = make_parser(args).parse_args(args)
     ui.set_verbose(bool(ns.__dict__.get("verbose")))
     ui.set_quiet(bool(ns.__dict__.get("quiet")))
     # SIGTERM takes the same path as Ctrl-C, so that every stage cleans up the same way.

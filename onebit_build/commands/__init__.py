@@ -36,6 +36,8 @@ class Command:
         return self.until is not None and self.until >= Stage.BUILD
 
     def runner(self) -> Callable[..., int]:
+        # The command's module is imported here, when that command runs, and never with the table
+        # itself: building the parser for --help or completion loads no command's module.
         module, _, function = self.run.partition(":")
         return getattr(importlib.import_module(f"onebit_build.commands.{module}"), function)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
 from dataclasses import asdict
 
@@ -95,33 +97,39 @@ def plan_doc(the_plan) -> dict:
             "shader_cache": the_plan.shader_cache.describe() if the_plan.shader_cache else None}
 
 
-def recipe_rows(project: ProjectRoot, opts: Options) -> list[dict]:
-    """Every recipe of the project, loaded and checked against the pins."""
-    from onebit_build.job.model import load_pins_and_recipe  # YAML and the recipe model: only when listed
-
-    rows = []
-    for path in sorted(project.recipes.glob("*.yaml")):
-        _, r = load_pins_and_recipe(project, str(path))
-        rows.append({"name": r.name, "backends": list(r.backends), "description": r.description, "path": str(path)})
-    return rows
-
-
 def recipes(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+    """The recipe table (or JSON); a recipe that does not load is listed as invalid, its error
+    printed, and the exit code is the configuration error's."""
+    from onebit_build.commands.recipe_table import rows as recipe_rows
+
     if opts.names:
         sys.stdout.write("".join(f"{p.stem}\n" for p in sorted(project.recipes.glob("*.yaml"))))
         return 0
-    rows = recipe_rows(project, opts)
+    rows = recipe_rows(project)
     if opts.json:
         doc = {"project_root": str(project.path), "data_from": project.data_from, "recipes": rows}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-        return 0
-    width = max([len(r["name"]) for r in rows] + [6])
-    bwidth = max([len(", ".join(r["backends"])) for r in rows] + [8])
-    out = [f"recipes from {project.describe()}", "", f"{'recipe':<{width}}  {'backends':<{bwidth}}  description"]
+    else:
+        sys.stdout.write(recipes_text(rows, project.describe()))
     for r in rows:
-        out.append(f"{r['name']:<{width}}  {', '.join(r['backends']):<{bwidth}}  {r['description']}")
-    sys.stdout.write("\n".join(out) + "\n")
-    return 0
+        if r["error"] is not None:
+            ui.error(r["error"])
+    return ConfigError.exit_code if any(r["error"] is not None for r in rows) else 0
+
+
+def recipes_text(rows: list[dict], where: str) -> str:
+    """The table: name, backends, description; a broken recipe says how to see its error. Pure."""
+    cells = []
+    for r in rows:
+        name = r["name"] if r["name"].isprintable() else ascii(r["name"])
+        about = (r["description"] if r["error"] is None
+                 else f"invalid: run 'onebit-build --recipe {shlex.quote(name)} plan' for the error")
+        cells.append((name, ", ".join(r["backends"]), about))
+    width = max([len(c[0]) for c in cells] + [6])
+    bwidth = max([len(c[1]) for c in cells] + [8])
+    out = [f"recipes from {where}", "", f"{'recipe':<{width}}  {'backends':<{bwidth}}  description"]
+    out += [f"{name:<{width}}  {backends:<{bwidth}}  {about}" for name, backends, about in cells]
+    return "\n".join(out) + "\n"
 
 
 def doctor(opts: Options, project: ProjectRoot, cmd: Command) -> int:
@@ -149,16 +157,37 @@ DIR_OPTIONS = ("--workspace", "--root", "--mirror-dir", "--toolchain-root", "--p
 FILE_OPTIONS = ("--model", "--junit", "--server", "--expect", "--reference", "--write-reference", "--working")
 
 
+COMPLETION_KIND = "onebit-build-completion"
+
+
 def completion(opts: Options, project: ProjectRoot | None, cmd: Command) -> int:
     """A completion script for bash, zsh or fish, made by shtab from the parser itself:
-    subcommands and their sub-actions, every option, recipe names after --recipe."""
+    subcommands and their sub-actions, every option, recipe names after --recipe.
+
+    The script is kept in the user's cache, keyed by the shell and the code it is made from
+    (this package and shtab); the recipe names are not in it (the shell asks for them with
+    'recipes --names' as it completes), so adding a recipe does not change it."""
+    from onebit_build.core import usercache
+
+    key = usercache.key_of(usercache.code_stamp(("shtab",)), opts.shell)
+    where = usercache.tool_dir(os.environ) / f"completion-{opts.shell}.json"
+    kept = usercache.read(where, COMPLETION_KIND, key)
+    script = kept.get("script") if kept else None
+    if not isinstance(script, str):
+        script = completion_script(opts.shell)
+        usercache.write(where, COMPLETION_KIND, key, {"script": script})
+    sys.stdout.write(script)
+    return 0
+
+
+def completion_script(shell: str) -> str:
+    """The script made afresh from the parser."""
     # cli builds the parser and imports this module when the command runs: imported here.
     import shtab  # and shtab only for this command
 
     from onebit_build.cli import make_parser
 
-    sys.stdout.write(shtab.complete(completable(make_parser()), shell=opts.shell))
-    return 0
+    return shtab.complete(completable(make_parser()), shell=shell)
 
 
 def completable(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -16,14 +16,14 @@ from typing import Callable
 
 from onebit_build.core.errors import ConfigError, LockError, WorkspaceError
 from onebit_build.core.names import file_part
+from onebit_build.core.usercache import cache_home
 
 
 def default_workspace() -> Path:
     env = os.environ.get("ONEBIT_WORKSPACE")
     if env:
         return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "onebit-build"
+    return cache_home(os.environ) / "onebit-build"
 
 
 @dataclass(frozen=True, kw_only=True)

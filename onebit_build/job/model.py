@@ -64,9 +64,14 @@ def load_pins_and_recipe(project: ProjectRoot, recipe: str, *, defines: tuple[De
                          locked: bool = False) -> tuple[Pins, Recipe]:
     """pins.yaml with pins.lock applied (``locked``: every pin must be resolved there), and the
     recipe ``recipe`` names with the ``-D`` overrides."""
-    pins = load_pins(project.pins)
-    pins = apply_lock(pins, read_lock(pins.lock_path), locked=locked)
+    pins = load_locked_pins(project, locked=locked)
     return pins, with_defines(load_recipe(recipe_file(project, recipe), pins), defines, pins)
+
+
+def load_locked_pins(project: ProjectRoot, *, locked: bool = False) -> Pins:
+    """pins.yaml with pins.lock applied (``locked``: every pin must be resolved there)."""
+    pins = load_pins(project.pins)
+    return apply_lock(pins, read_lock(pins.lock_path), locked=locked)
 
 
 def with_defines(recipe: Recipe, defines: tuple[Define, ...], pins: Pins | None = None) -> Recipe:

@@ -44,6 +44,7 @@ from onebit_build.building.cache.request import (  # noqa: F401
     ENV_MODE, ENV_URL, MODES, URL_SCHEMES, CacheRequest, RedisUrl, _host, _redact_url, parse_url, request_from)
 from onebit_build.core.errors import ConfigError, ToolMissingError
 from onebit_build.core.proc import version_line
+from onebit_build.core.usercache import cache_home
 
 LAUNCHER_LANGUAGES = ("C", "CXX", "CUDA", "HIP")
 START_TIMEOUT_S = 60.0
@@ -147,8 +148,7 @@ def default_cache_dir(kind: str, env: Mapping[str, str]) -> str | None:
         return None
     if env.get(var):
         return env[var]
-    base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
-    return str(Path(base) / kind)
+    return str(cache_home(env) / kind)
 
 
 def plan_launcher(request: CacheRequest, *, programs: Mapping[str, str | None], env: Mapping[str, str],

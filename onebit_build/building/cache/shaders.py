@@ -24,6 +24,7 @@ from onebit_build.building.cache import glslc as launcher_module
 from onebit_build.building.cache.compiler import Launcher, RedisUrl
 from onebit_build.building.cache.session import CacheStats
 from onebit_build.core.proc import capture
+from onebit_build.core.usercache import cache_home
 
 ENV_DIR = "ONEBIT_SHADER_CACHE_DIR"
 FOLDER = "onebit-glslc"  # inside the build folder: the launcher, its settings, its statistics
@@ -63,8 +64,7 @@ def default_dir(env: Mapping[str, str]) -> str:
     """``$ONEBIT_SHADER_CACHE_DIR``, else ``onebit-glslc`` in the user's cache folder. Pure."""
     if env.get(ENV_DIR):
         return env[ENV_DIR]
-    base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
-    return str(Path(base) / "onebit-glslc")
+    return str(cache_home(env) / "onebit-glslc")
 
 
 def plan_shader_cache(launcher: Launcher, *, glslc: str | None, env: Mapping[str, str],
