@@ -169,7 +169,8 @@ def load_yaml(path: Path, what: str) -> Any:
     except FileNotFoundError:
         raise ConfigError(f"{path}: {what} file not found", hint="check the path or create it") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: {what} file is not UTF-8 text (byte {exc.start})", hint="save it as UTF-8") from None
+        raise ConfigError(f"{path}: {what} file is not UTF-8 text (byte {exc.start})",
+                          hint="save it as UTF-8") from None
     try:
         return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
