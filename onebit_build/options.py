@@ -66,6 +66,8 @@ class VerifyRunOptions:
     rounds: int | None = None  # default: the recipe's verification.rounds
     tolerance: float | None = None  # default: the recipe's verification.tolerance
     budget_s: float | None = None  # --speed-budget; default: the recipe's verification.budget_s
+    decode_tokens: int | None = None  # --decode-tokens; default: the bench's
+    no_speed: bool = False  # --no-speed: no speed rounds, the speed part is not judged
     new_args: str = ""  # extra llama-server arguments for the new build's servers
     working_args: str = ""
     lock: Path | None = None
@@ -221,6 +223,7 @@ def _verify_run_options(get) -> VerifyRunOptions:
     return VerifyRunOptions(
         working=check_path_length("--working", Path(get("working")).expanduser()), adopt=bool(get("adopt")),
         rounds=get("rounds"), tolerance=get("tolerance"), budget_s=get("speed_budget"),
+        decode_tokens=get("decode_tokens"), no_speed=bool(get("no_speed")),
         new_args=get("new_args") or "", working_args=get("working_args") or "", lock=_path(get("bench_lock"), "--lock"),
         wait_s=max(0.0, get("wait") or 0.0),
     )

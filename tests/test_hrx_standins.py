@@ -387,9 +387,9 @@ def cli(st, *args, env=None, timeout=600):
                    *args, env=env, timeout=timeout)
 
 
-def build(st, root: Path, ws: Path):
+def build(st, root: Path, ws: Path, env: dict[str, str] | None = None):
     return run_cli(root, "--workspace", str(ws), "--mirror-dir", str(st["s"]["mirrors"]), "--hrx", "on",
-                   "--toolchain-root", str(st["tc"]), "build", timeout=600)
+                   "--toolchain-root", str(st["tc"]), "build", env=env, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -705,6 +705,14 @@ DROPPED = {
 }
 
 
+# CMake's download step asks again, after 0, 0, 5, 5, 15 and 60 s, when a host cannot be
+# resolved (curl code 6): 85 s of waiting for example.invalid. A proxy that cannot be resolved
+# is curl code 5, which CMake does not ask again: the same download of the same URL fails at
+# once. Only the build without the recipe's downloads entry tries to download at all.
+UNRESOLVABLE_PROXY = {name: "http://proxy.invalid:3128" for name in ("https_proxy", "HTTPS_PROXY", "all_proxy")}
+NO_PROXY_BYPASS = {"no_proxy": "", "NO_PROXY": ""}
+
+
 @pytest.mark.parametrize("missing", list(DROPPED))
 def test_each_upstream_requirement_is_needed(standins, tmp_path, missing):
     """Without one of them the build or the device list fails, and the failure names the
@@ -715,7 +723,7 @@ def test_each_upstream_requirement_is_needed(standins, tmp_path, missing):
     else:
         root = project(tmp_path / "proj", s, recipe_without=DROPPED[missing])
     ws = tmp_path / "ws"
-    out = build(standins, root, ws)
+    out = build(standins, root, ws, env={**UNRESOLVABLE_PROXY, **NO_PROXY_BYPASS} if missing == "downloads" else None)
     if missing == "IREE_HAL_DRIVER_AMDGPU":
         # Upstream builds fine without its GPU driver; the device list shows it.
         assert out.returncode == 0, failure_report(out, ws)
@@ -724,6 +732,10 @@ def test_each_upstream_requirement_is_needed(standins, tmp_path, missing):
     assert out.returncode == 9, out.stderr
     report = failure_report(out, ws)
     assert f"upstream requirement missed: {MISSED[missing]}" in report, report
+    if missing == "downloads":  # the download was tried once, through the proxy, and not asked again
+        said = [p.read_text(errors="replace") for p in sorted(ws.rglob("*.log"))]
+        tries = [text.count(f"downloading '{HSA_URL}' failed") for text in said]
+        assert max(tries) == 1 and any("status_code: 5" in text for text in said), (tries, report)
 
 
 def test_the_prebuilt_ui_matters_only_with_the_ui_built(standins, tmp_path):

@@ -587,6 +587,51 @@ def test_report_files_are_written_whole(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == names
 
 
+def _no_speed(parts: list[verdict.Part]) -> list[verdict.Part]:
+    return [verdict.speed_not_measured() if p.name == "speed" else p for p in parts]
+
+
+def test_speed_not_measured_is_not_judged_and_every_output_says_so(tmp_path):
+    v = verdict.verdict(_no_speed(_parts(slow=True)))  # the slow figures are gone with their part
+    assert v.verified and v.exit_code == 0 and v.label == "VERIFIED" and v.not_judged == ("speed",)
+    assert v.title == "VERIFIED (speed not measured)"
+    assert v.headline().startswith("VERIFIED (speed not measured): Vulkan SPIR-V: 2/2 byte-identical")
+    assert "; speed: not measured (--no-speed); " in v.headline()
+    speed_p = next(p for p in v.parts if p.name == "speed")
+    assert speed_p.status == "skipped" and [p.status for p in v.parts if p.name != "speed"] == ["ok"] * 3
+    facts = report.RunFacts(**{**_facts(tmp_path).__dict__, "speed_measured": False})
+    w = report.write_all(tmp_path, v, facts)
+    doc = json.loads(w.json.read_text())
+    assert doc["verdict"] == "VERIFIED" and doc["speed_measured"] is False and doc["not_judged"] == ["speed"]
+    assert doc["rounds"] is None and doc["tolerance"] is None
+    assert next(p for p in doc["parts"] if p["name"] == "speed")["judged"] is False
+    md = w.md.read_text()
+    assert md.startswith("## Verification run: VERIFIED (speed not measured)")
+    assert "speed not measured (--no-speed);" in md and "interleaved rounds" not in md
+    assert "| speed | skipped | not measured (--no-speed) |" in md
+
+
+def test_a_failed_part_beside_speed_not_measured():
+    v = verdict.verdict(_no_speed(_parts(spv_ok=False)))
+    assert not v.verified and v.exit_code == 11 and v.failed == ("artifacts",)
+    assert v.title == "NOT VERIFIED (artifacts; speed not measured)"
+    assert v.headline().startswith("NOT VERIFIED: artifacts: ")
+    assert v.headline().endswith("; speed: not measured (--no-speed)")
+
+
+def test_speed_not_measured_is_a_skipped_junit_case(tmp_path):
+    from onebit_build.verification.verdict_junit import junit_cases
+
+    cases = junit_cases(verdict.verdict(_no_speed(_parts())), recipe="default")
+    path = write_junit(tmp_path / "j.xml", "verify-run", cases)
+    suite = ET.parse(path).getroot().find("testsuite")
+    assert suite is not None and suite.get("skipped") == "1" and suite.get("failures") == "0"
+    skipped = [tc for tc in suite.iter("testcase") if tc.find("skipped") is not None]
+    assert [tc.get("name") for tc in skipped] == ["speed"]
+    assert skipped[0].find("skipped").get("message") == "not measured (--no-speed)"
+    assert not [c for c in cases if c.name.startswith("speed:")]  # no metric was measured
+
+
 # --------------------------------------------------------------------------- junit
 
 

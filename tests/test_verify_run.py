@@ -93,6 +93,24 @@ def test_too_few_rounds_are_refused(tmp_path):
     assert out.returncode == 2 and "a speed verdict needs at least 5 rounds" in out.stderr
 
 
+@pytest.mark.parametrize("extra, message", [
+    (("--no-speed", "--rounds", "9"), "--no-speed runs no speed rounds, so --rounds would do nothing"),
+    (("--no-speed", "--speed-budget", "60", "--tolerance", "0.1"),
+     "--no-speed runs no speed rounds, so --speed-budget and --tolerance would do nothing"),
+    (("--no-speed", "--decode-tokens", "32"), "so --decode-tokens would do nothing"),
+    (("--decode-tokens", "8"), "--decode-tokens 8: a speed round needs 16 to 1024 tokens per request"),
+    (("--decode-tokens", "5000"), "--decode-tokens 5000: a speed round needs 16 to 1024"),
+    # the default recipe collects no kernel artifacts: with no speed to adopt, --adopt has nothing to do
+    (("--no-speed", "--adopt"), "--adopt: recipe default collects no kernel artifacts and --no-speed adopts no speed"),
+])
+def test_speed_options_that_cannot_act_are_refused(tmp_path, extra, message):
+    b = fake_build(tmp_path / "b", "default")
+    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "verify-run", "--working", str(b), *extra)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and message in lines[0], out.stderr
+    assert not (tmp_path / "ws" / "runs").exists()
+
+
 @pytest.mark.parametrize("budget", ["nan", "inf", "-1", "0", "soon"])
 def test_a_speed_budget_that_is_no_number_of_seconds_is_refused_while_parsing(tmp_path, budget):
     b = fake_build(tmp_path / "b", "default")
@@ -197,9 +215,10 @@ def test_second_build_of_the_same_configuration_is_verified(second_build, defaul
     assert "ccache" not in cache_programs(default_build)  # the tool's launcher alone, never ccache under it
     run_dir, junit = tmp_path / "run", tmp_path / "junit.xml"
     # 9 rounds: the interval then leaves out the fastest and the slowest round
-    # (with 5 it is their whole range).
+    # (with 5 it is their whole range). 32 decode tokens a request instead of 64: a round
+    # takes about two thirds of the time, and the same bytes still scatter well within ±10 %.
     out = cli("verify-run", "--working", str(second_build), "--tolerance", TOLERANCE, "--rounds", "9",
-              "--speed-budget", "600", "--run-dir", str(run_dir), "--junit", str(junit))
+              "--decode-tokens", "32", "--speed-budget", "600", "--run-dir", str(run_dir), "--junit", str(junit))
     doc = verdict_of(run_dir)
     assert doc["schema"] == 1 and doc["builds"]["working"]["folder"] == str(second_build)
     n = len(manifest_mod.load_manifest(default_build / "build-manifest.json").components[0].outputs)
@@ -223,28 +242,42 @@ def test_second_build_of_the_same_configuration_is_verified(second_build, defaul
         names = tar.getnames()
     assert {"verification.md", "verification.json", "manifests/new.json", "manifests/working.json"} <= set(names)
     assert any(n.startswith("logs/server-r9-") for n in names)
+    # each timed request generated the 32 tokens asked for (the warm-up's 8 are the other line)
+    log = (run_dir / "logs" / "server-r1-new_CPU.log").read_text()
+    decoded = re.findall(r"\|\s+eval time = .*?/ +(\d+) tokens", log)
+    assert decoded and set(decoded) == {"8", "32"}, decoded
+    assert "decode tokens `32`" in (run_dir / "verification.md").read_text()
     assert f"report:  {run_dir / 'verification.md'}" in out.stderr
     assert not servers_running_from(default_build) and not servers_running_from(second_build)
 
 
 @pytestslow
 def test_define_that_changes_the_binary_is_not_verified(default_build, tmp_path):
-    run_dir = tmp_path / "run"
+    """What is asserted here is artifacts, answers and provenance, so the run measures no
+    speed (--no-speed), and this test also shows what such a run says."""
+    run_dir, junit = tmp_path / "run", tmp_path / "junit.xml"
     try:
-        out = cli("-D", "LLAMA_BUILD_NUMBER=99999", "verify-run", "--working", str(default_build), "--tolerance",
-                  TOLERANCE, "--run-dir", str(run_dir))
+        out = cli("-D", "LLAMA_BUILD_NUMBER=99999", "verify-run", "--working", str(default_build), "--no-speed",
+                  "--run-dir", str(run_dir), "--junit", str(junit))
     finally:
         restored = cli("build")  # the workspace's latest default build is the plain one again
         assert restored.returncode == 0, restored.stderr[-2000:]
     assert out.returncode == 11, out.stderr[-4000:]
     doc = verdict_of(run_dir)
-    assert "artifacts" in doc["failed"]
+    assert doc["failed"] == ["artifacts"]
     art = part(doc, "artifacts")
     differing = [d[0] for c in art["counted"] for d in c["differing"]]
     assert differing, art
     for name in differing:
         assert f"differs  {name}" in out.stderr
     assert part(doc, "answers")["ok"] and part(doc, "provenance")["ok"]
+    # --no-speed: the answers' servers only (one per build), and every output says speed was not judged
+    assert len(part(doc, "provenance")["servers"]) == 2 and not list((run_dir / "logs").glob("server-r*"))
+    assert doc["speed_measured"] is False and doc["not_judged"] == ["speed"] and part(doc, "speed")["judged"] is False
+    assert "\nNOT VERIFIED (artifacts; speed not measured)\n" in out.stderr
+    assert re.search(r"\n  speed +skipped +not measured \(--no-speed\)\n", out.stderr), out.stderr[-3000:]
+    assert "speed not measured (--no-speed)" in (run_dir / "verification.md").read_text()
+    assert 'skipped="1"' in junit.read_text() and '<skipped message="not measured (--no-speed)"' in junit.read_text()
 
 
 @pytestslow
@@ -252,9 +285,11 @@ def test_slowed_build_is_slower_with_its_ratio(default_build, tmp_path):
     working = tmp_path / "working"
     shutil.copytree(default_build, working, symlinks=True)
     run_dir = tmp_path / "run"
-    # The new build's servers run 8 threads pinned to one core: the same binary, much slower.
+    # The new build's servers run 8 threads pinned to one core: the same binary, much slower
+    # (decode about half the speed, every token), so 16 decode tokens a request show it as
+    # clearly as 64 and take a quarter of the decoding time.
     out = cli("verify-run", "--working", str(working), "--tolerance", TOLERANCE, "--run-dir", str(run_dir),
-              "--new-args", "-t 8 --cpu-mask 0x1 --cpu-strict 1")
+              "--decode-tokens", "16", "--new-args", "-t 8 --cpu-mask 0x1 --cpu-strict 1")
     assert out.returncode == 11, out.stderr[-4000:]
     doc = verdict_of(run_dir)
     assert doc["failed"] == ["speed"], doc["headline"]
@@ -353,14 +388,16 @@ def test_flipped_shader_byte_in_the_working_build_is_named(vulkan_build, tmp_pat
     victim.write_bytes(bytes(data))
     total = len(list(spv.glob("*.spv")))
     run_dir = tmp_path / "run"
-    out = cli("--recipe", "vulkan", "verify-run", "--working", str(working), "--tolerance", TOLERANCE, "--run-dir",
-              str(run_dir), "--adopt")
+    # artifacts, answers and provenance are asserted, never speed: --no-speed
+    out = cli("--recipe", "vulkan", "verify-run", "--working", str(working), "--no-speed", "--run-dir", str(run_dir),
+              "--adopt")
     assert out.returncode == 11, out.stderr[-4000:]
     doc = verdict_of(run_dir)
     assert "artifacts" in doc["failed"]
     assert f"Vulkan SPIR-V (new vs working): {total - 1}/{total} byte-identical" in out.stderr
     assert f"differs  {victim.name}" in out.stderr
     assert "not adopted: the artifacts of the two builds differ" in out.stderr
+    assert "smoke speed not adopted: --no-speed measures no speed" in out.stderr
     assert part(doc, "answers")["ok"] and part(doc, "provenance")["ok"]
     assert not servers_running_from(working) and not servers_running_from(vulkan_build)
 

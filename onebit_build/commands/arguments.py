@@ -179,6 +179,13 @@ def verify_run(vp: argparse.ArgumentParser) -> None:
                          " verification.budget_s, 900)")
     vp.add_argument("--tolerance", type=fraction, metavar="FRACTION",
                     help="speed 'on par' within this fraction (default: the recipe's, 0.03)")
+    vp.add_argument("--decode-tokens", type=positive_int, metavar="N",
+                    help=f"tokens generated per timed request of the speed rounds (default {D.decode_tokens};"
+                         " 16 to 1024)")
+    vp.add_argument("--no-speed", action="store_true",
+                    help="run no speed rounds (for machines whose timings mean nothing, such as shared CI"
+                         " runners): artifacts, answers and provenance are still checked; the verdict says speed"
+                         " was not measured")
     vp.add_argument("--new-args", metavar="ARGS",
                     help="extra llama-server arguments for the new build's servers (the report names them)")
     vp.add_argument("--working-args", metavar="ARGS",

@@ -16,10 +16,12 @@ from onebit_build.job.run import run
 from onebit_build.job.smoke import resolve_model, with_runtime_env
 from onebit_build.job.stage import Stage
 from onebit_build.job.verify import references_dir
-from onebit_build.options import Options
+from onebit_build.options import Options, VerifyRunOptions
 from onebit_build.running.bench import BenchLock, load_prompts, parse_config
+from onebit_build.running.bench.settings import DEFAULTS as BENCH_DEFAULTS
 from onebit_build.verification import run as vrun
 from onebit_build.verification.speed import check_rounds
+from onebit_build.verification.speed_rounds import DECODE_MAX_TOKENS, DECODE_MIN_TOKENS
 from onebit_build.verification.working import ResolvedBuild, resolve_new, resolve_working, same_build
 
 
@@ -31,6 +33,8 @@ class Asked:
     rounds: int
     tolerance: float
     budget_s: float  # seconds of speed rounds per device before 'too noisy'
+    decode_tokens: int  # tokens generated per timed request
+    measure_speed: bool  # False: --no-speed
 
     new_args: tuple[str, ...]
     working_args: tuple[str, ...]
@@ -39,22 +43,42 @@ class Asked:
 
 def check_request(opts: Options, recipe) -> Asked:
     """A bad working path, a build of another recipe, too few rounds, --adopt without
-    artifacts: one line each, before anything runs."""
+    artifacts, speed options with --no-speed: one line each, before anything runs."""
     vo = opts.verify_run
     assert vo is not None  # the parser makes it for verify-run
     working = resolve_working(vo.working, recipe=recipe.name)
     rounds = vo.rounds or recipe.verification.rounds
     check_rounds(rounds)
-    if vo.adopt and not recipe.smoke.prompts and not any(c.artifacts for c in recipe.components):
-        raise ConfigError(f"--adopt: recipe {recipe.name} collects no kernel artifacts and has "
-                          "no smoke prompt to measure"
-                          " speed on", hint="drop --adopt; references exist for recipes with an 'artifacts:' collector"
-                                            " or smoke prompts")
+    check_speed_options(vo)
+    artifacts = any(c.artifacts for c in recipe.components)
+    if vo.adopt and not artifacts and (vo.no_speed or not recipe.smoke.prompts):
+        why = "--no-speed adopts no speed" if vo.no_speed else "it has no smoke prompt to measure speed on"
+        raise ConfigError(f"--adopt: recipe {recipe.name} collects no kernel artifacts and {why}",
+                          hint="drop --adopt; references exist for recipes with an 'artifacts:' collector"
+                               " or smoke prompts")
     return Asked(working=working, rounds=rounds, tolerance=vo.tolerance or recipe.verification.tolerance,
                  budget_s=vo.budget_s or recipe.verification.budget_s,
+                 decode_tokens=vo.decode_tokens or BENCH_DEFAULTS.decode_tokens, measure_speed=not vo.no_speed,
                  new_args=parse_config(f"new={vo.new_args}").args,
                  working_args=parse_config(f"working={vo.working_args}").args,
                  lock=vo.lock or Workspace(root=opts.workspace).root / "bench.lock")
+
+
+def check_speed_options(vo: VerifyRunOptions) -> None:
+    """--no-speed with an option that only shapes the speed rounds is refused (it would do
+    nothing); a number of decode tokens out of range too."""
+    if vo.no_speed:
+        given = [name for name, value in (("--rounds", vo.rounds), ("--speed-budget", vo.budget_s),
+                                          ("--tolerance", vo.tolerance), ("--decode-tokens", vo.decode_tokens))
+                 if value is not None]
+        if given:
+            raise ConfigError(f"--no-speed runs no speed rounds, so {' and '.join(given)} would do nothing",
+                              hint=f"drop {' '.join(given)}, or drop --no-speed to measure speed")
+    n = vo.decode_tokens
+    if n is not None and not DECODE_MIN_TOKENS <= n <= DECODE_MAX_TOKENS:
+        span = f"{DECODE_MIN_TOKENS} to {DECODE_MAX_TOKENS}"
+        raise ConfigError(f"--decode-tokens {n}: a speed round needs {span} tokens per request",
+                          hint=f"give --decode-tokens {span}")
 
 
 def verify_run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
@@ -88,18 +112,19 @@ def compare(job: Job, asked: Asked, prompts) -> vrun.RunOutcome:
                           hint="give the working build to compare with: another folder, a copy, or an install prefix")
     model = resolve_model(job.recipe, job.opts, models_dir=job.workspace.models, log=job.log("model.log"),
                           lock=job.project.models_lock)
-    ui.info(f"verify-run: new {new.folder}; working {asked.working.folder} "
-            f"({asked.working.given_as}); {asked.rounds} rounds,"
-            f" then more until decided, up to {asked.budget_s:g} s per device; "
-            f"tolerance ±{asked.tolerance:.0%}; lock {asked.lock}")
+    how = (f"{asked.rounds} rounds of {asked.decode_tokens} decode tokens a prompt, then more until decided, up to"
+           f" {asked.budget_s:g} s per device; tolerance ±{asked.tolerance:.0%}" if asked.measure_speed
+           else "speed not measured (--no-speed)")
+    ui.info(f"verify-run: new {new.folder}; working {asked.working.folder} ({asked.working.given_as}); {how};"
+            f" lock {asked.lock}")
     req = vrun.RunRequest(
         recipe=with_runtime_env(job.recipe, job.opts.toolchain_root),
-                          new=vrun.Side(role=vrun.NEW, build=new, args=asked.new_args),
+        new=vrun.Side(role=vrun.NEW, build=new, args=asked.new_args),
         working=vrun.Side(role=vrun.WORKING, build=asked.working, args=asked.working_args), model=model,
-                          run_dir=job.run_dir,
-        prompts=prompts, rounds=asked.rounds, tolerance=asked.tolerance, budget_s=asked.budget_s,
-                          refs_dir=references_dir(job),
-        lock=asked.lock, junit=job.opts.junit, adopt=job.opts.verify_run.adopt,
+        run_dir=job.run_dir, prompts=prompts, rounds=asked.rounds, tolerance=asked.tolerance, budget_s=asked.budget_s,
+        refs_dir=references_dir(job),
+        lock=asked.lock, junit=job.opts.junit, adopt=job.opts.verify_run.adopt, decode_tokens=asked.decode_tokens,
+        measure_speed=asked.measure_speed,
     )
     locks = (("pins.lock", job.pins.lock_path), ("models.lock", job.project.models_lock))
     return vrun.run(req, project_files=tuple((name, f) for name, f in locks if f.is_file()))

@@ -3,7 +3,8 @@
 One ``<testsuite>`` per command; one ``<testcase>`` per check, with the time it took and the
 class name ``<recipe>.<device>`` (``<recipe>`` alone for a check of the whole run). A failed
 case carries ``<failure message=...>`` with the evidence as its text; a passing one carries
-its evidence (the measured value, the answer) in ``<system-out>``. Written atomically. Pure
+its evidence (the measured value, the answer) in ``<system-out>``; a check that was not made
+at all carries ``<skipped message=...>`` saying why. Written atomically. Pure
 apart from the write.
 """
 
@@ -26,18 +27,22 @@ class Case:
     detail: str = ""
     seconds: float = 0.0
     classname: str = ""
+    skipped: bool = False  # not checked at all (``<skipped message=...>``); ok is then True
 
 
 def junit_xml(suite: str, cases: Sequence[Case], *, seconds: float = 0.0) -> bytes:
     failures = sum(1 for c in cases if not c.ok)
+    skipped = sum(1 for c in cases if c.skipped)
     root = ET.Element("testsuites", name=suite, tests=str(len(cases)), failures=str(failures), time=f"{seconds:.3f}")
     ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(cases)), failures=str(failures), errors="0",
-                       skipped="0", time=f"{seconds:.3f}")
+                       skipped=str(skipped), time=f"{seconds:.3f}")
     for c in cases:
         tc = ET.SubElement(ts, "testcase", name=c.name, classname=c.classname or suite, time=f"{c.seconds:.3f}")
         if not c.ok:
             f = ET.SubElement(tc, "failure", message=c.message or "failed")
             f.text = c.detail or c.message
+        elif c.skipped:
+            ET.SubElement(tc, "skipped", message=c.message or "not checked")
         elif c.detail or c.message:
             out = ET.SubElement(tc, "system-out")
             out.text = c.detail or c.message

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from onebit_build.core.fsutil import atomic_write_bytes
-from onebit_build.verification.verdict import SPEED, Part, Verdict
+from onebit_build.verification.verdict import SPEED, SPEED_NOT_MEASURED, Part, Verdict
 
 KIND = "onebit-build/verification"
 SCHEMA = 1
@@ -41,6 +41,7 @@ class RunFacts:
     run_dir: str
     settings: dict[str, Any] | None = None  # e.g. extra server arguments of either side
     model: dict[str, Any] | None = None  # the served model: path, sha256, source
+    speed_measured: bool = True  # False: --no-speed (no rounds; rounds and tolerance not used)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,8 +55,10 @@ def verification_doc(verdict: Verdict, facts: RunFacts) -> dict[str, Any]:
     """The JSON document (without kind and schema, which :func:`write_all` adds)."""
     return {
         "verdict": verdict.label, "verified": verdict.verified, "exit_code": verdict.exit_code,
-        "failed": list(verdict.failed), "headline": verdict.headline(),
-        "recipe": facts.recipe, "devices": list(facts.devices), "rounds": facts.rounds, "tolerance": facts.tolerance,
+        "failed": list(verdict.failed), "not_judged": list(verdict.not_judged), "headline": verdict.headline(),
+        "recipe": facts.recipe, "devices": list(facts.devices), "speed_measured": facts.speed_measured,
+        "rounds": facts.rounds if facts.speed_measured else None,
+        "tolerance": facts.tolerance if facts.speed_measured else None,
         "started_at": facts.started_at, "seconds": round(facts.seconds, 1), "run_dir": facts.run_dir,
         "builds": {"new": facts.new, "working": facts.working}, "settings": dict(facts.settings or {}),
         "model": dict(facts.model or {}),
@@ -93,11 +96,11 @@ def _fmt(v: float | None) -> str:
 
 def render_markdown(verdict: Verdict, facts: RunFacts) -> str:
     """The report a maintainer pastes into a pull request."""
-    title = verdict.label if verdict.verified else f"{verdict.label} ({', '.join(verdict.failed)})"
-    out = [f"## Verification run: {title}", ""]
-    out.append(f"Recipe `{facts.recipe}`; devices {', '.join(facts.devices) or '-'}; "
-               f"at least {facts.rounds} interleaved rounds; "
-               f"speed tolerance ±{facts.tolerance:.0%}; {facts.started_at}, {facts.seconds:.0f} s.")
+    out = [f"## Verification run: {verdict.title}", ""]
+    how = (f"at least {facts.rounds} interleaved rounds; speed tolerance ±{facts.tolerance:.0%}"
+           if facts.speed_measured else f"speed {SPEED_NOT_MEASURED}")
+    out.append(f"Recipe `{facts.recipe}`; devices {', '.join(facts.devices) or '-'}; {how}; "
+               f"{facts.started_at}, {facts.seconds:.0f} s.")
     if facts.model:
         out.append(f"Model `{Path(str(facts.model.get('path', ''))).name}` sha256 `{facts.model.get('sha256', '')}`.")
     out.append("")
@@ -107,7 +110,7 @@ def render_markdown(verdict: Verdict, facts: RunFacts) -> str:
     ])
     out.append("")
     out += md_table(["part", "result", "detail"],
-                    [[p.name, "ok" if p.ok else "**FAILED**", p.summary] for p in verdict.parts])
+                    [[p.name, "**FAILED**" if p.status == "FAILED" else p.status, p.summary] for p in verdict.parts])
     for p in verdict.parts:
         out += ["", f"### {p.name.capitalize()}", ""]
         if p.name == SPEED and p.data.get("per_device"):

@@ -11,7 +11,8 @@ Order of work, after the new build exists and the working build was resolved:
    whose server does not start fails the answers;
 3. per device: the interleaved speed rounds of the bench (a fresh server per round; the
    caller holds the bench lock), added one at a time until decided or the budget is spent
-   (:mod:`.speed_rounds`), each server's provenance checked while it runs;
+   (:mod:`.speed_rounds`), each server's provenance checked while it runs; none at all when
+   the request measures no speed (``--no-speed``: its speed part is not judged);
 4. the verdict, the report files and (``--junit``) the checks as JUnit XML.
 """
 
@@ -27,9 +28,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from onebit_build.building.artifacts import ArtifactSet, collect
-from onebit_build.building.manifest import ComponentRecord, Manifest
+from onebit_build.building.manifest import ComponentRecord
 from onebit_build.building.verify import (SetComparison, compare_outputs, compare_sets, find_matching_reference,
-                                          load_reference, write_reference)
+                                          load_reference)
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe
 from onebit_build.core.errors import SmokeError, VerifyError
@@ -39,6 +40,7 @@ from onebit_build.running import server as srvmod
 from onebit_build.running.bench.plan import Prompt
 from onebit_build.running.bench.settings import DEFAULTS as BENCH_DEFAULTS
 from onebit_build.running.model import ModelFile
+from onebit_build.verification.adopt_reference import adopt_reference
 from onebit_build.verification.adopt_speed import adopt_smoke_speed
 from onebit_build.verification import report as report_mod
 from onebit_build.verification import speed as speed_mod
@@ -48,13 +50,14 @@ from onebit_build.verification.junit import write_junit
 from onebit_build.verification.provenance import Provenance, inspect_process
 from onebit_build.verification.speed_rounds import METRICS, speed_on
 from onebit_build.verification.verdict_junit import junit_cases
-from onebit_build.verification.verdict import (Part, Verdict, answers_part, artifacts_part, provenance_part,
-                                               speed_part, verdict)
+from onebit_build.verification.verdict import (SPEED_NOT_MEASURED, Part, Verdict, answers_part, artifacts_part,
+                                               provenance_part, speed_not_measured, speed_part, verdict)
 from onebit_build.verification.working import ResolvedBuild, server_component
 
 NEW = "new"
 WORKING = "working"
 SHOWN_LINES = 20  # details of a failed part printed at the end (all of them are in the report)
+NO_SPEED_ADOPTED = "smoke speed not adopted: --no-speed measures no speed"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +83,7 @@ class RunRequest:
     lock: Path | None = None  # the bench lock the caller holds (recorded)
     junit: Path | None = None
     adopt: bool = False
+    measure_speed: bool = True  # False (--no-speed): no speed rounds; the speed part is not judged
 
     @property
     def sides(self) -> tuple[Side, Side]:
@@ -195,53 +199,6 @@ def artifacts_stage(req: RunRequest,
     if notes:
         part = replace(part, lines=part.lines + tuple(f"note: {n}" for n in notes), data={**part.data, "notes": notes})
     return part, lists, old_sets
-
-
-def adopt_reference(req: RunRequest, working_sets: dict[tuple[str, str], ArtifactSet]) -> tuple[Path | None, str]:
-    """Write the working build's artifacts (as collected now) into references/<recipe>/,
-    named after the toolchain that made them. A reference of that name that records other
-    artifacts is never overwritten. Returns (the file, or None) and what happened."""
-    if not working_sets:
-        return None, f"not adopted: recipe {req.recipe.name} collects no kernel artifacts"
-    man = req.working.build.manifest
-    man = replace(man, components=tuple(
-        replace(c, artifacts=tuple(s for (name, _k), s in sorted(working_sets.items()) if name == c.name))
-        for c in man.components))
-    path = req.refs_dir / f"{reference_name(working_sets, man)}.json"
-    if path.exists():
-        try:
-            old = load_reference(path).sets
-        except VerifyError as exc:
-            return None, (f"not adopted: {path} exists and cannot be read ({exc.message}); "
-                          "remove it, then run --adopt again")
-        if {k: s.items for k, s in old.items()} == {k: s.items for k, s in working_sets.items()}:
-            return path, f"already recorded: {path} holds these artifacts"
-        return None, (f"not adopted: {path} exists and records other artifacts; remove it first if the working "
-                      "build's are the new truth")
-    write_reference(path, man)
-    return path, f"wrote {path}"
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-") or "unknown"
-
-
-def reference_name(sets: dict[tuple[str, str], ArtifactSet], manifest: Manifest) -> str:
-    """The file name (without .json) of a reference: the toolchain facts that shape its
-    artifacts, e.g. ``glslc-shaderc-2023.2-1``, ``nvcc-12.8.93-90-real``, ``loom-link-6743075f1234``. Pure."""
-    parts = []
-    for (_comp, kind), s in sorted(sets.items()):
-        if kind == "spirv":
-            parts.append(f"glslc-{s.facts.get('glslc', 'unknown')}")
-        elif kind == "cubin":
-            parts.append(f"nvcc-{s.facts.get('nvcc', 'unknown')}-{s.facts.get('architectures', 'unknown')}")
-        elif kind == "loombc":
-            source = next((c.source for c in manifest.components if c.output("loom-link") is not None), "")
-            sha = next((src.commit for src in manifest.sources if src.name == source), "")
-            parts.append(f"loom-link-{sha[:12] or 'unknown'}")
-        else:
-            parts.append(kind)
-    return "_".join(_slug(p) for p in dict.fromkeys(parts))
 
 
 # --------------------------------------------------------------------------- devices, answers, provenance
@@ -362,6 +319,8 @@ def compare_on_devices(req: RunRequest, devices: tuple[str, ...], hasher: Callab
             same = sum(1 for c in comparisons if c.device == dev and c.same)
             st["note"] = f"{dev}: {same}/{len(req.recipe.smoke.prompts)} the same"
         times[f"answers/{dev}"] = time.monotonic() - t0
+        if not req.measure_speed:
+            continue
         if any(a.error for a in got[NEW].values()):
             for metric in METRICS:
                 speeds[(dev, metric)] = speed_mod.speed_verdict([], tolerance=req.tolerance, rounds_asked=req.rounds)
@@ -388,7 +347,9 @@ def run_facts(req: RunRequest, *, devices: tuple[str, ...], started: str, second
         settings={"new server arguments": " ".join(req.new.args),
                   "working server arguments": " ".join(req.working.args),
                   "bench lock": str(req.lock or ""), "adopt": adopted,
-                  "speed budget": f"{req.budget_s:g} s per device"},
+                  **({"speed budget": f"{req.budget_s:g} s per device", "decode tokens": str(req.decode_tokens)}
+                     if req.measure_speed else {"speed": SPEED_NOT_MEASURED})},
+        speed_measured=req.measure_speed,
     )
 
 
@@ -408,7 +369,8 @@ def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) ->
     times["artifacts"] = time.monotonic() - t0
     devices, not_compared = devices_to_compare(req)
     comparisons, provs, speeds = compare_on_devices(req, devices, hasher, times)
-    parts = [art, answers_part(comparisons, not_compared=not_compared), speed_part(speeds), provenance_part(provs)]
+    speed = speed_part(speeds) if req.measure_speed else speed_not_measured()
+    parts = [art, answers_part(comparisons, not_compared=not_compared), speed, provenance_part(provs)]
     result = verdict(parts)
     reference, adopted = None, ""
     if req.adopt:
@@ -416,7 +378,8 @@ def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) ->
             reference, adopted = adopt_reference(req, working_sets)
         else:
             adopted = "not adopted: the artifacts of the two builds differ; adopt only a pair that agrees"
-        adopted = "; ".join([adopted, *adopt_smoke_speed(req, devices)])
+        speeds_said = adopt_smoke_speed(req, devices) if req.measure_speed else [NO_SPEED_ADOPTED]
+        adopted = "; ".join([adopted, *speeds_said])
     facts = run_facts(req, devices=devices, started=started, seconds=time.monotonic() - t0, adopted=adopted)
     written = report_mod.write_all(req.run_dir, result, facts, bundle_files=[*bundle_files(req, lists), *project_files])
     junit = (write_junit(req.junit, "verify-run", junit_cases(result, recipe=req.recipe.name, times=times),
@@ -427,9 +390,9 @@ def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) ->
 def print_outcome(out: RunOutcome) -> None:
     """The verdict, each part on a line, and the paths of what was written."""
     ui.info("")
-    ui.info(out.verdict.label + (f" ({', '.join(out.verdict.failed)})" if out.verdict.failed else ""))
+    ui.info(out.verdict.title)
     for p in out.verdict.parts:
-        ui.info(f"  {p.name:<11} {'ok' if p.ok else 'FAILED':<7} {p.summary}")
+        ui.info(f"  {p.name:<11} {p.status:<7} {p.summary}")
     for p in out.verdict.parts:
         if not p.ok and p.lines:
             ui.info(f"{p.name}:")

@@ -25,6 +25,11 @@ if TYPE_CHECKING:  # only for the annotations: run.py imports this module
 
 METRICS = ("decode", "prompt")
 PROMPT_MIN_TOKENS = 32  # the shortest prompt prompt speed is judged on (when any is as long)
+# Tokens generated per timed request (--decode-tokens): fewer than 16 time the request's own
+# overhead more than decoding; more than 1024 no longer fit beside a prompt in the smoke
+# context (2048 tokens).
+DECODE_MIN_TOKENS = 16
+DECODE_MAX_TOKENS = 1024
 Verdicts = dict[tuple[str, str], speed_mod.SpeedVerdict]
 
 

@@ -11,7 +11,10 @@ VERIFIED (exit 0) only when every part holds:
    (:mod:`.speed` defines them);
 4. **provenance**: every server of both builds mapped only its build's own files.
 
-Otherwise NOT VERIFIED (exit 11), naming each failed part. Pure: results in, verdict out.
+Otherwise NOT VERIFIED (exit 11), naming each failed part. A run told not to measure speed
+(``--no-speed``) has a speed part that is not judged: it neither passes nor fails the run,
+and the title and headline say so ("VERIFIED (speed not measured)"). Pure: results in,
+verdict out.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ ANSWERS = "answers"
 SPEED = "speed"
 PROVENANCE = "provenance"
 PARTS = (ARTIFACTS, ANSWERS, SPEED, PROVENANCE)
+SPEED_NOT_MEASURED = "not measured (--no-speed)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,9 +46,16 @@ class Part:
     summary: str  # one line
     lines: tuple[str, ...] = ()  # the details a person reads
     data: dict[str, Any] = field(default_factory=dict)  # the same, for verification.json
+    judged: bool = True  # False: not checked at all (speed under --no-speed); ok is then True
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "summary": self.summary, "lines": list(self.lines), **self.data}
+        return {"name": self.name, "ok": self.ok, "judged": self.judged, "summary": self.summary,
+                "lines": list(self.lines), **self.data}
+
+    @property
+    def status(self) -> str:
+        """What a person reads beside the part's name: ok, FAILED or skipped."""
+        return "skipped" if not self.judged else "ok" if self.ok else "FAILED"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,8 +71,20 @@ class Verdict:
         return tuple(p.name for p in self.parts if not p.ok)
 
     @property
+    def not_judged(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.parts if not p.judged)
+
+    @property
     def label(self) -> str:
         return VERIFIED if self.verified else NOT_VERIFIED
+
+    @property
+    def title(self) -> str:
+        """The label with the failed parts and the parts not judged, e.g. ``NOT VERIFIED
+        (artifacts)`` or ``VERIFIED (speed not measured)``."""
+        said = [", ".join(self.failed)] if self.failed else []
+        said += [f"{name} not measured" for name in self.not_judged]
+        return self.label + (f" ({'; '.join(said)})" if said else "")
 
     @property
     def exit_code(self) -> int:
@@ -69,8 +92,10 @@ class Verdict:
 
     def headline(self) -> str:
         if self.verified:
-            return f"{VERIFIED}: " + "; ".join(p.summary for p in self.parts)
-        return f"{NOT_VERIFIED}: " + "; ".join(f"{p.name}: {p.summary}" for p in self.parts if not p.ok)
+            return f"{self.title}: " + "; ".join(p.summary if p.judged else f"{p.name}: {p.summary}"
+                                                   for p in self.parts)
+        skipped = "".join(f"; {p.name}: {p.summary}" for p in self.parts if not p.judged)
+        return f"{NOT_VERIFIED}: " + "; ".join(f"{p.name}: {p.summary}" for p in self.parts if not p.ok) + skipped
 
 
 def verdict(parts: Iterable[Part]) -> Verdict:
@@ -141,6 +166,13 @@ def speed_part(verdicts: dict[tuple[str, str], SpeedVerdict]) -> Part:
                         for (dev, metric), v in shown)
     data = {"per_device": [{"device": dev, "metric": metric, **v.to_dict()} for (dev, metric), v in verdicts.items()]}
     return Part(name=SPEED, ok=ok, summary=summary, lines=lines, data=data)
+
+
+def speed_not_measured() -> Part:
+    """The speed part of a run that measured no speed (``--no-speed``): not judged."""
+    return Part(name=SPEED, ok=True, judged=False, summary=SPEED_NOT_MEASURED,
+                lines=(f"speed: {SPEED_NOT_MEASURED}: no speed rounds were run; the verdict does not judge speed",),
+                data={"measured": False, "per_device": []})
 
 
 def provenance_part(results: Sequence[Provenance]) -> Part:

@@ -11,13 +11,14 @@ def junit_cases(v: Verdict, *, recipe: str, times: dict[str, float] | None = Non
     """One case per part (class ``<recipe>``), and one per device and prompt or metric inside
     answers and speed (class ``<recipe>.<device>``), each with its evidence and the time of
     the step that made it (``times``: ``artifacts``, ``answers/DEVICE``, ``speed/DEVICE``; a
-    device's prompts share its answers step, its two metrics its speed rounds)."""
+    device's prompts share its answers step, its two metrics its speed rounds). A part that
+    was not judged (speed under --no-speed) is a skipped case saying so."""
     times = times or {}
     cases = []
     for p in v.parts:
         spent = sum(s for k, s in times.items() if k == p.name or k.startswith(f"{p.name}/"))
-        cases.append(Case(name=p.name, classname=recipe, ok=p.ok, message="" if p.ok else p.summary, seconds=spent,
-                          detail="\n".join([p.summary, *p.lines])))
+        cases.append(Case(name=p.name, classname=recipe, ok=p.ok, message=p.summary if not p.ok or not p.judged else "",
+                          seconds=spent, skipped=not p.judged, detail="\n".join([p.summary, *p.lines])))
         if p.name == "answers":
             for c in p.data.get("comparisons", []):
                 cases.append(Case(name=f"answer:{c['prompt']}", classname=classname(recipe, c["device"]), ok=c["same"],
