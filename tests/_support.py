@@ -134,10 +134,13 @@ def run_cli(root: Path, *args: str, env: dict[str, str] | None = None,
     """Run the real CLI in a subprocess against the project folder ``root``."""
     import sys
 
+    from _shared import on_test_workspace
+
     full_env = {k: v for k, v in os.environ.items() if k not in ("ONEBIT_MIRROR_DIR", "ONEBIT_WORKSPACE")}
     full_env.update({"ONEBIT_ROOT": str(root), **(env or {})})
-    return subprocess.run([sys.executable, "-m", "onebit_build", *args], cwd=root, env=full_env, capture_output=True,
-                          text=True, timeout=timeout)
+    with on_test_workspace(args):
+        return subprocess.run([sys.executable, "-m", "onebit_build", *args], cwd=root, env=full_env,
+                              capture_output=True, text=True, timeout=timeout)
 
 
 def user_workspace() -> Path | None:
@@ -162,12 +165,15 @@ def stream_cli(root: Path, *args: str, say=None, timeout: float = 3600) -> tuple
     comes (the test run shows what it is building). Returns the exit code and the output."""
     import sys
 
+    from _shared import on_test_workspace
+
     full_env = {k: v for k, v in os.environ.items() if k not in ("ONEBIT_MIRROR_DIR", "ONEBIT_WORKSPACE")}
     full_env["ONEBIT_ROOT"] = str(root)
     lines: list[str] = []
     started = time.monotonic()
-    with subprocess.Popen([sys.executable, "-m", "onebit_build", *args], cwd=root, env=full_env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+    argv = [sys.executable, "-m", "onebit_build", *args]
+    with on_test_workspace(args), subprocess.Popen(argv, cwd=root, env=full_env, text=True, stdout=subprocess.PIPE,
+                                                   stderr=subprocess.STDOUT) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)

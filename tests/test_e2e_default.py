@@ -14,7 +14,7 @@ from onebit_build.building.manifest import read_manifest
 from onebit_build.building.manifest import latest_path as manifest_path
 from onebit_build.core.workspace import Workspace
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.shared_workspace]
 
 
 def test_real_llama_server_names_the_pin(llama_server):

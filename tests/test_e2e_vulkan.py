@@ -13,7 +13,7 @@ import pytest
 from _support import REPO, run_cli, shared_from_user, stream_cli
 from conftest import progress, workspace_for_tests
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.shared_workspace]
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ import pytest
 from _support import REPO, run_cli, shared_from_user
 from conftest import workspace_for_tests
 
-pytestmark = pytest.mark.slow
+# Empties and rebuilds the default build folder that other tests run llama-server from.
+pytestmark = [pytest.mark.slow, pytest.mark.shared_workspace(rebuilds_default=True)]
 
 
 def _sha256(path) -> str:

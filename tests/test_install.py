@@ -61,8 +61,10 @@ def installed(wheel, tmp_path_factory) -> Path:
                                capture_output=True, text=True, check=True).stdout.strip())
     deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (site / "zz-dependencies.pth").write_text("".join(f"{d}\n" for d in sorted(deps)))
+    # --ignore-installed: the test environment may hold this project already (an editable
+    # install seen through the .pth above), and pip would then install nothing.
     out = subprocess.run([sys.executable, "-m", "pip", "--python", str(vpy), "install", "--no-deps", "--no-index",
-                          "-q", str(wheel)],
+                          "--ignore-installed", "-q", str(wheel)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     return venv

@@ -118,6 +118,7 @@ def test_gc_refuses_while_a_run_holds_the_workspace(project):
 
 
 @pytest.mark.slow
+@pytest.mark.shared_workspace
 def test_model_pull_fetches_and_verifies_the_recipes_model(gemma_model):
     from conftest import workspace_for_tests
     from onebit_build.core.fsutil import sha256_file

@@ -17,7 +17,7 @@ import requests
 from _support import REPO, run_cli, shared_from_user, sigint_default
 from conftest import workspace_for_tests
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.shared_workspace]
 
 
 def _free_port() -> int:

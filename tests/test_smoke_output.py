@@ -15,6 +15,8 @@ from onebit_build.verification.junit import Case, write_junit
 from onebit_build.verification.verdict_junit import junit_cases
 from onebit_build.verification.verdict import Part, Verdict
 
+pytestmark = pytest.mark.shared_workspace
+
 COLUMNS = 100
 
 

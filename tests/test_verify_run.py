@@ -30,6 +30,7 @@ from onebit_build.core.fsutil import sha256_file
 from onebit_build.running.bench import BenchLock
 
 TOLERANCE = "0.10"
+pytestmark = pytest.mark.shared_workspace
 
 
 def cli(*args: str, timeout: float = 3600):
