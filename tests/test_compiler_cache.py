@@ -503,11 +503,12 @@ def test_the_launcher_never_enters_the_build_key():
     assert build_key(replace(req, launcher=sc), replace(tc, launcher=sc.label)) == build_key(req, tc)
 
 
-def tool_project(tmp_path: Path, parts: int = 0) -> tuple[Path, Path]:
-    """The small C/C++ project as a pinned source and a recipe of a project folder."""
+def tool_project(tmp_path: Path, parts: int = 0, extra: dict[str, str] | None = None) -> tuple[Path, Path]:
+    """The small C/C++ project as a pinned source and a recipe of a project folder; ``extra``
+    files are added, and a CMakeLists.txt among them replaces the project's."""
     from _support import bare_mirror, make_repo, project_tree
 
-    files = {rel: textwrap.dedent(text) for rel, text in PROJECT.items()}
+    files = {rel: textwrap.dedent(text) for rel, text in {**PROJECT, **(extra or {})}.items()}
     files.update({f"lib/part{i:02d}.c": f'const char *part{i}(void) {{ return __FILE__ ":{i}"; }}\n'
                   for i in range(parts)})
     commit = make_repo(tmp_path / "where-src", files)
@@ -631,6 +632,69 @@ def test_tool_none_leaves_no_launcher_and_a_changed_launcher_reuses_the_folder(t
     out = tool(root, mirrors, ws, "--compiler-cache", "none", "build")
     assert out.returncode == 0, out.stderr
     assert launchers_in(Path(comp["build_dir"])) == {"C": "", "CXX": "", "CUDA": "", "HIP": ""}
+
+
+# A project that builds a helper program as a CMake project of its own during the build, as
+# ggml-vulkan builds vulkan-shaders-gen (an ExternalProject given none of the main project's
+# launchers or flags).
+NESTED = {
+    "CMakeLists.txt": PROJECT["CMakeLists.txt"] + """\
+        include(ExternalProject)
+        ExternalProject_Add(gen SOURCE_DIR ${CMAKE_CURRENT_SOURCE_DIR}/gen
+                            CMAKE_ARGS -DCMAKE_BUILD_TYPE=Release INSTALL_COMMAND "")
+        add_dependencies(hello gen)
+        """,
+    "gen/CMakeLists.txt": """\
+        cmake_minimum_required(VERSION 3.20)
+        project(gen CXX)
+        add_executable(gen gen.cpp)
+        """,
+    "gen/gen.cpp": """\
+        #include <cstdio>
+        int main() { std::puts(__FILE__); return 0; }
+        """,
+}
+
+
+def nested_cache(build_dir: Path) -> str:
+    return (build_dir / "gen-prefix" / "src" / "gen-build" / "CMakeCache.txt").read_text()
+
+
+def test_nested_project_env_gives_the_launcher_and_the_maps_after_the_users_flags():
+    sccache = cc.Launcher(kind="sccache", mode="sccache", program="/opt/sccache")
+    maps = cc.prefix_maps(Path("/w/src"))
+    env = cc.nested_project_env(sccache, maps, {"CXXFLAGS": "-O1 ", "PATH": "/bin"})
+    assert env["CMAKE_C_COMPILER_LAUNCHER"] == env["CMAKE_CXX_COMPILER_LAUNCHER"] == "/opt/sccache"
+    assert env["CXXFLAGS"] == ("-O1 -Xpreprocessor -fmacro-prefix-map=/w/src=. "
+                               "-Xpreprocessor -fdebug-prefix-map=/w/src=.")
+    assert env["CFLAGS"].startswith("-Xpreprocessor") and set(env) == {
+        "CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER", "CFLAGS", "CXXFLAGS"}
+    assert cc.nested_project_env(cc.NO_LAUNCHER, maps, {}) == {}
+
+
+@needs_sccache
+def test_a_nested_project_compiles_through_the_cache_and_hits_in_another_workspace(tmp_path):
+    """The helper program's object is cached like the main project's: built at a second
+    path, all its objects are hits; with no compiler cache the nested project has none."""
+    root, mirrors = tool_project(tmp_path, extra=NESTED)
+    cache = tmp_path / "cache"
+    ws1, ws2 = tmp_path / "ws", tmp_path / "elsewhere" / "second-workspace"
+    for ws in (ws1, ws2):
+        out = tool(root, mirrors, ws, "--compiler-cache", "sccache", "build", cache_dir=cache)
+        assert out.returncode == 0, out.stderr
+    one, two = component_of(ws1), component_of(ws2)
+    assert re.search(r"^CMAKE_CXX_COMPILER_LAUNCHER:\w+=" + re.escape(SCCACHE) + "$",
+                     nested_cache(Path(one["build_dir"])), re.M)
+    # the main project's three objects and two of the nested project (its program and the
+    # compiler check of its configure); the main project alone makes three
+    assert (one["compiler_cache"]["stats"]["misses"], one["compiler_cache"]["stats"]["hits"]) == (5, 0)
+    assert (two["compiler_cache"]["stats"]["misses"], two["compiler_cache"]["stats"]["hits"]) == (0, 5)
+    assert {o["name"]: o["sha256"] for o in one["outputs"]} == {o["name"]: o["sha256"] for o in two["outputs"]}
+    ws3 = tmp_path / "uncached"
+    out = tool(root, mirrors, ws3, "--compiler-cache", "none", "build")
+    assert out.returncode == 0, out.stderr
+    assert not re.search(r"^CMAKE_CXX_COMPILER_LAUNCHER:\w+=.+$", nested_cache(Path(component_of(ws3)["build_dir"])),
+                         re.M)
 
 
 # --------------------------------------------------------------------------- the real default recipe

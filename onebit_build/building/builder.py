@@ -19,7 +19,7 @@ from onebit_build.building.cmake import Tools, build_argv, configure_argv, find_
 from onebit_build.building.cache import shaders
 from onebit_build.building.cache.session import CacheSession
 from onebit_build.building.cache.compiler import (NO_LAUNCHER, Launcher, PrefixMap, describe, launcher_defines,
-                                                  prefix_maps, with_prefix_maps)
+                                                  nested_project_env, prefix_maps, with_prefix_maps)
 from onebit_build.core.config import REF_RE, Component
 from onebit_build.core.names import relative_inside
 from onebit_build.core.pins import Pin
@@ -372,7 +372,10 @@ def _configure_and_build(req: BuildRequest, tools: Tools, bdir: Path, defines: t
                     elif ui.is_verbose():
                         ui.detail(f"  {line}")
 
-                run(bld, log=req.log, env=run_env, on_line=on_line, what=f"build of {req.component.name}", tail=40)
+                nested = nested_project_env(session.launcher, prefix_maps(req.source_dir, bdir),
+                                            {**os.environ, **run_env})
+                run(bld, log=req.log, env={**run_env, **nested}, on_line=on_line, what=f"build of {req.component.name}",
+                    tail=40)
     except CommandError as exc:
         raise BuildError(str(exc.message), hint=f"the last lines are above; full log {req.log}",
                          detail=exc.tail) from None

@@ -312,6 +312,28 @@ def map_arguments(maps: Sequence[PrefixMap], language: str, compiler: str | None
 FLAG_VARIABLES = {"C": "CFLAGS", "CXX": "CXXFLAGS", "CUDA": "CUDAFLAGS", "HIP": "HIPFLAGS"}
 
 
+def nested_project_env(launcher: Launcher, maps: Sequence[PrefixMap],
+                       environ: Mapping[str, str]) -> dict[str, str]:
+    """What a CMake project configured during the build starts from, when it is given none
+    of the main project's launchers and flags: ggml-vulkan's ``vulkan-shaders-gen`` is such an
+    ExternalProject (ggml/src/ggml-vulkan/CMakeLists.txt passes it only its install folder
+    and build type), built before any shader, and otherwise compiled without the cache in
+    every build. CMake (3.17 and later) starts ``CMAKE_<LANG>_COMPILER_LAUNCHER`` and
+    ``CMAKE_<LANG>_FLAGS`` from these environment variables at a project's first configure;
+    the main project's cache already holds its own, so they change nothing there. The path
+    maps come after the flags the environment had. C and C++ only. Pure."""
+    if not launcher.active or not launcher.program:
+        return {}
+    env: dict[str, str] = {}
+    for lang in ("C", "CXX"):
+        env[f"CMAKE_{lang}_COMPILER_LAUNCHER"] = launcher.program
+        flags = shlex.join(map_arguments(maps, lang))
+        base = environ.get(FLAG_VARIABLES[lang], "").strip()
+        if flags or base:
+            env[FLAG_VARIABLES[lang]] = f"{base} {flags}".strip()
+    return env
+
+
 def with_prefix_maps(defines: Sequence[tuple[str, str]], maps: Sequence[PrefixMap],
                      languages: Sequence[str] = LAUNCHER_LANGUAGES,
                      environ: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
