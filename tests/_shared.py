@@ -3,10 +3,11 @@ share one real test workspace.
 
 Two things are shared between the workers:
 
-- the test workspace itself, which the tool locks for every command run on it (a second
-  command fails at once with "in use"): every command on it goes through ``WORKSPACE``,
-  held for the command by the CLI helpers in fixtures, and for the whole test by the tests
-  marked ``shared_workspace`` (which xdist also keeps on one worker, in file order);
+- the test workspaces themselves (the default one, and the vulkan recipe's beside it), which
+  the tool locks for every command run on one (a second command fails at once with "in
+  use"): every command on one goes through its lock, held for the command by the CLI helpers
+  in fixtures, and for the whole test by the tests marked ``shared_workspace`` (which xdist
+  also keeps on one worker per workspace, in file order);
 - the default recipe's build folder, whose llama-server the tests start: the tests using
   it hold ``DEFAULT_BUILD`` shared, and the one test that empties and rebuilds it
   (``--fresh``) holds it exclusive.
@@ -78,21 +79,31 @@ def beside_workspace(suffix: str) -> Path:
 
 
 WORKSPACE = TestLock("workspace")
+VULKAN_WORKSPACE = TestLock("vulkan-workspace")
 DEFAULT_BUILD = TestLock("default-build")
 
 
-def names_test_workspace(args: tuple[str, ...]) -> bool:
-    """Whether a CLI argument list runs on the shared test workspace."""
-    from conftest import workspace_for_tests
+def workspace_lock(name: str) -> TestLock:
+    """The lock of the shared test workspace ``name`` (``default`` or ``vulkan``)."""
+    return {"default": WORKSPACE, "vulkan": VULKAN_WORKSPACE}[name]
 
-    shared = str(workspace_for_tests())
-    return any(a == "--workspace" and b == shared for a, b in zip(args, args[1:]))
+
+def named_test_workspace(args: tuple[str, ...]) -> TestLock | None:
+    """The lock of the shared test workspace a CLI argument list runs on, if it runs on one."""
+    from conftest import vulkan_workspace_for_tests, workspace_for_tests
+
+    given = {b for a, b in zip(args, args[1:]) if a == "--workspace"}
+    for lock, ws in ((WORKSPACE, workspace_for_tests()), (VULKAN_WORKSPACE, vulkan_workspace_for_tests())):
+        if str(ws) in given:
+            return lock
+    return None
 
 
 def on_test_workspace(args: tuple[str, ...]):
-    """The workspace lock for a command with ``args`` when it runs on the shared test
+    """The workspace lock for a command with ``args`` when it runs on a shared test
     workspace (held for the command), else nothing."""
-    return WORKSPACE.held(exclusive=True) if names_test_workspace(args) else contextlib.nullcontext()
+    lock = named_test_workspace(args)
+    return lock.held(exclusive=True) if lock is not None else contextlib.nullcontext()
 
 
 def once_per_run(name: str, make):

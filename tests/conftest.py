@@ -12,6 +12,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # xdist's workers get COLUMNS=80 and LINES=24, and the CLI cuts its lines to COLUMNS:
+    # the commands the tests run must see what a plain run gives them.
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
+
 
 def workspace_for_tests() -> Path:
     """Workspace for tests that need the real build and model; kept between runs so that
@@ -21,6 +27,13 @@ def workspace_for_tests() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "onebit-build-test"
+
+
+def vulkan_workspace_for_tests() -> Path:
+    """The vulkan recipe's test workspace, beside the default one: its tests run apart from
+    the default workspace's, on another worker."""
+    ws = workspace_for_tests()
+    return ws.with_name(f"{ws.name}-vulkan")
 
 
 @pytest.fixture(scope="session")
@@ -49,27 +62,35 @@ def progress(config: pytest.Config):
     return say
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests on the shared test workspace run on one xdist worker, one after another, in
-    file order (``--dist loadgroup``); the other tests spread over the workers."""
-    for item in items:
-        if item.get_closest_marker("shared_workspace") is not None:
-            item.add_marker(pytest.mark.xdist_group("shared-workspace"))
+    file order (``--dist loadgroup``); the other tests spread over the workers. The shared
+    ones, the longest chain, come first, so that one worker starts on them at once while the
+    others take the rest."""
+    shared = [item for item in items if item.get_closest_marker("shared_workspace") is not None]
+    for item in shared:
+        name = item.get_closest_marker("shared_workspace").kwargs.get("workspace", "default")
+        item.add_marker(pytest.mark.xdist_group(f"shared-workspace-{name}"))
+    if shared and os.environ.get("PYTEST_XDIST_WORKER") is not None:
+        ids = {id(item) for item in shared}
+        items[:] = shared + [item for item in items if id(item) not in ids]
 
 
 @pytest.fixture(autouse=True)
 def _shared_locks(request):
     """The locks of tests/_shared.py a test needs, held for the whole test (set up after the
     wider fixtures, so never held while one of them builds)."""
-    from _shared import DEFAULT_BUILD, WORKSPACE
+    from _shared import DEFAULT_BUILD, workspace_lock
 
     mark = request.node.get_closest_marker("shared_workspace")
+    name = mark.kwargs.get("workspace", "default") if mark is not None else None
     with contextlib.ExitStack() as stack:
-        if mark is not None:
-            stack.enter_context(WORKSPACE.held(exclusive=True))
+        if name is not None:
+            stack.enter_context(workspace_lock(name).held(exclusive=True))
         if mark is not None and mark.kwargs.get("rebuilds_default"):
             stack.enter_context(DEFAULT_BUILD.held(exclusive=True))
-        elif mark is not None or "llama_server" in request.fixturenames:
+        elif name == "default" or "llama_server" in request.fixturenames:
             stack.enter_context(DEFAULT_BUILD.held(exclusive=False))
         yield
 

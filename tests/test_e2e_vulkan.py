@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 
 from _support import REPO, run_cli, shared_from_user, stream_cli
-from conftest import progress, workspace_for_tests
+from conftest import progress, vulkan_workspace_for_tests
 
-pytestmark = [pytest.mark.slow, pytest.mark.shared_workspace]
+pytestmark = [pytest.mark.slow, pytest.mark.shared_workspace(workspace="vulkan")]
 
 
 @pytest.fixture(scope="module")
 def vulkan_build(pytestconfig):
     if shutil.which("glslc") is None:
         pytest.skip("glslc is not installed (apt-get install glslc libvulkan-dev spirv-headers)")
-    ws = workspace_for_tests()
+    ws = vulkan_workspace_for_tests()
     say = progress(pytestconfig)
     say(f"building the vulkan recipe in {ws} (reused when up to date)")
     rc, out = stream_cli(REPO, "--workspace", str(ws), *shared_from_user(ws), "--recipe", "vulkan", "build", say=say,

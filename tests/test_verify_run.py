@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from _support import REPO, ggml_only_project, run_cli, stream_cli
-from conftest import progress, workspace_for_tests
+from _support import REPO, ggml_only_project, run_cli, shared_from_user, stream_cli
+from conftest import progress, vulkan_workspace_for_tests, workspace_for_tests
 from onebit_build.building import manifest as manifest_mod
 from onebit_build.core.fsutil import sha256_file
 from onebit_build.running.bench import BenchLock
@@ -368,17 +368,27 @@ def test_working_build_whose_server_does_not_start(default_build, tmp_path):
 # --------------------------------------------------------------------------- vulkan
 
 
+def vulkan_cli(*args: str, timeout: float = 3600):
+    return run_cli(REPO, "--workspace", str(vulkan_workspace_for_tests()), "--recipe", "vulkan", *args,
+                   timeout=timeout)
+
+
 @pytest.fixture(scope="module")
 def vulkan_build(pytestconfig) -> Path:
+    """The vulkan recipe's build in its own test workspace (test_e2e_vulkan's)."""
     if shutil.which("glslc") is None:
         pytest.skip("glslc is not installed (apt-get install glslc libvulkan-dev spirv-headers)")
-    streamed(pytestconfig, "--recipe", "vulkan", "build")
-    man = manifest_mod.load_latest(manifest_mod.Workspace(root=workspace_for_tests()), "vulkan")
+    ws = vulkan_workspace_for_tests()
+    rc, out = stream_cli(REPO, "--workspace", str(ws), *shared_from_user(ws), "--recipe", "vulkan", "build",
+                         say=progress(pytestconfig))
+    assert rc == 0, out[-3000:]
+    man = manifest_mod.load_latest(manifest_mod.Workspace(root=ws), "vulkan")
     assert man is not None
     return Path(man.output("llama-server").path).parent.parent
 
 
 @pytestslow
+@pytest.mark.shared_workspace(workspace="vulkan")
 def test_flipped_shader_byte_in_the_working_build_is_named(vulkan_build, tmp_path):
     working = tmp_path / "working"
     shutil.copytree(vulkan_build, working, symlinks=True)  # never damage the shared build
@@ -390,8 +400,7 @@ def test_flipped_shader_byte_in_the_working_build_is_named(vulkan_build, tmp_pat
     total = len(list(spv.glob("*.spv")))
     run_dir = tmp_path / "run"
     # artifacts, answers and provenance are asserted, never speed: --no-speed
-    out = cli("--recipe", "vulkan", "verify-run", "--working", str(working), "--no-speed", "--run-dir", str(run_dir),
-              "--adopt")
+    out = vulkan_cli("verify-run", "--working", str(working), "--no-speed", "--run-dir", str(run_dir), "--adopt")
     assert out.returncode == 11, out.stderr[-4000:]
     doc = verdict_of(run_dir)
     assert "artifacts" in doc["failed"]
@@ -404,6 +413,7 @@ def test_flipped_shader_byte_in_the_working_build_is_named(vulkan_build, tmp_pat
 
 
 @pytestslow
+@pytest.mark.shared_workspace(workspace="vulkan")
 def test_adopted_reference_is_named_after_the_toolchain_and_verifies(vulkan_build, tmp_path):
     """--adopt's writer on the real vulkan build: the reference it writes is found as the
     match for this toolchain and holds every shader."""
