@@ -37,16 +37,24 @@ def cli(*args: str, timeout: float = 3600):
     return run_cli(REPO, "--workspace", str(workspace_for_tests()), *args, timeout=timeout)
 
 
-def servers_running_from(folder: Path) -> list[int]:
-    """Processes whose executable lies under ``folder``."""
+def servers_running_from(folder: Path, logging_to: Path | None = None) -> list[int]:
+    """Processes whose executable lies under ``folder`` and, with ``logging_to``, that hold a
+    file open under that folder (a run's server writes its log into the run folder): the
+    default build's servers of tests running beside this one on another worker are not
+    this run's."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             exe = os.readlink(f"/proc/{pid}/exe")
+            if not exe.startswith(str(folder)):
+                continue
+            if logging_to is not None:
+                fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+                if not any(f.startswith(str(logging_to)) for f in fds):
+                    continue
         except OSError:
             continue
-        if exe.startswith(str(folder)):
-            found.append(int(pid))
+        found.append(int(pid))
     return found
 
 
@@ -249,7 +257,7 @@ def test_second_build_of_the_same_configuration_is_verified(second_build, defaul
     assert decoded and set(decoded) == {"8", "32"}, decoded
     assert "decode tokens `32`" in (run_dir / "verification.md").read_text()
     assert f"report:  {run_dir / 'verification.md'}" in out.stderr
-    assert not servers_running_from(default_build) and not servers_running_from(second_build)
+    assert not servers_running_from(default_build, logging_to=run_dir) and not servers_running_from(second_build)
 
 
 @pytestslow

@@ -17,21 +17,18 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 from urllib.parse import unquote, urlsplit
 
-import requests
 from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename,
                              parse_wheel_filename)
 from packaging.version import InvalidVersion
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
 
-from onebit_build.core import proc
-
-from onebit_build.core import ui
+from onebit_build.core import proc, ui
 from onebit_build.core.errors import CommandError, FetchError, IntegrityError, SpaceError, is_disk_full
 
+if TYPE_CHECKING:  # requests is imported where a command goes to the network: not at every start
+    import requests
 
 
 def _pip_default_index() -> str:
@@ -185,6 +182,9 @@ def candidates_from_html(html: str, base_url: str) -> list[Candidate]:
 def _session(cfg: IndexConfig) -> requests.Session:
     """A session with pip's certificates and proxy that retries what a busy index answers
     (connection failures, 429 and 5xx) with a growing pause, honouring Retry-After."""
+    import requests
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
     s = requests.Session()
     retry = Retry(total=_RETRIES, connect=_RETRIES, read=_RETRIES, status=_RETRIES, backoff_factor=0.5,
                   status_forcelist=(429, 500, 502, 503, 504), allowed_methods=frozenset({"GET"}),
@@ -243,6 +243,7 @@ def _list_location(location: str, project: str, session: requests.Session, cfg: 
 def find_file(cfg: IndexConfig, project: str, version: str, match: Callable[[str, str, str], bool], *,
               session: requests.Session | None = None) -> tuple[list[Candidate], list[str]]:
     """The matching files in every configured location, in order, and what went wrong where."""
+    import requests
     s = session or _session(cfg)
     found: list[Candidate] = []
     problems: list[str] = []
@@ -310,6 +311,7 @@ def _copy_local(src: Path, part: _Part) -> None:
 def _stream(url: str, part: _Part, session: requests.Session, timeout_s: float, label: str) -> None:
     """GET ``url`` into ``part``; a connection lost in mid-file is resumed with a Range
     request from the bytes already hashed (the adapter's retries cover only the start)."""
+    import requests
     for resumes_left in range(_RESUMES, -1, -1):
         have = part.written
         headers = {"Accept-Encoding": "identity", **({"Range": f"bytes={have}-"} if have else {})}
@@ -368,6 +370,7 @@ def download(cand: Candidate, dest: Path, *, want_sha256: str, cfg: IndexConfig,
 
 def _transfer_error(exc: OSError, cand: Candidate, part: _Part) -> Exception:
     """The typed error for a failed transfer (requests' errors are OSErrors too)."""
+    import requests
     label = part.progress.label
     if is_disk_full(exc):
         return _space_error(part.path.parent, part.total)

@@ -18,19 +18,19 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import requests
-
-from onebit_build.core import proc
-
-from onebit_build.core import ui
+from onebit_build.core import proc, ui
 from onebit_build.core.errors import CommandError, SmokeError
 from onebit_build.core.fsutil import tail_lines
 from onebit_build.running.devices import CPU_DEVICE, parse_list_devices
 from onebit_build.running.measure import Completion
 # The port helpers were part of this module: their names stay importable from here.
 from onebit_build.running.ports import HOST, bind_error, bind_problem, client_host, free_port, port_is_free
+
+if TYPE_CHECKING:  # requests is imported where a server is started: not at every start of the tool
+    import requests
+
 LOAD_LOG_VERBOSITY = 4
 LOG_TAIL_LINES = 30
 BIND_ERRORS = ("couldn't bind", "address already in use")
@@ -198,6 +198,8 @@ class Server:
         self.url = f"http://{client_host(spec.host)}:{port}"
         self.ready_s: float | None = None  # seconds from start to healthy
         self.stopped_by: str | None = None  # the last signal stop() had to send
+        import requests  # here, not at the top: the commands that start no server skip its import
+
         self._http = requests.Session()
         self._http.trust_env = False  # never route loopback traffic through a proxy
 
@@ -236,6 +238,8 @@ class Server:
         """One greedy /completion without the prompt cache (see :func:`completion_body`).
         Raises RequestTimeout when no answer comes in ``timeout`` seconds, AnswerError when
         the answer is not 200 JSON, SmokeError when the request fails otherwise."""
+        import requests
+
         body = completion_body(prompt, n_predict, ignore_eos=ignore_eos, return_tokens=return_tokens)
         try:
             status, data = self.post_json("/completion", body, timeout=timeout)
@@ -323,6 +327,8 @@ def _spawn(spec: ServerSpec, port: int, *, first: bool) -> Server:
 def _wait_healthy(server: Server, timeout_s: float, t0: float) -> None:
     """Poll /health until 200 ``status: ok``. Raises SmokeError on an early exit or timeout
     (the caller stops the server)."""
+    import requests
+
     deadline = t0 + timeout_s
     last = "no answer yet"
     while True:

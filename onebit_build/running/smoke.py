@@ -19,7 +19,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-import requests
 
 from onebit_build.running import server as srvmod
 from onebit_build.running.devices import missing_devices
@@ -176,6 +175,8 @@ def _guarded(name: str, run: _DeviceRun, server: srvmod.Server, fn: Callable[[],
     """Run one check (its time measured, shown as it runs); a failed request is a failed check."""
     if run.status is not None:
         run.status.running(f"{run.device} {name} ...")
+    import requests  # here, not at the top: a command that smoke-tests nothing skips its import
+
     t0 = time.monotonic()
     try:
         check = fn()
@@ -314,6 +315,8 @@ def measure_speed(*, server_bin: Path, model: ModelFile, spec: SmokeSpec, device
     if not spec.prompts:
         raise SmokeError("the recipe lists no smoke prompts, so there is no speed workload to measure",
                          hint="add a prompt to the recipe's smoke section")
+    import requests
+
     first = spec.prompts[0]
     server = srvmod.start(sspec)
     try:
