@@ -4,6 +4,7 @@ small CMake project through sccache and a real Redis at two workspace paths."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -695,6 +696,77 @@ def test_a_nested_project_compiles_through_the_cache_and_hits_in_another_workspa
     assert out.returncode == 0, out.stderr
     assert not re.search(r"^CMAKE_CXX_COMPILER_LAUNCHER:\w+=.+$", nested_cache(Path(component_of(ws3)["build_dir"])),
                          re.M)
+
+
+def test_server_use_counts_the_builds_signed_in_and_those_after_but_not_the_dead(tmp_path):
+    from onebit_build.building.cache.server_use import ServerUse
+
+    sock = tmp_path / "key.sock"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    folder = tmp_path / "key.sock.builds"
+    folder.mkdir()
+    (folder / str(dead.pid)).write_text("")
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        (folder / str(sleeper.pid)).write_text("")  # another build, running
+        use = ServerUse(sock).enter()
+        assert not (folder / str(dead.pid)).exists()
+        (folder / "count").write_text(str(int((folder / "count").read_text()) + 2))  # two more signed in since
+        assert use.others() == 3 and not (folder / str(os.getpid())).exists()
+        assert use.others() is None  # signed out once
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    assert ServerUse(blocked / "s.sock").enter().others() is None  # no folder there: nothing known, no failure
+
+
+# A build that takes a few seconds whatever the cache holds: a step before the program waits.
+SLOW = {"CMakeLists.txt": PROJECT["CMakeLists.txt"] + """\
+    add_custom_command(OUTPUT waited COMMAND ${CMAKE_COMMAND} -E sleep 6 COMMAND ${CMAKE_COMMAND} -E touch waited)
+    add_custom_target(wait DEPENDS waited)
+    add_dependencies(hello wait)
+    """}
+
+
+@needs_sccache
+def test_builds_at_the_same_time_on_one_cache_server_say_their_counts_are_shared(tmp_path):
+    """The local cache's server is shared, and its counts with it: two builds at once each
+    say that another build's compiles are in their figures; a build alone says nothing."""
+    import threading
+
+    root, mirrors = tool_project(tmp_path, extra=SLOW)
+    cache = tmp_path / "cache"
+    outs: dict[str, subprocess.CompletedProcess[str]] = {}
+
+    def build(name: str) -> None:
+        outs[name] = tool(root, mirrors, tmp_path / name, "--compiler-cache", "sccache", "build", cache_dir=cache)
+
+    first = threading.Thread(target=build, args=("first",))
+    first.start()
+    def signed_in() -> bool:  # the first build has signed in with its server
+        for entry in cr.runtime_dir().glob("*.sock.builds/[0-9]*"):
+            with contextlib.suppress(OSError):
+                if str(tmp_path / "first").encode() in Path(f"/proc/{entry.name}/cmdline").read_bytes():
+                    return True
+        return False
+
+    deadline = time.monotonic() + 120
+    while not signed_in() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    build("second")
+    first.join(timeout=300)
+    for name in ("first", "second"):
+        assert outs[name].returncode == 0, outs[name].stderr
+        assert component_of(tmp_path / name)["compiler_cache"]["stats_shared_with_builds"] == 1, name
+        assert "(counted with 1 other build(s) on the same cache server)" in outs[name].stderr, outs[name].stderr
+    alone = tool(root, mirrors, tmp_path / "alone", "--compiler-cache", "sccache", "build", cache_dir=cache)
+    assert alone.returncode == 0, alone.stderr
+    doc = component_of(tmp_path / "alone")["compiler_cache"]
+    assert doc["stats"]["hits"] == 3 and "stats_shared_with_builds" not in doc
+    assert "other build(s)" not in alone.stderr
 
 
 # --------------------------------------------------------------------------- the real default recipe

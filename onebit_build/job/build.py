@@ -279,6 +279,8 @@ def cache_note(build) -> str:
     for stats, what in ((doc.get("stats") or {}, "compiler"), (shader, "shader")):
         looked = stats.get("hits", 0) + stats.get("misses", 0)
         note += f", {stats['hits']}/{looked} {what} cache hits" if looked else ""
+        if what == "compiler" and looked and doc.get("stats_shared_with_builds"):
+            note += f" (counted with {doc['stats_shared_with_builds']} other build(s) on the same cache server)"
     return note
 
 

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 import psutil
 
+from onebit_build.building.cache.server_use import ServerUse
 from onebit_build.building.cache.compiler import START_TIMEOUT_S, Launcher, base_dir_for, build_env, describe
 from onebit_build.core.proc import capture
 from onebit_build.building.cache.redis_guard import RedisGuard
@@ -218,12 +219,16 @@ class CacheReport:
     stats: CacheStats | None = None
     server: str | None = None  # "per-build" or "shared"
     warnings: list[str] = field(default_factory=list)
+    # Other builds that used the shared server meanwhile: their compiles are in ``stats`` too.
+    shared_with: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         doc = describe(self.launcher)
         if self.launcher.active:
             doc["server"] = self.server
             doc["stats"] = self.stats.to_dict() if self.stats else None
+            if self.shared_with:
+                doc["stats_shared_with_builds"] = self.shared_with
         if self.warnings:
             doc["warnings"] = list(self.warnings)
         return doc
@@ -246,6 +251,7 @@ class CacheSession:
         self._before: CacheStats | None = None
         self._per_build = False
         self._finished = False
+        self._use: ServerUse | None = None
 
     @property
     def warnings(self) -> list[str]:
@@ -299,6 +305,8 @@ class CacheSession:
             self.report = CacheReport(launcher=self.launcher, warnings=self.warnings)
             self.env = {}
             return
+        if not self._per_build:
+            self._use = ServerUse(sock).enter()
         self._before = read_stats(ln, {**os.environ, **self.env})
 
     def finish(self) -> CacheReport:
@@ -311,6 +319,8 @@ class CacheSession:
             after = read_stats(ln, {**os.environ, **self.env})
             if after is not None:
                 self.report.stats = after.minus(self._before) if self._before else after
+        if self._use is not None:
+            self.report.shared_with = self._use.others()
         self._close()
         self._note_outage()
         return self.report
