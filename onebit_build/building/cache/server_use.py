@@ -14,15 +14,7 @@ import fcntl
 import os
 from pathlib import Path
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+from onebit_build.core.workspace import pid_alive
 
 
 @contextlib.contextmanager
@@ -38,7 +30,7 @@ def _others(folder: Path) -> set[int]:
     for entry in folder.iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
-        if _alive(int(entry.name)):
+        if pid_alive(int(entry.name)):
             found.add(int(entry.name))
         else:
             entry.unlink(missing_ok=True)
