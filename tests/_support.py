@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import textwrap
@@ -160,6 +161,18 @@ def shared_from_user(workspace: Path) -> tuple[str, ...]:
     return ("--mirror-dir", str(user / "git"))
 
 
+def sources_from_workspaces(ws: Path) -> tuple[str, ...]:
+    """Arguments that let a build in the new workspace ``ws`` fetch the pinned sources from
+    the user's and the test suite's workspaces where they hold them (no network then)."""
+    from conftest import workspace_for_tests
+
+    args = shared_from_user(ws)
+    tests_git = workspace_for_tests() / "git"
+    if (tests_git / "llama.cpp.git").is_dir():
+        args += ("--mirror-dir", str(tests_git))
+    return args
+
+
 def stream_cli(root: Path, *args: str, say=None, timeout: float = 3600) -> tuple[int, str]:
     """Run the real CLI like ``run_cli``, passing each line of its progress to ``say`` as it
     comes (the test run shows what it is building). Returns the exit code and the output."""
@@ -244,16 +257,18 @@ def serving(spec):
         server.stop()
 
 
-GGML_LIBRARIES = "bin/libggml*.so*"
+# What the default recipe's ggml part links (ggml-base, ggml-cpu, ggml) and its first library alone.
+GGML_PARTS = {"ggml": "bin/libggml*.so*", "ggml-base": "bin/libggml-base.so*"}
 
 
-def ggml_only_project(root: Path) -> Path:
-    """A copy of this project whose ``default`` recipe builds only ggml (libggml-base,
-    libggml-cpu and libggml: the CPU kernels, ggml's version string and the run path that
-    links them), with the same defines, so every compile command is the default recipe's
-    own. About a tenth of the default build's compile time: the tests that need one more
-    cold or uncached build of the real sources (a Redis filled from nothing, the uncached
-    'verify --rebuild') build this part of it."""
+def ggml_only_project(root: Path, target: str = "ggml") -> Path:
+    """A copy of this project whose ``default`` recipe builds only ``target`` of ggml, with
+    the same defines, so every compile command is the default recipe's own. ``ggml``
+    (libggml-base, libggml-cpu and libggml: the CPU kernels, ggml's version string and the run
+    path that links them) is about a tenth of the default build's compile time, ``ggml-base``
+    (nine objects, no kernel) about a third of that: the tests that need one more cold or
+    uncached build of the real sources (a Redis filled from nothing, the uncached
+    'verify --rebuild') build the part their point needs."""
     import yaml
 
     root.mkdir(parents=True, exist_ok=True)
@@ -265,11 +280,19 @@ def ggml_only_project(root: Path) -> Path:
             (root / name).symlink_to(REPO / name, target_is_directory=True)
     doc = yaml.safe_load((REPO / "recipes" / "default.yaml").read_text())
     (llama,) = doc["components"]
-    llama["targets"] = ["ggml"]
-    llama["outputs"] = {"libraries": GGML_LIBRARIES}
+    llama["targets"] = [target]
+    llama["outputs"] = {"libraries": GGML_PARTS[target]}
     (root / "recipes").mkdir()
     (root / "recipes" / "default.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     return root
+
+
+def cache_programs(build_dir: Path) -> set[str]:
+    """The compiler caches a build folder's ninja files put in front of the compiler: a
+    launcher is written into build.ninja, ggml's own choice (RULE_LAUNCH_COMPILE) into
+    the rules."""
+    text = (build_dir / "CMakeFiles" / "rules.ninja").read_text() + (build_dir / "build.ninja").read_text()
+    return {m.group(1) for m in re.finditer(r"(?:^|[\s/])(s?ccache)(?=\s)", text)}
 
 
 def run_in_terminal(argv: list[str], env: dict[str, str], timeout: float = 600) -> tuple[int, str]:

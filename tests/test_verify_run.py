@@ -5,8 +5,7 @@ exit code, leaves no report and no server.
 
 The builds are the test workspace's (built once, then reused): the default recipe's, a
 second build of it in a workspace beside (through the compiler cache) and, where glslc
-exists, the vulkan recipe's; 'verify --rebuild' rebuilds the default recipe's ggml part
-without any cache on every run.
+exists, the vulkan recipe's (the uncached 'verify --rebuild' is test_rebuild's).
 The test machine is small and shared, so speed is judged with a ±10 % tolerance here; the
 recipes' ±3 % is for a quiet verification box."""
 
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from _support import REPO, ggml_only_project, run_cli, shared_from_user, stream_cli
+from _support import REPO, cache_programs, run_cli, shared_from_user, stream_cli
 from conftest import progress, vulkan_workspace_for_tests, workspace_for_tests
 from onebit_build.building import manifest as manifest_mod
 from onebit_build.core.fsutil import sha256_file
@@ -184,39 +183,6 @@ def second_build(default_build, pytestconfig) -> Path:
 def second_workspace() -> Path:
     first = workspace_for_tests()
     return first.with_name(first.name + "-second")
-
-
-@pytestslow
-def test_uncached_rebuild_of_the_kernels_is_byte_identical(default_build, tmp_path):
-    """'verify --rebuild' compiles everything again without any cache, from sources moved to
-    another path, and every output is byte-identical. Run on the default recipe's ggml part
-    (the same compile commands; see ggml_only_project): the CPU kernels, libggml-base, whose
-    version string once differed because the moved tree's git index called it dirty, and
-    libggml, whose run path links the two. A tenth of the compile time of the whole recipe,
-    whose other outputs need the same path maps and nothing else. Built by this run every
-    time: a rebuild left by an earlier version of the tool says nothing about this one."""
-    root = ggml_only_project(tmp_path / "project")
-    ws = tmp_path / "ws"
-    args = ("--workspace", str(ws), "--mirror-dir", str(workspace_for_tests() / "git"))
-    out = run_cli(root, *args, "build", timeout=3600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    out = run_cli(root, *args, "verify", "--rebuild", timeout=3600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "sources moved to " + str(ws / "src-rebuild") in out.stderr and "no compiler cache" in out.stderr
-    found = list((ws / "build-rebuild").glob("*/build-manifest.json"))
-    assert len(found) == 1, found
-    # built without any cache: ggml finds ccache or sccache on PATH by itself unless told not to
-    assert cache_programs(found[0].parent) == set(), "the rebuild compiled through a compiler cache"
-    n = len(manifest_mod.load_manifest(found[0]).components[0].outputs)
-    assert n == 3 and f"{n}/{n} byte-identical" in out.stderr and "DIFFERENT" not in out.stderr, out.stderr[-3000:]
-
-
-def cache_programs(build_dir: Path) -> set[str]:
-    """The compiler caches a build folder's ninja files put in front of the compiler: a
-    launcher is written into build.ninja, ggml's own choice (RULE_LAUNCH_COMPILE) into
-    the rules."""
-    text = (build_dir / "CMakeFiles" / "rules.ninja").read_text() + (build_dir / "build.ninja").read_text()
-    return {m.group(1) for m in re.finditer(r"(?:^|[\s/])(s?ccache)(?=\s)", text)}
 
 
 @pytestslow
