@@ -5,6 +5,7 @@ with the same glslc (or says plainly that none matches)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -103,3 +104,33 @@ def test_second_workspace_compiles_no_shader_and_verifies(vulkan_build, tmp_path
     if "no committed reference" not in out.stderr:
         n = aset2["count"]
         assert out.returncode == 0 and f"Vulkan SPIR-V: {n}/{n} byte-identical" in out.stderr, out.stderr
+
+
+def compile_lines(manifest: dict) -> dict[str, str]:
+    """Each object's compile command in a build a manifest records, keyed by the object, with
+    the build folder and the source tree written as placeholders (the paths the tool maps)."""
+    build_dir, tree = manifest["components"][0]["build_dir"], manifest["sources"][0]["tree"]
+    doc = json.loads((Path(build_dir) / "compile_commands.json").read_text())
+    return {os.path.relpath(Path(e["directory"], e["output"]), build_dir):
+            e["command"].replace(build_dir, "@BUILD@").replace(tree, "@SRC@") for e in doc}
+
+
+def test_library_and_server_compile_as_in_the_default_build(vulkan_build, llama_server):
+    """The Vulkan backend's define stays inside ggml (patches/llama.cpp/0003): every object of
+    libllama, llama-common, mtmd and the server has the default recipe's own compile command,
+    so what a default build put in the compiler cache serves the Vulkan build, and those
+    libraries come out byte-identical in both recipes."""
+    _, vulkan = vulkan_build
+    default = json.loads((llama_server.parent.parent / "build-manifest.json").read_text())
+    vk_lines, cpu_lines = compile_lines(vulkan), compile_lines(default)
+    shared = sorted(o for o in cpu_lines if not o.startswith("ggml/"))
+    assert len(shared) > 100 and set(shared) <= set(vk_lines), shared
+    differ = [o for o in shared if vk_lines[o] != cpu_lines[o]]
+    assert not differ, f"{len(differ)} compile command(s) differ, first {differ[0]}:\n{vk_lines[differ[0]]}"
+    assert all("GGML_USE_" not in cpu_lines[o] + vk_lines[o] for o in shared)
+
+    def libraries(doc: dict) -> dict[str, str]:
+        return {o["name"]: o["sha256"] for o in doc["components"][0]["outputs"]
+                if o["name"].startswith(("libllama", "libmtmd")) or o["name"] == "llama-server"}
+
+    assert libraries(vulkan) == libraries(default) and len(libraries(default)) >= 5, libraries(vulkan)
