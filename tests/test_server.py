@@ -26,6 +26,7 @@ from onebit_build.running.server import (
     is_bind_failure,
     first_error_line,
     server_argv,
+    server_env,
 )
 from onebit_build.running.devices import missing_devices, parse_list_devices
 from _support import serving
@@ -75,6 +76,14 @@ def test_server_argv_binds_loopback_one_slot():
     assert pairs["--device"] == "CUDA0" and pairs["-ngl"] == "all"
     assert "--no-webui" in argv
     assert pairs["--log-verbosity"] == "4"  # else the load log (offload lines) is not written
+
+
+def test_server_env_turns_the_fit_off_unless_it_is_set():
+    assert server_env((), {}) == {"LLAMA_ARG_FIT": "off"}
+    assert server_env((("RADV_DEBUG", "x"),), {"PATH": "/bin"}) == {"RADV_DEBUG": "x", "LLAMA_ARG_FIT": "off"}
+    # the recipe's or the user's own setting wins (the user's reaches the server from the environment)
+    assert server_env((("LLAMA_ARG_FIT", "on"),), {}) == {"LLAMA_ARG_FIT": "on"}
+    assert server_env((), {"LLAMA_ARG_FIT": "on"}) == {}
 
 
 def test_parse_list_devices():
@@ -151,8 +160,21 @@ def test_serve_health_and_stop(llama_server, gemma_model, tmp_path):
     assert server.returncode() is not None
     log = spec.log.read_text()
     assert log.startswith("$ ") and "--port" in log and "-np 1" in log
+    # no dry load to fit the parameters the tool sets anyway; the log says so (see below)
+    assert log.splitlines()[1] == "# environment: LLAMA_ARG_FIT=off" and "fitting params" not in log
     with pytest.raises(requests.ConnectionError):
         requests.get(server.url + "/health", timeout=2)
+
+
+def test_the_users_fit_setting_reaches_the_server(llama_server, gemma_model, tmp_path, monkeypatch):
+    """The variable is the one llama.cpp reads: set to on by the user, the server fits again
+    (its trace-level load log says so), and answers as with the fit off."""
+    monkeypatch.setenv("LLAMA_ARG_FIT", "on")
+    spec = spec_for(llama_server, gemma_model, tmp_path)
+    with serving(spec) as server:
+        assert server.alive()
+    log = spec.log.read_text()
+    assert "# environment: LLAMA_ARG_FIT=on" in log and "fitting params to device memory" in log
 
 
 def test_busy_server_is_stopped_promptly(llama_server, gemma_model, tmp_path):

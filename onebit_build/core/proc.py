@@ -352,18 +352,22 @@ def spawn(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     preexec_fn: Callable[[], None] | None = None,
+    shown_env: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     """Start a long-running program (a server) in its own process group and return at once.
-    Its stdin is closed; its output is appended to ``log`` after a ``$ command`` line. Stop
-    it with :func:`stop_group`. ``preexec_fn`` runs in the child before the program starts."""
+    Its stdin is closed; its output is appended to ``log`` after a ``$ command`` line (and a
+    ``# environment:`` line with the variables named in ``shown_env``, as the program gets
+    them). Stop it with :func:`stop_group`. ``preexec_fn`` runs in the child before the
+    program starts."""
     args = [os.fspath(a) for a in argv]
     args[0] = which(args[0])
     ui.detail(f"$ {shlex.join(args)}")
     full_env = dict(os.environ)
     full_env.update(env or {})
+    shown = " ".join(f"{k}={shlex.quote(full_env[k])}" for k in shown_env if k in full_env)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as logf:
-        logf.write(f"$ {shlex.join(args)}\n".encode())
+        logf.write(f"$ {shlex.join(args)}\n".encode() + (f"# environment: {shown}\n".encode() if shown else b""))
         logf.flush()
         return subprocess.Popen(args, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=logf,
                                 stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec_fn)

@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 from onebit_build.core import proc, ui
 from onebit_build.core.errors import CommandError, SmokeError
@@ -90,6 +90,26 @@ def device_args(device: str) -> list[str]:
     return ["--device", device, "-ngl", "all"]
 
 
+# llama-server fits "unset arguments" to free device memory before it loads the model (on by
+# default at the pin: common/arg.cpp's -fit, variable LLAMA_ARG_FIT; common/common.cpp runs
+# a dry load of the model for it). Every server started here sets its device, its layers and
+# its context, so the fit changes nothing and costs half a start (0.9 of 1.8 s for the smoke
+# model here). Given as a variable, not as -fit: a fork from before the option ignores an
+# unknown variable where it would refuse an unknown argument. The user's own LLAMA_ARG_FIT
+# wins, and so does a -fit among the server's arguments (llama.cpp reads them after the
+# variables).
+FIT_VARIABLE = "LLAMA_ARG_FIT"
+
+
+def server_env(spec_env: tuple[tuple[str, str], ...], environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables a server gets on top of ``environ``: the spec's, and the fit off unless
+    the environment or the spec sets it. Pure."""
+    env = dict(spec_env)
+    if FIT_VARIABLE not in environ:
+        env.setdefault(FIT_VARIABLE, "off")
+    return env
+
+
 def server_argv(spec: ServerSpec, port: int) -> list[str]:
     argv = [
         str(spec.binary),
@@ -139,7 +159,8 @@ _ERROR_WORDS = ("error", "failed", "invalid", "cannot", "couldn't", "unable", "n
 def first_error_line(log_text: str) -> str:
     """The most telling line of a log tail: the first one that reads like an error (the
     cause; later ones tend to be its consequences), without llama.cpp's time prefix."""
-    lines = [_LOG_PREFIX.sub("", ln.strip()) for ln in log_text.splitlines() if ln.strip() and not ln.startswith("$ ")]
+    ours = ("$ ", "# environment: ")  # the lines proc.spawn writes before the server's own
+    lines = [_LOG_PREFIX.sub("", ln.strip()) for ln in log_text.splitlines() if ln.strip() and not ln.startswith(ours)]
     for line in lines:
         if any(w in line.lower() for w in _ERROR_WORDS):
             return line
@@ -318,7 +339,8 @@ def _spawn(spec: ServerSpec, port: int, *, first: bool) -> Server:
     argv = server_argv(spec, port)
     if first:
         spec.log.unlink(missing_ok=True)
-    popen = proc.spawn(argv, log=spec.log, env=dict(spec.env), preexec_fn=_child_setup if _LIBC is not None else None)
+    popen = proc.spawn(argv, log=spec.log, env=server_env(spec.env, os.environ), shown_env=(FIT_VARIABLE,),
+                       preexec_fn=_child_setup if _LIBC is not None else None)
     server = Server(spec, port, popen, argv)
     _LIVE.add(server)
     return server
