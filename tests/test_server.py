@@ -234,6 +234,31 @@ def test_taken_port_makes_the_server_use_another(llama_server, gemma_model, tmp_
         assert "couldn't bind" in spec.log.read_text()
 
 
+def test_servers_started_together_load_side_by_side(llama_server, gemma_model, tmp_path):
+    """The second process runs before the first is healthy (started one after the other, it
+    would start only once the first answers /health); a missing binary is its own SmokeError
+    and the others still start."""
+    import psutil
+
+    specs = [spec_for(llama_server, gemma_model, tmp_path / name) for name in ("a", "b")]
+    specs.append(spec_for(tmp_path / "no-such-server", gemma_model, tmp_path / "c"))
+    got = srvmod.start_together(specs)
+    try:
+        a, b, missing = got
+        assert isinstance(a, srvmod.Server) and isinstance(b, srvmod.Server), got
+        assert isinstance(missing, SmokeError) and "not found or not executable" in missing.message
+        assert a.port != b.port
+        for server in (a, b):
+            assert requests.get(server.url + "/health", timeout=5).status_code == 200
+        created = psutil.Process(b.pid).create_time() - psutil.Process(a.pid).create_time()
+        assert a.ready_s is not None and created < a.ready_s, (created, a.ready_s)
+    finally:
+        for server in got:
+            if isinstance(server, srvmod.Server):
+                server.stop()
+    assert not srvmod._LIVE
+
+
 def test_not_a_gguf_exits_early_with_the_log_tail(llama_server, tmp_path):
     bad = tmp_path / "notes.gguf"
     bad.write_text("just some text, certainly not a model\n" * 100)

@@ -383,18 +383,21 @@ def _wait_healthy(server: Server, timeout_s: float, t0: float) -> None:
         time.sleep(0.1)
 
 
-def start(spec: ServerSpec) -> Server:
-    """Start a server and wait until it is healthy. On any failure it is stopped and
-    SmokeError says why, with the log's tail. A port taken meanwhile is retried."""
+def _check_binary(spec: ServerSpec) -> None:
     binary = Path(spec.binary)
     if not binary.is_file() or not os.access(binary, os.X_OK):
         raise SmokeError(f"llama-server not found or not executable: {binary}",
                          hint="build it first with 'onebit-build build'")
-    preferred = spec.port
+
+
+def _first_port(spec: ServerSpec) -> int:
+    return spec.port if spec.fixed_port and spec.port else choose_port(spec.port, spec.host)
+
+
+def _healthy(spec: ServerSpec, server: Server, t0: float) -> Server:
+    """``server`` (the first attempt, started at ``t0``) once it is healthy; a port taken
+    meanwhile is retried on another. On any failure the server is stopped."""
     for attempt in range(PORT_ATTEMPTS):
-        port = spec.port if spec.fixed_port and spec.port else choose_port(preferred, spec.host)
-        t0 = time.monotonic()
-        server = _spawn(spec, port, first=attempt == 0)
         try:
             _wait_healthy(server, spec.health_timeout_s, t0)
             return server
@@ -403,16 +406,57 @@ def start(spec: ServerSpec) -> Server:
             if server.returncode() is None or not is_bind_failure(server.log_tail()):
                 raise
             if spec.fixed_port:  # the user's port: named, never swapped for another
-                why = bind_problem(spec.host, port) or OSError(0, "llama-server could not bind it")
-                raise bind_error(spec.host, port, why) from None
+                why = bind_problem(spec.host, server.port) or OSError(0, "llama-server could not bind it")
+                raise bind_error(spec.host, server.port, why) from None
             if attempt + 1 == PORT_ATTEMPTS:
                 raise
-            ui.detail(f"port {port} was taken when llama-server bound it; trying another")
-            preferred = None
+            ui.detail(f"port {server.port} was taken when llama-server bound it; trying another")
         except BaseException:
             server.stop()
             raise
+        t0 = time.monotonic()
+        server = _spawn(spec, choose_port(None, spec.host), first=False)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def start(spec: ServerSpec) -> Server:
+    """Start a server and wait until it is healthy. On any failure it is stopped and
+    SmokeError says why, with the log's tail. A port taken meanwhile is retried."""
+    _check_binary(spec)
+    port = _first_port(spec)
+    return _healthy(spec, _spawn(spec, port, first=True), time.monotonic())
+
+
+def start_together(specs: list[ServerSpec]) -> list[Server | SmokeError]:
+    """Start every server at once, so that their models load side by side, then wait until
+    each is healthy as :func:`start` does. Per spec, in order: the server, or the SmokeError
+    that says why it did not start (that one is stopped). Any other exception stops them all.
+    All are started from this thread: a server dies with the thread that started it."""
+    begun: list[tuple[ServerSpec, Server | SmokeError, float]] = []
+    out: list[Server | SmokeError] = []
+    try:
+        for spec in specs:
+            try:
+                _check_binary(spec)
+            except SmokeError as exc:
+                begun.append((spec, exc, 0.0))
+                continue
+            port = _first_port(spec)
+            begun.append((spec, _spawn(spec, port, first=True), time.monotonic()))
+        for spec, server, t0 in begun:
+            if isinstance(server, SmokeError):
+                out.append(server)
+                continue
+            try:
+                out.append(_healthy(spec, server, t0))
+            except SmokeError as exc:
+                out.append(exc)
+        return out
+    except BaseException:
+        for one in [b[1] for b in begun] + out:
+            if isinstance(one, Server):
+                one.stop()
+        raise
 
 
 def list_devices(binary: Path, *, env: tuple[tuple[str, str], ...] = (), log: Path) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -252,32 +253,45 @@ def _log_name(kind: str, role: str, device: str) -> str:
 
 def answers_on(req: RunRequest, device: str,
                hasher: Callable[[Path], str]) -> tuple[dict[str, dict[str, Answer]], list[Provenance]]:
-    """One server per build on ``device``: the recipe's prompts, greedy, and provenance.
-    Raises SmokeError when the working build's server does not start."""
+    """One server per build on ``device``, both started together and asked at the same time
+    (greedy answers do not depend on timing): the recipe's prompts, and provenance. Raises
+    SmokeError when the working build's server does not start."""
     answers: dict[str, dict[str, Answer]] = {}
-    provs: list[Provenance] = []
-    for side in req.sides:
-        log = req.run_dir / "logs" / _log_name("answers", side.role, device)
-        try:
-            server = srvmod.start(_spec(req, side, device, log))
-        except SmokeError as exc:
+    provs: dict[str, Provenance] = {}
+    logs = {side.role: req.run_dir / "logs" / _log_name("answers", side.role, device) for side in req.sides}
+    started = srvmod.start_together([_spec(req, side, device, logs[side.role]) for side in req.sides])
+    serving = [(side, got) for side, got in zip(req.sides, started) if isinstance(got, srvmod.Server)]
+    try:
+        for side, got in zip(req.sides, started):
+            if isinstance(got, srvmod.Server):
+                provs[side.role] = inspect_process(got.pid, side=side.role, device=device,
+                                                   expected=side.build.expected_files, hasher=hasher)
+                continue
             if side.role == WORKING:
-                raise SmokeError(f"the working build's llama-server did not start on {device}: {exc.message}",
+                raise SmokeError(f"the working build's llama-server did not start on {device}: {got.message}",
                                  hint="check the working build (its log is named above); verify-run needs a "
                                       "working build that serves") from None
-            why = f"the new build's server did not start: {exc.message}"
+            why = f"the new build's server did not start: {got.message}"
             answers[side.role] = {p.name: Answer(text="", error=why) for p in req.recipe.smoke.prompts}
-            provs.append(Provenance(side=side.role, device=device, pid=0, executable=str(side.build.server),
-                                    checks=(), error=why))
-            continue
-        try:
-            provs.append(inspect_process(server.pid, side=side.role, device=device, expected=side.build.expected_files,
-                                         hasher=hasher))
-            answers[side.role] = {p.name: _ask(server, p.prompt, req.recipe.smoke.answer_tokens)
-                                  for p in req.recipe.smoke.prompts}
-        finally:
+            provs[side.role] = Provenance(side=side.role, device=device, pid=0, executable=str(side.build.server),
+                                          checks=(), error=why)
+
+        def ask_all(role: str, server: srvmod.Server) -> None:
+            answers[role] = {p.name: _ask(server, p.prompt, req.recipe.smoke.answer_tokens)
+                             for p in req.recipe.smoke.prompts}
+
+        threads = [threading.Thread(target=ask_all, args=(side.role, server), daemon=True) for side, server in serving]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for side, _ in serving:  # _ask answers every error itself: this is for a thread that died anyway
+            answers.setdefault(side.role, {p.name: Answer(text="", error="no answer: the request thread failed")
+                                           for p in req.recipe.smoke.prompts})
+    finally:
+        for _, server in serving:
             server.stop()
-    return answers, provs
+    return {side.role: answers[side.role] for side in req.sides}, [provs[side.role] for side in req.sides]
 
 
 # --------------------------------------------------------------------------- the run

@@ -7,6 +7,7 @@ expected answer prefixes (see :mod:`judge`).
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -248,25 +249,26 @@ def _serve_round(req: BenchRequest, v: Variant, rnd: int, log: Path, expectation
 
 def _round_together(req: BenchRequest, rnd: int, logs: Path, expectations: dict[str, Expectation], *,
                     on_start: OnStart | None = None) -> list[tuple[ServerRun, list[Sample], str]]:
-    """Round ``rnd`` with a fresh server of every variant up at once: each warmed up, then
-    each prompt asked of every variant in turn (in the variants' order in odd rounds, the
+    """Round ``rnd`` with a fresh server of every variant up at once: started together (their
+    models load side by side) and warmed up together, then each prompt asked of every variant
+    in turn, one request at a time (in the variants' order in odd rounds, the
     other way round in even ones, so neither side is always first). The baseline records
     the expectations in round 1, before the others are judged. Per variant, in the
     variants' order: the record, the samples and a line."""
     live: dict[str, _Live] = {}
     failed: dict[str, tuple[ServerRun, list[Sample], str]] = {}
+    log_of = {v.name: logs / _log_name(rnd, v.name) for v in req.variants}
+    started = srvmod.start_together([_spec(req, v, log_of[v.name]) for v in req.variants])
     try:
+        for v, got in zip(req.variants, started):
+            if isinstance(got, SmokeError):
+                failed[v.name] = _not_started(req, v, rnd, log_of[v.name], got)
+            else:
+                live[v.name] = _Live(server=got, log=log_of[v.name])
         for v in req.variants:
-            log = logs / _log_name(rnd, v.name)
-            try:
-                live[v.name] = _Live(server=srvmod.start(_spec(req, v, log)), log=log)
-            except SmokeError as exc:
-                failed[v.name] = _not_started(req, v, rnd, log, exc)
-                continue
-            if on_start is not None:
+            if on_start is not None and v.name in live:
                 on_start(live[v.name].server, v, rnd)
-        for one in live.values():
-            one.warmup_s, one.error = _warm_up(one.server, req)
+        _warm_up_together(list(live.values()), req)
         order = [v for v in (req.variants if rnd % 2 else req.variants[::-1]) if v.name in live]
         for p in req.prompts:
             for v in order:
@@ -279,6 +281,23 @@ def _round_together(req: BenchRequest, rnd: int, logs: Path, expectations: dict[
         for one in live.values():
             one.server.stop()
     return [failed[v.name] if v.name in failed else _served(live[v.name], v, rnd) for v in req.variants]
+
+
+def _warm_up_together(lives: list[_Live], req: BenchRequest) -> None:
+    """Every server's warm-up at the same time (nothing is timed yet), each in a thread of
+    its own; Ctrl-C reaches this thread, whose caller then stops the servers."""
+    done: dict[int, tuple[float | None, str]] = {}
+
+    def warm(i: int) -> None:
+        done[i] = _warm_up(lives[i].server, req)
+
+    threads = [threading.Thread(target=warm, args=(i,), daemon=True) for i in range(len(lives))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, one in enumerate(lives):
+        one.warmup_s, one.error = done.get(i, (None, "warm-up: it ended without an answer"))
 
 
 def _warm_up(server: srvmod.Server, req: BenchRequest) -> tuple[float | None, str]:
