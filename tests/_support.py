@@ -257,18 +257,21 @@ def serving(spec):
         server.stop()
 
 
-# What the default recipe's ggml part links (ggml-base, ggml-cpu, ggml) and its first library alone.
-GGML_PARTS = {"ggml": "bin/libggml*.so*", "ggml-base": "bin/libggml-base.so*"}
+# What the default recipe's ggml part links (ggml-base, ggml-cpu, ggml), its first library
+# alone, and the vulkan recipe's backend library (libggml-vulkan and libggml-base, with every
+# SPIR-V shader it embeds).
+GGML_PARTS = {"ggml": "bin/libggml*.so*", "ggml-base": "bin/libggml-base.so*", "ggml-vulkan": "bin/libggml*.so*"}
 
 
-def ggml_only_project(root: Path, target: str = "ggml") -> Path:
-    """A copy of this project whose ``default`` recipe builds only ``target`` of ggml, with
-    the same defines, so every compile command is the default recipe's own. ``ggml``
-    (libggml-base, libggml-cpu and libggml: the CPU kernels, ggml's version string and the run
-    path that links them) is about a tenth of the default build's compile time, ``ggml-base``
-    (nine objects, no kernel) about a third of that: the tests that need one more cold or
-    uncached build of the real sources (a Redis filled from nothing, the uncached
-    'verify --rebuild') build the part their point needs."""
+def ggml_only_project(root: Path, target: str = "ggml", recipe: str = "default") -> Path:
+    """A copy of this project whose ``recipe`` builds only ``target`` of ggml, with the same
+    defines, so every compile command is the recipe's own. ``ggml`` (libggml-base,
+    libggml-cpu and libggml: the CPU kernels, ggml's version string and the run path that
+    links them) is about a tenth of the default build's compile time, ``ggml-base`` (nine
+    objects, no kernel) about a third of that, ``ggml-vulkan`` (of the vulkan recipe) every
+    shader and its library without the llama part: the tests that need one more cold,
+    uncached or second build of the real sources (a Redis filled from nothing, the uncached
+    'verify --rebuild', the shaders in a second workspace) build the part their point needs."""
     import yaml
 
     root.mkdir(parents=True, exist_ok=True)
@@ -278,12 +281,12 @@ def ggml_only_project(root: Path, target: str = "ggml") -> Path:
     for name in ("patches", "smoke", "references"):
         if (REPO / name).is_dir():
             (root / name).symlink_to(REPO / name, target_is_directory=True)
-    doc = yaml.safe_load((REPO / "recipes" / "default.yaml").read_text())
+    doc = yaml.safe_load((REPO / "recipes" / f"{recipe}.yaml").read_text())
     (llama,) = doc["components"]
     llama["targets"] = [target]
     llama["outputs"] = {"libraries": GGML_PARTS[target]}
     (root / "recipes").mkdir()
-    (root / "recipes" / "default.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    (root / "recipes" / f"{recipe}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     return root
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from _support import REPO, run_cli, shared_from_user, stream_cli
+from _support import REPO, ggml_only_project, run_cli, shared_from_user, stream_cli
 from conftest import progress, vulkan_workspace_for_tests
 
 pytestmark = [pytest.mark.slow, pytest.mark.shared_workspace(workspace="vulkan")]
@@ -79,28 +79,34 @@ def shader_stats(manifest: dict) -> dict | None:
 def test_second_workspace_compiles_no_shader_and_verifies(vulkan_build, tmp_path, pytestconfig):
     """A Vulkan build in another workspace at another path, after the first filled the shader
     cache: every shader a hit, every .spv byte-identical to the first build's, and N/N against
-    the committed reference. The first build must have compiled its shaders through the cache."""
+    the committed reference. The first build must have compiled its shaders through the cache.
+    The second builds the vulkan recipe's ggml-vulkan target alone (ggml_only_project: the same
+    defines, so the same shader compiles and the same artifacts); the llama part it leaves out
+    compiles no shader, and test_library_and_server_compile_as_in_the_default_build shows
+    it comes from the compiler cache."""
     ws, manifest = vulkan_build
     aset = manifest["components"][0]["artifacts"][0]
     stats_file = Path(manifest["components"][0]["build_dir"]) / "onebit-glslc" / "stats.log"
     if not stats_file.is_file():
         pytest.skip(f"the test workspace's vulkan build was made without the shader cache (no {stats_file}); "
                     f"remove {manifest['components'][0]['build_dir']} once to rebuild it through the cache")
+    root = ggml_only_project(tmp_path / "project", target="ggml-vulkan", recipe="vulkan")
     ws2 = tmp_path / "a" / "second" / "workspace"
     say = progress(pytestconfig)
-    say(f"building the vulkan recipe again in {ws2} (shaders from the shader cache)")
-    rc, out = stream_cli(REPO, "--workspace", str(ws2), "--mirror-dir", str(ws / "git"), "--recipe", "vulkan", "build",
+    say(f"building the vulkan recipe's ggml-vulkan again in {ws2} (shaders from the shader cache)")
+    rc, out = stream_cli(root, "--workspace", str(ws2), "--mirror-dir", str(ws / "git"), "--recipe", "vulkan", "build",
                          say=say, timeout=3600)
     assert rc == 0, out[-3000:]
     second = json.loads((ws2 / "manifests" / "vulkan.json").read_text())
+    assert {o["name"].split(".so")[0] for o in second["components"][0]["outputs"]} == {"libggml-base", "libggml-vulkan"}
     stats = shader_stats(second)
     assert stats is not None and stats["misses"] == 0 and stats["errors"] == 0, stats
     assert stats["hits"] >= aset["count"], stats
     aset2 = second["components"][0]["artifacts"][0]
-    assert Path(aset2["root"]) != Path(aset["root"])
+    assert Path(aset2["root"]) != Path(aset["root"]) and aset2["count"] == aset["count"]
     first_bytes = {i["name"]: i["sha256"] for i in aset["items"]}
     assert {i["name"]: i["sha256"] for i in aset2["items"]} == first_bytes
-    out = _cli(ws2, "verify")
+    out = run_cli(root, "--workspace", str(ws2), "--recipe", "vulkan", "verify", timeout=600)
     if "no committed reference" not in out.stderr:
         n = aset2["count"]
         assert out.returncode == 0 and f"Vulkan SPIR-V: {n}/{n} byte-identical" in out.stderr, out.stderr
