@@ -16,22 +16,24 @@ import re
 import signal
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 from onebit_build.core import proc, ui
 from onebit_build.core.errors import CommandError, SmokeError
 from onebit_build.core.fsutil import tail_lines
-from onebit_build.running.devices import CPU_DEVICE, parse_list_devices
+from onebit_build.running.devices import parse_list_devices
 from onebit_build.running.measure import Completion
 # The port helpers were part of this module: their names stay importable from here.
 from onebit_build.running.ports import HOST, bind_error, bind_problem, client_host, free_port, port_is_free
+# The spec, its command line and its environment (pure) live in server_args; their names stay
+# importable from here.
+from onebit_build.running.server_args import (  # noqa: F401
+    FIT_VARIABLE, LOAD_LOG_VERBOSITY, ServerSpec, device_args, gives_alias, server_argv, server_env)
 
 if TYPE_CHECKING:  # requests is imported where a server is started: not at every start of the tool
     import requests
 
-LOAD_LOG_VERBOSITY = 4
 LOG_TAIL_LINES = 30
 BIND_ERRORS = ("couldn't bind", "address already in use")
 PORT_ATTEMPTS = 3
@@ -39,29 +41,6 @@ PORT_ATTEMPTS = 3
 SECOND_TERM_GRACE_S = 2.0
 KILL_GRACE_S = 10.0
 STOP_LABELS = ("SIGTERM", "second SIGTERM", "SIGKILL")
-
-
-# --------------------------------------------------------------------------- inputs
-
-
-@dataclass(frozen=True, kw_only=True)
-class ServerSpec:
-    """How to run one llama-server."""
-
-    binary: Path
-    model: Path
-    log: Path
-    device: str = CPU_DEVICE
-    host: str = HOST  # address to listen on (the checks always talk to it over loopback)
-    ctx_size: int = 2048
-    port: int | None = None  # preferred port; another free one is chosen when it is taken...
-    fixed_port: bool = False  # ...unless the user chose it: then never another
-    threads: int | None = None
-    alias: str | None = None  # the name /v1/models lists (--alias; one in extra_args wins); None: the path
-    extra_args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-    health_timeout_s: float = 60.0
-    stop_timeout_s: float = 5.0  # grace after the first SIGTERM
 
 
 # --------------------------------------------------------------------------- pure decisions
@@ -81,58 +60,6 @@ def completion_from_reply(status: int, data: Any, *, hint: str | None = None) ->
     if status != 200 or not isinstance(data, dict):
         raise AnswerError(f"/completion answered HTTP {status}: {str(data)[:300]}", hint=hint)
     return Completion.from_json(data)
-
-
-def device_args(device: str) -> list[str]:
-    """Arguments that put the whole model on ``device``; "CPU" means no GPU offload."""
-    if device == CPU_DEVICE:
-        return ["--device", "none", "-ngl", "0"]
-    return ["--device", device, "-ngl", "all"]
-
-
-# llama-server fits "unset arguments" to free device memory before it loads the model (on by
-# default at the pin: common/arg.cpp's -fit, variable LLAMA_ARG_FIT; common/common.cpp runs
-# a dry load of the model for it). Every server started here sets its device, its layers and
-# its context, so the fit changes nothing and costs half a start (0.9 of 1.8 s for the smoke
-# model here). Given as a variable, not as -fit: a fork from before the option ignores an
-# unknown variable where it would refuse an unknown argument. The user's own LLAMA_ARG_FIT
-# wins, and so does a -fit among the server's arguments (llama.cpp reads them after the
-# variables).
-FIT_VARIABLE = "LLAMA_ARG_FIT"
-
-
-def server_env(spec_env: tuple[tuple[str, str], ...], environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables a server gets on top of ``environ``: the spec's, and the fit off unless
-    the environment or the spec sets it. Pure."""
-    env = dict(spec_env)
-    if FIT_VARIABLE not in environ:
-        env.setdefault(FIT_VARIABLE, "off")
-    return env
-
-
-def server_argv(spec: ServerSpec, port: int) -> list[str]:
-    argv = [
-        str(spec.binary),
-        "-m", str(spec.model),
-        "--host", spec.host,
-        "--port", str(port),
-        "-np", "1",
-        "-c", str(spec.ctx_size),
-        "--no-webui",
-        # libllama's INFO lines (the model load: where each layer went) are logged at the
-        # trace level, 4, above the default 3 (common/log.cpp): the offload check reads them.
-        "--log-verbosity", str(LOAD_LOG_VERBOSITY),
-        *device_args(spec.device),
-    ]
-    argv += ["--alias", spec.alias] if spec.alias and not _gives_alias(spec.extra_args) else []
-    if spec.threads is not None:
-        argv += ["-t", str(spec.threads)]
-    argv += list(spec.extra_args)
-    return argv
-
-
-def _gives_alias(args: tuple[str, ...]) -> bool:  # the user's own arguments name the model already
-    return any(a in ("-a", "--alias") or a.startswith("--alias=") for a in args)
 
 
 HealthState = Literal["ready", "loading", "unexpected"]
@@ -484,7 +411,7 @@ def serve_foreground(spec: ServerSpec, *, has_chat_template: bool) -> int:
     server = start(spec)
     try:
         base = f"http://{client_host(spec.host)}:{server.port}/v1"
-        named = f" as {spec.alias}" if spec.alias and not _gives_alias(spec.extra_args) else ""
+        named = f" as {spec.alias}" if spec.alias and not gives_alias(spec.extra_args) else ""
         ui.info(f"serving {spec.model.name}{named} on {spec.host}:{server.port} (pid {server.pid}, log {spec.log})")
         ui.info("Ctrl-C stops the server")
         ui.answer(f"OpenAI base URL: {base}")

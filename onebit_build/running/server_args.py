@@ -1,0 +1,88 @@
+"""The command line and the environment of one llama-server, decided from its spec (pure):
+what :mod:`server` starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from onebit_build.running.devices import CPU_DEVICE
+from onebit_build.running.ports import HOST
+
+LOAD_LOG_VERBOSITY = 4
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerSpec:
+    """How to run one llama-server."""
+
+    binary: Path
+    model: Path
+    log: Path
+    device: str = CPU_DEVICE
+    host: str = HOST  # address to listen on (the checks always talk to it over loopback)
+    ctx_size: int = 2048
+    port: int | None = None  # preferred port; another free one is chosen when it is taken...
+    fixed_port: bool = False  # ...unless the user chose it: then never another
+    threads: int | None = None
+    alias: str | None = None  # the name /v1/models lists (--alias; one in extra_args wins); None: the path
+    extra_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    health_timeout_s: float = 60.0
+    stop_timeout_s: float = 5.0  # grace after the first SIGTERM
+
+
+def device_args(device: str) -> list[str]:
+    """Arguments that put the whole model on ``device``; "CPU" means no GPU offload."""
+    if device == CPU_DEVICE:
+        return ["--device", "none", "-ngl", "0"]
+    return ["--device", device, "-ngl", "all"]
+
+
+# llama-server fits "unset arguments" to free device memory before it loads the model (on by
+# default at the pin: common/arg.cpp's -fit, variable LLAMA_ARG_FIT; common/common.cpp runs
+# a dry load of the model for it). Every server started here sets its device, its layers and
+# its context, so the fit changes nothing and costs half a start (0.9 of 1.8 s for the smoke
+# model here). Given as a variable, not as -fit: a fork from before the option ignores an
+# unknown variable where it would refuse an unknown argument. The user's own LLAMA_ARG_FIT
+# wins, and so does a -fit among the server's arguments (llama.cpp reads them after the
+# variables).
+FIT_VARIABLE = "LLAMA_ARG_FIT"
+
+
+def server_env(spec_env: tuple[tuple[str, str], ...], environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables a server gets on top of ``environ``: the spec's, and the fit off unless
+    the environment or the spec sets it. Pure."""
+    env = dict(spec_env)
+    if FIT_VARIABLE not in environ:
+        env.setdefault(FIT_VARIABLE, "off")
+    return env
+
+
+def server_argv(spec: ServerSpec, port: int) -> list[str]:
+    argv = [
+        str(spec.binary),
+        "-m", str(spec.model),
+        "--host", spec.host,
+        "--port", str(port),
+        "-np", "1",
+        "-c", str(spec.ctx_size),
+        "--no-webui",
+        # libllama's INFO lines (the model load: where each layer went) are logged at the
+        # trace level, 4, above the default 3 (common/log.cpp): the offload check reads them.
+        "--log-verbosity", str(LOAD_LOG_VERBOSITY),
+        *device_args(spec.device),
+    ]
+    argv += ["--alias", spec.alias] if spec.alias and not gives_alias(spec.extra_args) else []
+    if spec.threads is not None:
+        argv += ["-t", str(spec.threads)]
+    argv += list(spec.extra_args)
+    return argv
+
+
+def gives_alias(args: tuple[str, ...]) -> bool:  # the user's own arguments name the model already
+    return any(a in ("-a", "--alias") or a.startswith("--alias=") for a in args)
