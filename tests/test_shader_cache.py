@@ -124,6 +124,25 @@ def test_a_damaged_entry_is_refused():
         gl.unpack(b"junk", job)
 
 
+@pytest.mark.parametrize("value", [
+    None, True, False, 0, -7, 2**63, "", "plain", 'quote " back \\ slash', "tab\tnew\nline\x01\x7f",
+    "caf\u00e9 \u2603 \U0001f600", [], [["x.comp", "ab12"], ["<types.glsl>", None]], ("a", ("b", None)),
+    {"schema": 1, "glslc": "shaderc 2023.2-1\nglslang", "args": ["-O", "<in>"], "source": "includes:0f"},
+    {"z": {"b": [1, 2], "a": None}, "a": ""},
+])
+def test_the_launchers_json_is_the_json_modules(value):
+    """The launcher writes and reads JSON without importing json (a hit costs less): the text
+    it writes, and so every cache key, is json.dumps(..., sort_keys=True)'s."""
+    assert gl.dumps(value) == json.dumps(value, sort_keys=True)
+    assert gl.loads(json.dumps(value, indent=1)) == json.loads(json.dumps(value))
+
+
+@pytest.mark.parametrize("text", ["", "   ", '{"a": 1} {"b": 2}', '{"a": NaN}', "Infinity", '{"a": 1', "[1,]"])
+def test_the_launcher_refuses_what_is_not_one_json_document(text):
+    with pytest.raises(ValueError):
+        gl.loads(text)
+
+
 def test_on_only_with_a_compiler_cache_and_for_vulkan_builds(tmp_path):
     env = {"ONEBIT_SHADER_CACHE_DIR": str(tmp_path)}
     assert not shaders.plan_shader_cache(Launcher(kind="none"), glslc="/usr/bin/glslc", env=env).active
@@ -178,6 +197,8 @@ def test_two_paths_hit_and_give_the_bytes_glslc_gives(tmp_path):
         done = compile_with(launcher(b, cache), src, b / "x.spv", "-DSCALE=2.0")
         assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert stats(b1) == (0, 1, 0) and stats(b2) == (1, 0, 0)
+    # the launcher's code is compiled once per build folder, not at every call
+    assert [p.name.split(".")[0] for p in (b2 / "onebit-glslc" / "__pycache__").iterdir()] == ["onebit_glslc"]
     plain = compile_with("glslc", src2, tmp_path / "plain" / "x.spv", "-DSCALE=2.0")
     assert plain.returncode == 0
     assert (b1 / "x.spv").read_bytes() == (b2 / "x.spv").read_bytes() == (tmp_path / "plain" / "x.spv").read_bytes()

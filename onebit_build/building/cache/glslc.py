@@ -14,25 +14,42 @@ form keeps a hit at the cost of starting Python). The value is the SPIR-V
 and the dependency file with the same paths mapped. Entries live in a local folder and,
 when one is configured, in Redis (read local first, write both).
 
-This file runs as its own program (the build writes it with a shebang of the tool's Python,
-in isolated mode without site, beside its settings ``glslc.json``): it imports the standard library
-only. It never runs a value as a shell command; anything it does not understand, and any
-cache error, goes to the real glslc with the arguments unchanged. Each call appends one
+This file runs as its own program: the build writes it into the build folder as a module,
+beside its settings ``glslc.json`` and a short program with a shebang of the tool's Python,
+in isolated mode without site, that imports it (so that Python compiles it once, not at
+every call). It imports the standard library only. It never runs a value as a shell
+command; anything it does not understand, and any cache error, goes to the real glslc with
+the arguments unchanged. Each call appends one
 line to the statistics file: ``hit local``, ``hit redis``, ``miss``, ``uncacheable`` or
 ``error WHAT``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import sys
-from pathlib import Path
 
 # A build runs this program once per shader, and a hit should cost little more than starting
 # Python: what only a miss, a fallback or Redis needs (subprocess, socket) is imported where
-# it is used, and the include lines are read without the re module.
+# it is used, the include lines are read without the re module, paths are handled with
+# os.path, and JSON and SHA-256 come from the interpreter's own accelerator modules where it
+# has them (importing json, pathlib and hashlib took about as long as the rest of a hit).
+try:
+    from _sha256 import sha256  # CPython 3.11
+except ImportError:  # pragma: no cover - other interpreters
+    try:
+        from _sha2 import sha256  # CPython 3.12 and later
+    except ImportError:
+        from hashlib import sha256
+try:
+    from _json import encode_basestring_ascii as _quote
+    from _json import make_scanner as _make_scanner
+except ImportError:  # pragma: no cover - an interpreter without the accelerator
+    from json.decoder import JSONDecoder as _Decoder
+    from json.encoder import encode_basestring_ascii as _quote
+
+    def _make_scanner(_ctx):
+        return _Decoder().scan_once
 
 SCHEMA = 1
 MAGIC = b"onebit-glslc/1\n"
@@ -68,6 +85,49 @@ def include_names(data: bytes) -> list[tuple[str, str]] | None:
             return None
         names.append(("quoted" if close == b'"' else "angled", os.fsdecode(arg[1:end])))
     return names
+
+
+def dumps(value) -> str:
+    """``json.dumps(value, sort_keys=True)`` for what the launcher writes (None, bools, ints,
+    strings, lists, tuples, dicts with string keys), without the json module. Pure."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, str):
+        return _quote(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(dumps(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_quote(k)}: {dumps(value[k])}" for k in sorted(value)) + "}"
+    raise TypeError(f"cannot write a {type(value).__name__}")
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number the launcher writes")
+
+
+class _ScanContext:  # what the accelerator's scanner reads from json's decoder
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = staticmethod(_no_constant)
+
+
+def loads(text: str):
+    """``json.loads(text)`` for one JSON document, without the json module; ValueError when
+    ``text`` is not one. Pure."""
+    try:
+        value, end = _make_scanner(_ScanContext())(text, 0)
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    if text[end:].strip():
+        raise ValueError("extra data after the JSON document")
+    return value
 
 
 class Uncacheable(Exception):
@@ -120,15 +180,16 @@ def preprocess_argv(glslc: str, argv: list[str], job: dict) -> list[str]:
 
 
 def source_dir(job: dict) -> bytes:
-    return os.fsencode(str(Path(job["input"]).absolute().parent)) + b"/"
+    return os.fsencode(os.path.dirname(os.path.abspath(job["input"]))) + b"/"
 
 
-def include_closure(path: Path) -> str | None:
+def include_closure(path: str | os.PathLike[str]) -> str | None:
     """The digest of ``path`` and of every file its ``#include`` lines name, followed
     recursively (relative to the including file, as glslc resolves them without ``-I``),
     each by its path relative to ``path``'s folder; a named file that is missing counts as
     missing. None when an include line has another form (the caller preprocesses instead)."""
-    root = path.parent
+    path = os.fspath(path)
+    root = os.path.dirname(path)
     seen: dict[str, str | None] = {}
     todo = [path]
     while todo:
@@ -137,25 +198,26 @@ def include_closure(path: Path) -> str | None:
         if rel in seen:
             continue
         try:
-            data = f.read_bytes()
+            with open(f, "rb") as fh:
+                data = fh.read()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             seen[rel] = None
             continue
-        seen[rel] = hashlib.sha256(data).hexdigest()
+        seen[rel] = sha256(data).hexdigest()
         names = include_names(data)
         if names is None:
             return None
         for form, name in names:
             if form == "quoted":
-                todo.append(f.parent / name)
+                todo.append(os.path.join(os.path.dirname(f), name))
             else:  # <name>: glslc searches only -I folders, and the launcher allows none
                 seen[f"<{name}>"] = None
-    return hashlib.sha256(json.dumps(sorted(seen.items())).encode()).hexdigest()
+    return sha256(dumps(sorted(seen.items())).encode()).hexdigest()
 
 
 def preprocessed_digest(job: dict, preprocessed: bytes) -> str:
     """The digest of ``glslc -E``'s output with the input's folder mapped. Pure."""
-    return hashlib.sha256(preprocessed.replace(source_dir(job), SRC_TOKEN + b"/")).hexdigest()
+    return sha256(preprocessed.replace(source_dir(job), SRC_TOKEN + b"/")).hexdigest()
 
 
 def cache_key(identity: str, job: dict, source: str) -> str:
@@ -164,8 +226,8 @@ def cache_key(identity: str, job: dict, source: str) -> str:
     file, so its real path stays in the key. Pure."""
     doc = {"schema": SCHEMA, "glslc": identity, "args": job["args"], "source": source}
     if "-g" in job["args"]:
-        doc["input"] = str(Path(job["input"]).absolute())
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+        doc["input"] = os.path.abspath(job["input"])
+    return sha256(dumps(doc).encode()).hexdigest()
 
 
 def pack(spv: bytes, dep: bytes | None, job: dict) -> bytes:
@@ -173,9 +235,9 @@ def pack(spv: bytes, dep: bytes | None, job: dict) -> bytes:
     mapped = b""
     if dep is not None:
         mapped = dep.replace(os.fsencode(job["output"]), OUT_TOKEN).replace(source_dir(job), SRC_TOKEN + b"/")
-    head = {"spv": len(spv), "sha256": hashlib.sha256(spv + mapped).hexdigest(),
+    head = {"spv": len(spv), "sha256": sha256(spv + mapped).hexdigest(),
             "dep": len(mapped) if dep is not None else None}
-    return MAGIC + json.dumps(head, sort_keys=True).encode() + b"\n" + spv + mapped
+    return MAGIC + dumps(head).encode() + b"\n" + spv + mapped
 
 
 def unpack(blob: bytes, job: dict) -> tuple[bytes, bytes | None]:
@@ -184,9 +246,9 @@ def unpack(blob: bytes, job: dict) -> tuple[bytes, bytes | None]:
     if not blob.startswith(MAGIC):
         raise ValueError("not an entry")
     head_line, _, rest = blob[len(MAGIC):].partition(b"\n")
-    head = json.loads(head_line)
+    head = loads(head_line.decode())
     spv, tail = rest[:head["spv"]], rest[head["spv"]:]
-    if hashlib.sha256(rest).hexdigest() != head["sha256"]:
+    if sha256(rest).hexdigest() != head["sha256"]:
         raise ValueError("damaged entry")
     if (head["dep"] is None) != (job["depfile"] is None) or len(tail) != (head["dep"] or 0):
         raise ValueError("entry without the dependency file")
@@ -199,12 +261,13 @@ def unpack(blob: bytes, job: dict) -> tuple[bytes, bytes | None]:
 # --------------------------------------------------------------------------- the stores
 
 
-def _write_atomic(path: Path, data: bytes, *, make_parent: bool = True) -> None:
+def _write_atomic(path: str, data: bytes, *, make_parent: bool = True) -> None:
     """``data`` into ``path`` through a temporary file and a rename, with the mode a file
     glslc writes gets (``0666`` less the umask; a temporary file starts at ``0600``)."""
+    folder, name = os.path.split(path)
     if make_parent:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -220,14 +283,15 @@ def _write_atomic(path: Path, data: bytes, *, make_parent: bool = True) -> None:
 
 class LocalStore:
     def __init__(self, folder: str):
-        self.folder = Path(folder)
+        self.folder = folder
 
-    def _path(self, key: str) -> Path:
-        return self.folder / key[:2] / key
+    def _path(self, key: str) -> str:
+        return os.path.join(self.folder, key[:2], key)
 
     def get(self, key: str) -> bytes | None:
         try:
-            return self._path(key).read_bytes()
+            with open(self._path(key), "rb") as f:
+                return f.read()
         except FileNotFoundError:
             return None
 
@@ -298,10 +362,10 @@ class Launch:
         self.conf = conf
         self.argv = argv
         self.glslc = conf["glslc"]
-        self.stats = Path(conf["stats"])
+        self.stats = conf["stats"]
         self.local = LocalStore(conf["local"])
         self.redis = RedisStore(conf["redis"]) if conf.get("redis") else None
-        self.redis_down = self.stats.with_name("redis-down")
+        self.redis_down = os.path.join(os.path.dirname(self.stats), "redis-down")
 
     def record(self, what: str) -> None:
         try:
@@ -331,7 +395,7 @@ class Launch:
         blob = self.local.get(key)
         if blob is not None:
             return blob, "local"
-        if self.redis is None or self.redis_down.exists():
+        if self.redis is None or os.path.exists(self.redis_down):
             return None, ""
         try:
             blob = self.redis.get(key)
@@ -344,7 +408,7 @@ class Launch:
 
     def store(self, key: str, blob: bytes) -> None:
         self.local.put(key, blob)
-        if self.redis is not None and not self.redis_down.exists():
+        if self.redis is not None and not os.path.exists(self.redis_down):
             try:
                 self.redis.put(key, blob)
             except (OSError, ValueError) as exc:
@@ -354,7 +418,8 @@ class Launch:
         """The rest of the build skips Redis (one wait for a dead server, not one per shader)."""
         self.record(f"error redis: {exc}")
         try:
-            self.redis_down.write_text(str(exc)[:200])
+            with open(self.redis_down, "w") as f:
+                f.write(str(exc)[:200])
         except OSError:
             pass
 
@@ -384,7 +449,7 @@ class Launch:
     def source_digest(self, job: dict) -> str | None:
         """The include closure's digest, else the preprocessed source's; None when glslc
         cannot preprocess the input."""
-        closure = include_closure(Path(job["input"]))
+        closure = include_closure(job["input"])
         if closure is not None:
             return f"includes:{closure}"
         import subprocess  # only for a preprocessed key (see the imports above)
@@ -398,9 +463,9 @@ class Launch:
         try:
             spv, dep = unpack(blob, job)
             # Into existing folders only, as glslc writes (where it would fail, it fails).
-            _write_atomic(Path(job["output"]), spv, make_parent=False)
+            _write_atomic(job["output"], spv, make_parent=False)
             if dep is not None:
-                _write_atomic(Path(job["depfile"]), dep, make_parent=False)
+                _write_atomic(job["depfile"], dep, make_parent=False)
             return True
         except Exception as exc:  # a damaged entry of any shape is a miss
             self.record(f"error entry: {exc}")
@@ -417,18 +482,23 @@ class Launch:
             return done.returncode
         self.record("miss")
         try:
-            spv = Path(job["output"]).read_bytes()
-            dep = Path(job["depfile"]).read_bytes() if job["depfile"] else None
+            spv = _read(job["output"])
+            dep = _read(job["depfile"]) if job["depfile"] else None
             self.store(key, pack(spv, dep, job))
         except OSError as exc:
             self.record(f"error store: {exc}")
         return 0
 
 
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def main(argv: list[str]) -> int:
-    settings = Path(__file__).with_name("glslc.json")
+    settings = os.path.join(os.path.dirname(os.path.abspath(__file__)), "glslc.json")
     try:
-        conf = json.loads(settings.read_text())
+        conf = loads(_read(settings).decode())
         if conf.get("schema") != SCHEMA:
             raise ValueError(f"schema {conf.get('schema')!r}")
     except (OSError, ValueError) as exc:

@@ -28,6 +28,7 @@ from onebit_build.core.usercache import cache_home
 
 ENV_DIR = "ONEBIT_SHADER_CACHE_DIR"
 FOLDER = "onebit-glslc"  # inside the build folder: the launcher, its settings, its statistics
+MODULE = "onebit_glslc"  # the launcher's code there, imported by the program named glslc
 DEFINE = "Vulkan_GLSLC_EXECUTABLE"
 _ON = ("ON", "1", "TRUE", "YES", "Y")
 
@@ -119,9 +120,15 @@ def install(cache: ShaderCache, build_dir: Path, *, redis_endpoint: tuple[str, i
         json.dump(conf, f, indent=1)
     for name in ("stats.log", "redis-down"):
         (folder / name).unlink(missing_ok=True)
+    # The launcher proper is a module beside the program that runs it, so that Python compiles
+    # it once (into __pycache__ there) instead of at each of a build's thousand calls.
+    (folder / f"{MODULE}.py").write_text(Path(launcher_module.__file__).read_text())
     script = folder / "glslc"
-    code = Path(launcher_module.__file__).read_text()
-    script.write_text(f"#!{sys.executable} -IS\n{code}")  # isolated, no site: the standard library only
+    script.write_text(f"#!{sys.executable} -IS\n"  # isolated, no site: the standard library only
+                      "import os, sys\n"
+                      "sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))\n"
+                      f"from {MODULE} import main\n"
+                      "sys.exit(main(sys.argv[1:]))\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return script
 
