@@ -14,5 +14,7 @@ _.takes_model  # read with getattr by cli.refuse_unused_flags, beside dry_run
 # Called by the standard library or a library, not by us.
 _.proxies, _.trust_env  # requests.Session settings, set for pip's proxy configuration
 _.mtime  # tarfile.TarInfo's field, set for a reproducible bundle
+# read by the _json accelerator's scanner from the context it is made with (glslc_json)
+_.strict, _.object_hook, _.object_pairs_hook, _.parse_float, _.parse_int, _.parse_constant
 server._stop_all  # atexit stops every server left running
 bench.__getattr__  # PEP 562: the bench package loads its names when first used

@@ -32,8 +32,9 @@ import sys
 # A build runs this program once per shader, and a hit should cost little more than starting
 # Python: what only a miss, a fallback or Redis needs (subprocess, socket) is imported where
 # it is used, the include lines are read without the re module, paths are handled with
-# os.path, and JSON and SHA-256 come from the interpreter's own accelerator modules where it
-# has them (importing json, pathlib and hashlib took about as long as the rest of a hit).
+# os.path, and JSON (glslc_json) and SHA-256 come from the interpreter's own accelerator
+# modules where it has them (importing json, pathlib and hashlib took about as long as the
+# rest of a hit).
 try:
     from _sha256 import sha256  # CPython 3.11
 except ImportError:  # pragma: no cover - other interpreters
@@ -41,15 +42,10 @@ except ImportError:  # pragma: no cover - other interpreters
         from _sha2 import sha256  # CPython 3.12 and later
     except ImportError:
         from hashlib import sha256
-try:
-    from _json import encode_basestring_ascii as _quote
-    from _json import make_scanner as _make_scanner
-except ImportError:  # pragma: no cover - an interpreter without the accelerator
-    from json.decoder import JSONDecoder as _Decoder
-    from json.encoder import encode_basestring_ascii as _quote
-
-    def _make_scanner(_ctx):
-        return _Decoder().scan_once
+try:  # the JSON helpers: beside this file in a build folder, else this package's
+    from onebit_glslc_json import dumps, loads
+except ImportError:
+    from onebit_build.building.cache.glslc_json import dumps, loads
 
 SCHEMA = 1
 MAGIC = b"onebit-glslc/1\n"
@@ -58,7 +54,6 @@ SRC_TOKEN = b"@ONEBIT-SRC@"
 # Flags that take no value and change nothing but the output (kept in the key as they are).
 PLAIN_FLAGS = ("-O", "-O0", "-Os", "-g", "-MD", "-w", "-Werror")
 PREFIXED_FLAGS = ("-fshader-stage=", "--target-env=", "--target-spv=", "-std=", "-D", "-U")
-REDIS_TIMEOUT_S = 2.0
 
 
 def include_names(data: bytes) -> list[tuple[str, str]] | None:
@@ -85,49 +80,6 @@ def include_names(data: bytes) -> list[tuple[str, str]] | None:
             return None
         names.append(("quoted" if close == b'"' else "angled", os.fsdecode(arg[1:end])))
     return names
-
-
-def dumps(value) -> str:
-    """``json.dumps(value, sort_keys=True)`` for what the launcher writes (None, bools, ints,
-    strings, lists, tuples, dicts with string keys), without the json module. Pure."""
-    if value is None:
-        return "null"
-    if value is True or value is False:
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return int.__repr__(value)
-    if isinstance(value, str):
-        return _quote(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(dumps(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{_quote(k)}: {dumps(value[k])}" for k in sorted(value)) + "}"
-    raise TypeError(f"cannot write a {type(value).__name__}")
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a number the launcher writes")
-
-
-class _ScanContext:  # what the accelerator's scanner reads from json's decoder
-    strict = True
-    object_hook = None
-    object_pairs_hook = None
-    parse_float = float
-    parse_int = int
-    parse_constant = staticmethod(_no_constant)
-
-
-def loads(text: str):
-    """``json.loads(text)`` for one JSON document, without the json module; ValueError when
-    ``text`` is not one. Pure."""
-    try:
-        value, end = _make_scanner(_ScanContext())(text, 0)
-    except StopIteration:
-        raise ValueError("not JSON") from None
-    if text[end:].strip():
-        raise ValueError("extra data after the JSON document")
-    return value
 
 
 class Uncacheable(Exception):
@@ -299,60 +251,17 @@ class LocalStore:
         _write_atomic(self._path(key), blob)
 
 
-def _resp(*words: bytes) -> bytes:
-    return b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
-
-
-class RedisStore:
-    """GET and SET over one short-lived connection (RESP, no client library)."""
-
-    def __init__(self, conf: dict):
-        self.conf = conf
-
-    def _talk(self, *commands: tuple[bytes, ...]) -> list[bytes | None]:
-        import socket  # only with Redis (see the imports above)
-
-        c = self.conf
-        with socket.create_connection((c["host"], int(c["port"])), timeout=REDIS_TIMEOUT_S) as s:
-            first: list[tuple[bytes, ...]] = []
-            if c.get("password"):
-                user = [c["username"].encode()] if c.get("username") else []
-                first.append((b"AUTH", *user, c["password"].encode()))
-            if c.get("db"):
-                first.append((b"SELECT", str(int(c["db"])).encode()))
-            s.sendall(b"".join(_resp(*cmd) for cmd in (*first, *commands)))
-            reader = s.makefile("rb")
-            answers = [_read_answer(reader) for _ in range(len(first) + len(commands))]
-        return answers[len(first):]
-
-    def get(self, key: str) -> bytes | None:
-        return self._talk((b"GET", f"onebit-glslc/{SCHEMA}/{key}".encode()))[0]
-
-    def put(self, key: str, blob: bytes) -> None:
-        self._talk((b"SET", f"onebit-glslc/{SCHEMA}/{key}".encode(), blob))
-
-
-def _read_answer(reader) -> bytes | None:
-    line = reader.readline()
-    if not line.endswith(b"\r\n"):
-        raise OSError("Redis closed the connection")
-    kind, body = line[:1], line[1:-2]
-    if kind == b"-":
-        raise OSError(f"Redis: {body.decode(errors='replace')[:80]}")
-    if kind == b"$":
-        size = int(body)
-        if size < 0:
-            return None
-        data = reader.read(size + 2)
-        if len(data) != size + 2:
-            raise OSError("Redis closed the connection")
-        return data[:-2]
-    if kind in (b"+", b":"):
-        return body
-    raise OSError(f"Redis answered {kind!r}")
-
-
 # --------------------------------------------------------------------------- one call
+
+
+def _redis_store(conf: dict):
+    """The Redis store (its module only when a build has Redis): beside this file in a build
+    folder, else this package's."""
+    try:
+        from onebit_glslc_redis import RedisStore
+    except ImportError:
+        from onebit_build.building.cache.glslc_redis import RedisStore
+    return RedisStore(conf, prefix=f"onebit-glslc/{SCHEMA}/")
 
 
 class Launch:
@@ -364,7 +273,7 @@ class Launch:
         self.glslc = conf["glslc"]
         self.stats = conf["stats"]
         self.local = LocalStore(conf["local"])
-        self.redis = RedisStore(conf["redis"]) if conf.get("redis") else None
+        self.redis = _redis_store(conf["redis"]) if conf.get("redis") else None
         self.redis_down = os.path.join(os.path.dirname(self.stats), "redis-down")
 
     def record(self, what: str) -> None:

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from onebit_build.building.cache import glslc as launcher_module
+from onebit_build.building.cache import glslc_json as json_module
+from onebit_build.building.cache import glslc_redis as redis_module
 from onebit_build.building.cache.compiler import Launcher, RedisUrl
 from onebit_build.building.cache.session import CacheStats
 from onebit_build.core.proc import capture
@@ -123,6 +125,8 @@ def install(cache: ShaderCache, build_dir: Path, *, redis_endpoint: tuple[str, i
     # The launcher proper is a module beside the program that runs it, so that Python compiles
     # it once (into __pycache__ there) instead of at each of a build's thousand calls.
     (folder / f"{MODULE}.py").write_text(Path(launcher_module.__file__).read_text())
+    for module in (json_module, redis_module):  # what it imports: its JSON, and Redis when it has one
+        (folder / f"{MODULE}_{module.__name__.rsplit('_', 1)[1]}.py").write_text(Path(module.__file__).read_text())
     script = folder / "glslc"
     script.write_text(f"#!{sys.executable} -IS\n"  # isolated, no site: the standard library only
                       "import os, sys\n"
