@@ -8,9 +8,9 @@ Two things are shared between the workers:
   use"): every command on one goes through its lock, held for the command by the CLI helpers
   in fixtures, and for the whole test by the tests marked ``shared_workspace`` (which xdist
   also keeps on one worker per workspace, in file order);
-- the default recipe's build folder, whose llama-server the tests start: the tests using
-  it hold ``DEFAULT_BUILD`` shared, and the one test that empties and rebuilds it
-  (``--fresh``) holds it exclusive.
+- what is found once per run (the default build's llama-server, the model: ``once_per_run``).
+  No test empties or rebuilds the default build folder in place (``--fresh`` is tested on a
+  project of its own), so the tests that start its llama-server need no lock for it.
 
 Each lock is an ``flock`` on a file beside the test workspace. A writer first takes the
 lock's turnstile, so that a stream of readers on the other worker cannot starve it. Within
@@ -80,7 +80,6 @@ def beside_workspace(suffix: str) -> Path:
 
 WORKSPACE = TestLock("workspace")
 VULKAN_WORKSPACE = TestLock("vulkan-workspace")
-DEFAULT_BUILD = TestLock("default-build")
 
 
 def workspace_lock(name: str) -> TestLock:

@@ -81,17 +81,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _shared_locks(request):
     """The locks of tests/_shared.py a test needs, held for the whole test (set up after the
     wider fixtures, so never held while one of them builds)."""
-    from _shared import DEFAULT_BUILD, workspace_lock
+    from _shared import workspace_lock
 
     mark = request.node.get_closest_marker("shared_workspace")
     name = mark.kwargs.get("workspace", "default") if mark is not None else None
     with contextlib.ExitStack() as stack:
         if name is not None:
             stack.enter_context(workspace_lock(name).held(exclusive=True))
-        if mark is not None and mark.kwargs.get("rebuilds_default"):
-            stack.enter_context(DEFAULT_BUILD.held(exclusive=True))
-        elif name == "default" or "llama_server" in request.fixturenames:
-            stack.enter_context(DEFAULT_BUILD.held(exclusive=False))
         yield
 
 
