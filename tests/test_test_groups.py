@@ -25,8 +25,11 @@ def test_tests_of_one_group_run_on_one_worker(tmp_path):
     body = "".join(f"@pytest.mark.xdist_group('marked')\ndef test_marked_{i}():\n    pass\n\n" for i in range(4))
     body += "".join(f"def test_hooked_{i}():\n    pass\n\ndef test_free_{i}():\n    pass\n\n" for i in range(4))
     (tmp_path / "test_sample.py").write_text("import pytest\n\n" + body)
+    # A temporary folder of its own: in the default place pytest would first prune the outer
+    # run's old ones, build trees of gigabytes, which took most of this test's 20 s.
     out = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "2", "--dist",
-                          "loadgroup", "test_sample.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                          "loadgroup", "--basetemp", str(tmp_path / "inner"), "test_sample.py"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     workers = collections.defaultdict(set)
     for worker, name in re.findall(r"\[(gw\d+)\] \[ *\d+%\] PASSED test_sample\.py::(\w+)", out.stdout):
