@@ -15,9 +15,10 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal, TypeVar
 
 from onebit_build.core import proc, ui
 from onebit_build.core.errors import CommandError, SmokeError
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # requests is imported where a server is started: not at ever
     import requests
 
 LOG_TAIL_LINES = 30
+T = TypeVar("T")
 BIND_ERRORS = ("couldn't bind", "address already in use")
 PORT_ATTEMPTS = 3
 # How stop() ends a server: each signal with its grace, and the name stopped_by records.
@@ -384,6 +386,23 @@ def start_together(specs: list[ServerSpec]) -> list[Server | SmokeError]:
             if isinstance(one, Server):
                 one.stop()
         raise
+
+
+def side_by_side(calls: list[Callable[[], T]]) -> list[T | None]:
+    """Each call in a thread of its own, all at the same time (requests to servers that are
+    up together); their results in order, None for one that raised. Ctrl-C reaches the
+    calling thread, whose caller then stops the servers, which ends the requests."""
+    done: dict[int, T] = {}
+
+    def one(i: int) -> None:
+        done[i] = calls[i]()
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [done.get(i) for i in range(len(calls))]
 
 
 def list_devices(binary: Path, *, env: tuple[tuple[str, str], ...] = (), log: Path) -> tuple[str, ...]:

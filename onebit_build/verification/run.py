@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -276,18 +275,12 @@ def answers_on(req: RunRequest, device: str,
             provs[side.role] = Provenance(side=side.role, device=device, pid=0, executable=str(side.build.server),
                                           checks=(), error=why)
 
-        def ask_all(role: str, server: srvmod.Server) -> None:
-            answers[role] = {p.name: _ask(server, p.prompt, req.recipe.smoke.answer_tokens)
-                             for p in req.recipe.smoke.prompts}
-
-        threads = [threading.Thread(target=ask_all, args=(side.role, server), daemon=True) for side, server in serving]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for side, _ in serving:  # _ask answers every error itself: this is for a thread that died anyway
-            answers.setdefault(side.role, {p.name: Answer(text="", error="no answer: the request thread failed")
-                                           for p in req.recipe.smoke.prompts})
+        prompts = req.recipe.smoke.prompts
+        got = srvmod.side_by_side([lambda server=server: {p.name: _ask(server, p.prompt, req.recipe.smoke.answer_tokens)
+                                                          for p in prompts} for _, server in serving])
+        for (side, _), one in zip(serving, got):  # _ask answers every error itself: None is a thread that died
+            answers[side.role] = one or {p.name: Answer(text="", error="no answer: the request thread failed")
+                                         for p in prompts}
     finally:
         for _, server in serving:
             server.stop()

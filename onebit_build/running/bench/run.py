@@ -7,7 +7,6 @@ expected answer prefixes (see :mod:`judge`).
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -284,20 +283,10 @@ def _round_together(req: BenchRequest, rnd: int, logs: Path, expectations: dict[
 
 
 def _warm_up_together(lives: list[_Live], req: BenchRequest) -> None:
-    """Every server's warm-up at the same time (nothing is timed yet), each in a thread of
-    its own; Ctrl-C reaches this thread, whose caller then stops the servers."""
-    done: dict[int, tuple[float | None, str]] = {}
-
-    def warm(i: int) -> None:
-        done[i] = _warm_up(lives[i].server, req)
-
-    threads = [threading.Thread(target=warm, args=(i,), daemon=True) for i in range(len(lives))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for i, one in enumerate(lives):
-        one.warmup_s, one.error = done.get(i, (None, "warm-up: it ended without an answer"))
+    """Every server's warm-up at the same time (nothing is timed yet)."""
+    done = srvmod.side_by_side([lambda one=one: _warm_up(one.server, req) for one in lives])
+    for one, got in zip(lives, done):
+        one.warmup_s, one.error = got or (None, "warm-up: it ended without an answer")
 
 
 def _warm_up(server: srvmod.Server, req: BenchRequest) -> tuple[float | None, str]:
