@@ -413,10 +413,9 @@ WRONG = "-t 1 -l 107-inf -l 668-inf -l 236743-inf"
 def test_real_cpu_bench_two_configs_and_a_wrong_one(llama_server, gemma_model, tmp_path):
     """Two valid configurations and a wrong one. The second differs by --poll 0 (its thread
     sleeps instead of polling while it waits for work): the same answers, another server
-    command line. Not
-    -t 2: with the other test worker busy, two threads on two shared cores decoded 8-12 tok/s
-    against one thread's 60-70 (measured in this test), so its requests took most of the test's
-    time and measured the machine's contention, not the bench."""
+    command line. Not -t 2: with the other test worker busy, two threads on two shared cores
+    decoded 8-12 tok/s against one thread's 60-70 (measured in this test), so its requests took
+    most of the test's time and measured the machine's contention, not the bench."""
     out = tmp_path / "run"
     t0 = time.monotonic()
     done = run_cli(
@@ -455,13 +454,13 @@ def test_real_cpu_bench_two_configs_and_a_wrong_one(llama_server, gemma_model, t
 
     results = {(r["variant"], r["prompt"]): r for r in doc["results"]}
     for prompt in ("code", "prose", "short"):
-        base, t2, wrong = results[("t1", prompt)], results[("poll0", prompt)], results[("wrong", prompt)]
-        assert base["valid"] and t2["valid"], (base, t2)
+        base, other, wrong = results[("t1", prompt)], results[("poll0", prompt)], results[("wrong", prompt)]
+        assert base["valid"] and other["valid"], (base, other)
         d_base = sorted(s["decode_tok_s"] for s in samples if s["variant"] == "t1" and s["prompt"] == prompt)
         assert base["decode_tok_s"]["median"] == pytest.approx(sum(d_base) / 2, rel=1e-3)
         assert base["decode_tok_s"]["best"] == pytest.approx(d_base[-1], rel=1e-3)
-        expected_pct = 100 * (t2["decode_tok_s"]["median"] / base["decode_tok_s"]["median"] - 1)
-        assert t2["decode_vs_baseline_pct"] == pytest.approx(expected_pct, abs=0.05)
+        expected_pct = 100 * (other["decode_tok_s"]["median"] / base["decode_tok_s"]["median"] - 1)
+        assert other["decode_vs_baseline_pct"] == pytest.approx(expected_pct, abs=0.05)
         assert not wrong["valid"] and wrong["decode_tok_s"] is None and "diverged at character" in wrong["reason"]
         assert "(token 0," in wrong["reason"]  # where the baseline was sure: not a near tie
 
