@@ -11,7 +11,8 @@ import pytest
 from _support import bare_mirror, make_repo, project_tree, run_cli
 from onebit_build.building.artifacts import Artifact, ArtifactSet
 from onebit_build.building.manifest import Manifest, latest_path, load_latest, write_manifest
-from onebit_build.building.verify import compare_sets, reference_doc
+from onebit_build.building.references import reference_doc
+from onebit_build.building.verify import compare_sets
 from onebit_build.core.fsutil import StateError
 from onebit_build.core.workspace import Workspace
 
@@ -153,10 +154,25 @@ def test_build_dir_as_reference_and_rebuild(built):
     assert "3/3 byte-identical" in out.stderr and "DIFFERENT" not in out.stderr
 
 
-def test_no_matching_committed_reference_is_said_plainly(built):
-    cli, _, _, _, _ = built
+def test_no_committed_reference_is_unverified_with_the_command_that_records_one(built):
+    """With no reference for this toolchain, verify says UNVERIFIED (exit 0, as the default
+    job's verify stage does) and names the command that records one; once that file is in
+    references/<recipe>/ under the suggested name, the same command says VERIFIED."""
+    cli, _, _, root, _ = built
     out = cli("verify")
-    assert out.returncode == 11 and "no committed reference" in out.stderr and "--write-reference" in out.stderr
+    assert out.returncode == 0, out.stderr
+    assert "verify   UNVERIFIED" in out.stderr and "no committed reference" in out.stderr
+    hint = next(ln for ln in out.stderr.splitlines() if "--write-reference" in ln)
+    target = Path(hint.split("--write-reference ", 1)[1].split(";", 1)[0])
+    assert target.parent == root / "references" / "shaders" and target.suffix == ".json"
+    try:
+        assert cli("verify", "--write-reference", str(target)).returncode == 0
+        out = cli("verify")
+        assert out.returncode == 0, out.stderr
+        assert "verify   ok" in out.stderr
+        assert f"against {target.name}: Vulkan SPIR-V: 3/3 byte-identical" in out.stderr
+    finally:
+        target.unlink(missing_ok=True)
 
 
 def test_compare_sets_pure():

@@ -392,7 +392,10 @@ def test_flipped_shader_byte_in_the_working_build_is_named(vulkan_build, tmp_pat
 def test_adopted_reference_is_named_after_the_toolchain_and_verifies(vulkan_build, tmp_path):
     """--adopt's writer on the real vulkan build: the reference it writes is found as the
     match for this toolchain and holds every shader."""
-    from onebit_build.building.verify import compare_sets, find_matching_reference, load_reference
+    from onebit_build.building.manifest import load_manifest
+    from onebit_build.building.references import (find_matching_reference, find_reference, fingerprint,
+                                                  load_reference, reference_name)
+    from onebit_build.building.verify import compare_sets
     from onebit_build.core.config import load_recipe
     from onebit_build.core.pins import load_pins
     from onebit_build.verification import run as vrun
@@ -406,10 +409,12 @@ def test_adopted_reference_is_named_after_the_toolchain_and_verifies(vulkan_buil
                           tolerance=0.03, refs_dir=tmp_path / "references" / "vulkan")
     path, said = vrun.adopt_reference(req, sets)
     glslc = next(iter(sets.values())).facts["glslc"]
-    assert path == tmp_path / "references" / "vulkan" / f"glslc-{glslc.replace(' ', '-')}.json"
+    man = load_manifest(vulkan_build / "build-manifest.json")
+    assert path == tmp_path / "references" / "vulkan" / f"{reference_name(fingerprint(man))}.json"
+    assert path.name.endswith(f"_glslc-{glslc.replace(' ', '-')}.json")
     assert said == f"wrote {path}"
     found, _ = find_matching_reference(path.parent, sets)
-    assert found == path
+    assert found == path and find_reference(path.parent, man)[0] == path
     ref = load_reference(path)
     assert all(compare_sets(k[0], s, ref.sets[k]).ok for k, s in sets.items())
     again, said = vrun.adopt_reference(req, sets)

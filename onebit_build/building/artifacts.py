@@ -26,6 +26,11 @@ from onebit_build.core.errors import VerifyError
 from onebit_build.core.fsutil import StateError, read_state, sha256_bytes, sha256_file, write_state
 
 LABELS = {"spirv": "Vulkan SPIR-V", "loombc": "HRX2 Loom bytecode", "cubin": "CUDA cubins"}
+# Facts that name the tool that made a kind's artifacts; the manifest's toolchain records them too.
+TOOL_FACTS = ("glslc", "nvcc", "loom_link")
+# Facts that name where a build lived rather than how it was made: a difference there is a
+# warning, not an explanation (loom-link embeds the source path, so it matters for loombc).
+PATH_FACTS = frozenset({"source_dir", "loom_link"})
 SPIRV_DIR = "ggml/src/ggml-vulkan/vulkan-shaders.spv"
 # The fork links each catalog entry to <artifact root>/<entry path> (artifacts/<name>.loombc).
 LOOMBC_ROOT = "ggml/src/ggml-hrx2/generated/catalog"

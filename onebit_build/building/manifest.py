@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from onebit_build import __version__
-from onebit_build.building.artifacts import ArtifactSet
+from onebit_build.building.artifacts import TOOL_FACTS, ArtifactSet
 from onebit_build.building.builder import BuildResult
 from onebit_build.building.fetch import FetchResult
+from onebit_build.building.objects import object_digests
 from onebit_build.building.patch import PreparedTree
 from onebit_build.core.config import Recipe
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
@@ -72,6 +73,9 @@ class ComponentRecord:
     # cache did for this build (cache.session.CacheReport.to_dict()); empty in older manifests.
     prefix_maps: tuple[Mapping[str, str], ...] = ()
     compiler_cache: Mapping[str, Any] = field(default_factory=dict)
+    # sha256 of every object the build compiled, by its path in the build folder (objects.py);
+    # empty in older manifests.
+    objects: Mapping[str, str] = field(default_factory=dict)
 
     def output(self, name: str) -> OutputRecord | None:
         return next((o for o in self.outputs if o.name == name), None)
@@ -190,7 +194,8 @@ def _component_from_doc(c: Mapping[str, Any], where: str) -> ComponentRecord:
                                    size=int(o.get("size", 0))) for o in c.get("outputs", [])),
         artifacts=tuple(ArtifactSet.from_dict(a, f"{where}: component {name}") for a in c.get("artifacts") or []),
         prefix_maps=tuple(dict(m) for m in c.get("prefix_maps") or []),
-                           compiler_cache=dict(c.get("compiler_cache") or {}),
+        compiler_cache=dict(c.get("compiler_cache") or {}),
+        objects={str(k): str(v) for k, v in (c.get("objects") or {}).items()},
     )
 
 
@@ -205,6 +210,8 @@ def _component_doc(c: ComponentRecord) -> dict[str, Any]:
     }
     if c.prefix_maps or c.compiler_cache:  # not in manifests written before they were recorded
         doc.update({"prefix_maps": [dict(m) for m in c.prefix_maps], "compiler_cache": dict(c.compiler_cache)})
+    if c.objects:
+        doc["objects"] = dict(c.objects)
     return doc
 
 
@@ -251,11 +258,12 @@ def make_manifest(recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[s
             "outputs": [{"name": o.name, "path": str(o.path), "sha256": o.sha256, "size": o.size} for o in b.outputs],
             "artifacts": [a.to_dict() for a in (artifacts or {}).get(b.component, [])],
             "prefix_maps": [m.to_dict() for m in b.prefix_maps], "compiler_cache": b.compiler_cache,
+            "objects": object_digests(b.build_dir),
         })
     toolchain = builds[-1].toolchain.as_dict() if builds else {}
     for sets in (artifacts or {}).values():
         for a in sets:
-            toolchain.update({k: v for k, v in a.facts.items() if k in ("glslc", "nvcc", "loom_link")})
+            toolchain.update({k: v for k, v in a.facts.items() if k in TOOL_FACTS})
     if extra_tools:
         toolchain.update(extra_tools)
     return {

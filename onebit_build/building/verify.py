@@ -3,21 +3,16 @@ reference, and explain every difference by the recorded toolchain facts."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from onebit_build.building import manifest as manifest_mod
-from onebit_build.building.artifacts import Artifact, ArtifactSet
+from onebit_build.building.artifacts import PATH_FACTS, Artifact, ArtifactSet
 from onebit_build.building.manifest import Manifest
+from onebit_build.building.references import Reference
 from onebit_build.core import proc
 from onebit_build.core.errors import VerifyError
-from onebit_build.core.fsutil import StateError, write_state
-
-REF_KIND = "onebit-build/artifact-reference"
-REF_SCHEMA = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,11 +66,6 @@ class SetComparison:
         }
 
 
-# Facts that name where a build lived rather than how it was made: a difference there is a
-# warning, not an explanation (loom-link embeds the source path, so it matters for loombc).
-PATH_FACTS = {"source_dir", "loom_link"}
-
-
 def compare_sets(component: str, cur: ArtifactSet, ref: ArtifactSet) -> SetComparison:
     """Pure comparison of two artifact sets of the same kind."""
     rmap = {a.name: a for a in ref.items}
@@ -109,124 +99,6 @@ def compare_outputs(cur: list[dict[str, Any]], ref: list[dict[str, Any]]) -> Set
 
     res = compare_sets("", as_set(cur), as_set(ref))
     return SetComparison(**{**res.__dict__, "label": "output binaries"})
-
-
-# --------------------------------------------------------------------------- references
-
-
-def reference_doc(manifest: Manifest | Mapping[str, Any]) -> dict[str, Any]:
-    """What a reference keeps: the artifacts, their facts and the outputs' hashes; no paths
-    of the machine that made it (except facts that are paths, which verify warns about)."""
-    man = Manifest.of(manifest)
-    return {
-        "recipe": man.recipe,
-        "created": man.created,
-        "host": {k: v for k, v in man.host.items() if k != "hostname"},
-        "toolchain": {k: v for k, v in man.toolchain.items() if k in ("cmake", "ninja", "glslc", "nvcc")},
-        "sources": [{"name": s.name, "commit": s.commit, "patch_digest": s.patch_digest,
-                     "patches": [{"name": n, "sha256": h} for n, h in s.patches]} for s in man.sources],
-        "components": [
-            {"name": c.name,
-             "artifacts": [{**a.to_dict(), "root": ""} for a in c.artifacts],
-             "outputs": [{"name": o.name, "sha256": o.sha256, "size": o.size} for o in c.outputs]}
-            for c in man.components
-        ],
-    }
-
-
-def write_reference(path: Path, manifest: Manifest | Mapping[str, Any]) -> Path:
-    doc = reference_doc(manifest)
-    if not any(c["artifacts"] for c in doc["components"]):
-        raise VerifyError(f"recipe {doc['recipe']} recorded no kernel artifacts",
-                          hint="only recipes with an 'artifacts:' collector have a reference")
-    write_state(path, REF_KIND, REF_SCHEMA, doc)
-    return path
-
-
-@dataclass(frozen=True, kw_only=True)
-class Reference:
-    path: Path
-    recipe: str
-    sets: dict[tuple[str, str], ArtifactSet]
-    outputs: dict[str, list[dict[str, Any]]]
-    build_dirs: dict[str, Path]  # only when the reference is a build folder
-
-
-def load_reference(path: Path) -> Reference:
-    """A reference file (artifact reference or build manifest) or a build folder."""
-    path = Path(path)
-    build_dirs: dict[str, Path] = {}
-    if path.is_dir():
-        man = path / "build-manifest.json"
-        if not man.exists():
-            raise VerifyError(f"{path} holds no build-manifest.json",
-                              hint="give a build folder made by onebit-build, or a reference file")
-        path = man
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise VerifyError(f"reference {path} not found",
-                          hint="check the path, or write one with --write-reference") from None
-    except (OSError, ValueError) as exc:
-        raise VerifyError(f"reference {path} is not valid JSON ({exc})",
-                          hint="regenerate it with --write-reference") from None
-    if not isinstance(doc, dict):
-        raise VerifyError(f"reference {path} is not a JSON object", hint="regenerate it with --write-reference")
-    kind, schema = doc.get("kind"), doc.get("schema")
-    if kind == REF_KIND:
-        if schema != REF_SCHEMA:
-            raise VerifyError(f"reference {path} has schema {schema!r}; this version reads schema {REF_SCHEMA}",
-                              hint="regenerate it with this version's --write-reference")
-        recipe = str(doc.get("recipe"))
-    elif kind == manifest_mod.KIND:
-        if schema != manifest_mod.SCHEMA:
-            raise VerifyError(f"manifest {path} has schema {schema!r}; this version reads schema {manifest_mod.SCHEMA}",
-                              hint="rebuild with this version")
-        man = _parsed(doc, path)
-        recipe = man.recipe
-        build_dirs = {c.name: Path(c.build_dir) for c in man.components if c.build_dir}
-    else:
-        raise VerifyError(f"{path} is neither an artifact reference nor a build manifest (kind {kind!r})",
-                          hint="give a file written by --write-reference")
-    comps = doc.get("components")
-    if not isinstance(comps, list):
-        raise VerifyError(f"reference {path} has no components list", hint="regenerate it with --write-reference")
-    sets = _parsed({"components": comps}, path).artifact_sets()
-    outputs = {str(c.get("name")): list(c.get("outputs", [])) for c in comps}
-    return Reference(path=path, recipe=recipe, sets=sets, outputs=outputs, build_dirs=build_dirs)
-
-
-def _parsed(doc: Mapping[str, Any], path: Path) -> Manifest:
-    try:
-        return Manifest.from_doc(doc, f"reference {path}")
-    except StateError as exc:
-        raise VerifyError(str(exc), hint="regenerate it with --write-reference") from None
-
-
-def find_matching_reference(refs_dir: Path, sets: dict[tuple[str, str], ArtifactSet]) -> tuple[Path | None, list[str]]:
-    """Among committed references, the one whose toolchain facts equal this build's
-    (ignoring paths). Returns (path or None, descriptions of the candidates)."""
-    described = []
-    if not refs_dir.is_dir():
-        return None, described
-    for p in sorted(refs_dir.glob("*.json")):
-        try:
-            ref = load_reference(p)
-        except VerifyError as exc:
-            described.append(f"{p.name} (unreadable: {exc.message})")
-            continue
-        same = True
-        for key, cur in sets.items():
-            r = ref.sets.get(key)
-            if r is None or ({k: v for k, v in r.facts.items() if k not in PATH_FACTS}
-                             != {k: v for k, v in cur.facts.items() if k not in PATH_FACTS}):
-                same = False
-        facts = "; ".join(f"{k}={v}" for s in ref.sets.values() for k, v in s.facts.items() if k not in PATH_FACTS
-                          and k.endswith(("glslc", "nvcc", "loom_link")))
-        described.append(f"{p.name} ({facts or 'no facts'})")
-        if same and sets:
-            return p, described
-    return None, described
 
 
 def first_spirv_diff(ref_file: Path, cur_file: Path, lines: int = 12) -> str | None:

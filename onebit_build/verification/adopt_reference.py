@@ -1,16 +1,14 @@
-"""--adopt's reference writer: the working build's kernel artifacts recorded in
+"""--adopt's reference writer: the working build's outputs and kernel artifacts recorded in
 references/<recipe>/, in a file named after the toolchain that made them."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onebit_build.building.artifacts import ArtifactSet
-from onebit_build.building.manifest import Manifest
-from onebit_build.building.verify import load_reference, write_reference
+from onebit_build.building.references import fingerprint, load_reference, reference_name, write_reference
 from onebit_build.core.errors import VerifyError
 
 if TYPE_CHECKING:  # run.py imports this module; the request type is only named here
@@ -27,7 +25,7 @@ def adopt_reference(req: RunRequest, working_sets: dict[tuple[str, str], Artifac
     man = replace(man, components=tuple(
         replace(c, artifacts=tuple(s for (name, _k), s in sorted(working_sets.items()) if name == c.name))
         for c in man.components))
-    path = req.refs_dir / f"{reference_name(working_sets, man)}.json"
+    path = req.refs_dir / f"{reference_name(fingerprint(man))}.json"
     if path.exists():
         try:
             old = load_reference(path).sets
@@ -40,25 +38,3 @@ def adopt_reference(req: RunRequest, working_sets: dict[tuple[str, str], Artifac
                       "build's are the new truth")
     write_reference(path, man)
     return path, f"wrote {path}"
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-") or "unknown"
-
-
-def reference_name(sets: dict[tuple[str, str], ArtifactSet], manifest: Manifest) -> str:
-    """The file name (without .json) of a reference: the toolchain facts that shape its
-    artifacts, e.g. ``glslc-shaderc-2023.2-1``, ``nvcc-12.8.93-90-real``, ``loom-link-6743075f1234``. Pure."""
-    parts = []
-    for (_comp, kind), s in sorted(sets.items()):
-        if kind == "spirv":
-            parts.append(f"glslc-{s.facts.get('glslc', 'unknown')}")
-        elif kind == "cubin":
-            parts.append(f"nvcc-{s.facts.get('nvcc', 'unknown')}-{s.facts.get('architectures', 'unknown')}")
-        elif kind == "loombc":
-            source = next((c.source for c in manifest.components if c.output("loom-link") is not None), "")
-            sha = next((src.commit for src in manifest.sources if src.name == source), "")
-            parts.append(f"loom-link-{sha[:12] or 'unknown'}")
-        else:
-            parts.append(kind)
-    return "_".join(_slug(p) for p in dict.fromkeys(parts))

