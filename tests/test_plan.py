@@ -95,17 +95,20 @@ def test_dry_run_prints_the_whole_plan_without_touching_anything(tmp_path):
     assert text.index("1. hrx-runtime") < text.index("2. loom-link") < text.index("3. llama")
     pins = load_pins(REPO / "pins.yaml")
     recipe = load_recipe(REPO / "recipes" / "strix-halo.yaml", pins)
+    # The defines as CMakeInit.txt sets them (the build configures with -C, not with -D).
     for comp in recipe.components:
         for key, _ in comp.defines:
-            assert f"-D{key}=" in text, key
-    assert f"-DCMAKE_C_COMPILER={root}/bin/amdclang " in text and f"-DCMAKE_AR={root}/lib/llvm/bin/llvm-ar " in text
-    assert ("'-DIREE_HAL_AMDGPU_TARGETS=gfx9-generic;gfx90a;gfx9-4-generic;gfx10-1-generic;gfx10-3-generic;"
-            "gfx11-generic;gfx12-generic'") in text
-    assert f"-Dhrx_DIR={ws}/build/strix-halo-hrx-runtime-<key>/onebit-prefix/cmake/hrx" in text
-    assert (f"-DGGML_HRX2_LOOM_LINK_EXECUTABLE={ws}/build/strix-halo-loom-link-<key>"
+            assert f"\n      {key}=" in text, key
+    assert f"\n      CMAKE_C_COMPILER={root}/bin/amdclang\n" in text
+    assert f"\n      CMAKE_AR={root}/lib/llvm/bin/llvm-ar\n" in text
+    assert ("IREE_HAL_AMDGPU_TARGETS=gfx9-generic;gfx90a;gfx9-4-generic;gfx10-1-generic;gfx10-3-generic;"
+            "gfx11-generic;gfx12-generic\n") in text
+    assert f"hrx_DIR={ws}/build/strix-halo-hrx-runtime-<key>/onebit-prefix/cmake/hrx" in text
+    assert (f"GGML_HRX2_LOOM_LINK_EXECUTABLE={ws}/build/strix-halo-loom-link-<key>"
             "/loom/src/loom/tools/loom-link/loom-link") in text
-    assert "--target libhrx_src_libhrx_hrx loomc_shared loom_binding_c_target_amdgpu_amdgpu.objects" in text
-    assert "--target llama-server llama-bench" in text
+    assert "build key  not known yet: the configure-time download(s)" in text
+    assert "--target libhrx_src_libhrx_hrx \\\n          loomc_shared \\\n" in text
+    assert "--target llama-server \\\n          llama-bench\n" in text
     assert "configure recipes/strix-halo/hrx-config.cmake.in -> cmake/hrx/hrx-config.cmake" in text
     # Runtime.
     assert f"IREE_HAL_AMDGPU_LIBHSA_PATH={root}/lib/libhsa-runtime64.so.1" in text
@@ -121,3 +124,76 @@ def test_dry_run_names_what_is_missing(tmp_path):
     assert "problems a real run would meet" in out.stdout
     assert f"toolchain root {tmp_path}/none does not exist" in out.stdout
     assert "toolchain libhsa: not found" in out.stdout
+
+
+RECIPES = sorted(p.stem for p in (REPO / "recipes").glob("*.yaml"))
+
+
+def plan_json(ws: Path, recipe: str, *extra: str) -> dict:
+    import json
+
+    out = run_cli(REPO, "--workspace", str(ws), "--recipe", recipe, *extra, "plan", "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_plan_json_is_what_the_builder_computes(name, tmp_path):
+    """``plan --json`` gives each component's build key, folder, defines and CMakeInit.txt as
+    the builder computes them from the request the build makes (builder.key_of,
+    build_dir_for, configure_defines, init_cache_of), for every recipe, without building; a
+    key that cannot be known before fetch says why and leaves no placeholder in its folder's
+    place in the key line."""
+    from onebit_build.building.builder import build_dir_for, configure_defines, init_cache_of, key_of
+    from onebit_build.building.cache.compiler import resolve as resolve_cache
+    from onebit_build.building.cache.request import CacheRequest
+    from onebit_build.building.cmake import find_tools
+    from onebit_build.core.workspace import Workspace
+    from onebit_build.job.resolve import BuildInputs, component_builds, planned_tree
+
+    ws = tmp_path / "ws"
+    doc = plan_json(ws, name)
+    pins = load_pins(REPO / "pins.yaml")
+    recipe = load_recipe(REPO / "recipes" / f"{name}.yaml", pins)
+    workspace = Workspace(root=ws)
+    launcher = resolve_cache(CacheRequest())
+    trees = {c.source: planned_tree(pins.get(c.source), workspace, REPO / "patches") for c in recipe.components}
+    inputs = BuildInputs(trees=trees, downloaded={}, fields={}, build_root=workspace.build_dir, launcher=launcher,
+                         tools=find_tools(), log=lambda n: tmp_path / n, recipes_dir=REPO / "recipes")
+    planned = {c["name"]: c for c in doc["components"]}
+    assert list(planned) == [c.name for c in recipe.components]
+    if recipe.toolchain is not None:
+        return  # its defines need the toolchain's fields: the stand-in tests build it (test_hrx_standins.py)
+    for cb in component_builds(recipe, pins, inputs):
+        got = planned[cb.name]
+        toolchain, key, _ = key_of(cb.request, find_tools())
+        bdir = build_dir_for(cb.request, key)
+        assert got["key"] == key and got["build_dir"] == str(bdir) and not got["unknown"]
+        assert [tuple(d) for d in got["defines"]] == list(configure_defines(cb.request, bdir))
+        assert got["init_cache"] == init_cache_of(configure_defines(cb.request, bdir), launcher, cb.request.languages)
+
+
+def test_default_plan_is_short_and_names_only_its_own_flags(tmp_path_factory):
+    """The default recipe's plan: no CUDA, HIP or Vulkan define or launcher, no line over 120
+    columns (in a workspace whose path is as long as the default one), the real build folder
+    (no placeholder)."""
+    import shutil
+    import tempfile
+
+    tmp_path = Path(tempfile.mkdtemp(prefix="ob-", dir="/tmp"))
+    try:
+        _check_default_plan(tmp_path)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _check_default_plan(tmp_path: Path) -> None:
+    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "plan")
+    assert out.returncode == 0, out.stderr
+    long = [ln for ln in out.stdout.splitlines() if len(ln) > 120]
+    assert not long, long
+    doc = plan_json(tmp_path / "ws", "default")
+    comp = doc["components"][0]
+    names = [d[0] for d in comp["defines"]] + [ln.split()[0] for ln in comp["init_cache"].splitlines()]
+    assert not [n for n in names if any(w in n for w in ("CUDA", "HIP", "VULKAN"))], names
+    assert "<key>" not in out.stdout and comp["key"] and comp["build_dir"].endswith(comp["key"][:16])

@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 NEVER = ("rich", "requests", "scikit_build_core", "pypi_simple", "psutil", "onebit_build.building.builder",
-         "onebit_build.building.fetch", "onebit_build.building.plan", "onebit_build.doctor",
+         "onebit_build.building.fetch", "onebit_build.job.plan", "onebit_build.doctor",
          "onebit_build.running.server", "onebit_build.building.cache.compiler")
 # What the quick commands need beyond that, by command: parsing the arguments needs none of it.
 NOT_FOR_HELP = ("yaml", "onebit_build.options", "onebit_build.core.config", "shtab")

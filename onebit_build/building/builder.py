@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from onebit_build.core import ui
-from onebit_build.building.cmake import Tools, build_argv, configure_argv, find_tools, write_init_cache
+from onebit_build.building.cmake import (Tools, build_argv, configure_argv, find_tools, init_cache_text,
+                                         write_init_cache)
 from onebit_build.building.cache import shaders
 from onebit_build.building.cache.session import CacheSession
-from onebit_build.building.cache.compiler import (NO_LAUNCHER, Launcher, PrefixMap, describe, launcher_defines,
-                                                  nested_project_env, prefix_maps, with_prefix_maps)
+from onebit_build.building.cache.compiler import (LAUNCHER_LANGUAGES, NO_LAUNCHER, Launcher, PrefixMap, describe,
+                                                  launcher_defines, nested_project_env, prefix_maps, with_prefix_maps)
 from onebit_build.core.config import REF_RE, Component
 from onebit_build.core.names import relative_inside
 from onebit_build.core.pins import Pin
@@ -73,6 +74,7 @@ class BuildRequest:
     # re-assembled dependency gives this component a new build dir too.
     inputs: tuple[tuple[str, str], ...] = ()
     launcher: Launcher = NO_LAUNCHER  # the compiler cache; never part of the build key
+    languages: tuple[str, ...] = LAUNCHER_LANGUAGES  # whose launchers and path maps are set (compile_languages)
     fresh: bool = False  # configure from an empty build folder, even when a finished one matches
 
 
@@ -133,7 +135,8 @@ def build_key(req: BuildRequest, toolchain: Toolchain) -> str:
         "component": req.component.name,
         "source_dir": str(req.source_dir),
         "source_commit": req.source_commit,
-        "source_head": req.source_head,
+        # The patched head is not in it: the commit and the patches' bytes make it (fixed
+        # identity and date), so the key is known before the tree is prepared.
         "patch_digest": req.patch_digest,
         "build_type": req.component.build_type,
         "defines": list(req.defines),
@@ -141,6 +144,7 @@ def build_key(req: BuildRequest, toolchain: Toolchain) -> str:
         "env": list(req.env),
         "toolchain": {k: v for k, v in toolchain.as_dict().items() if k != "launcher"},
         "path_maps": PATH_MAPS,
+        "languages": list(req.languages),
     }
     if req.inputs:
         doc["inputs"] = list(req.inputs)
@@ -282,24 +286,47 @@ def _tree_digest(root: Path) -> str:
     return h.hexdigest()
 
 
-def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
-    t0 = time.monotonic()
-    tools = tools or find_tools()
-    env = dict(req.env)
-    gone: ToolMissingError | None = None  # no compiler: only a finished build can be used
+def key_of(req: BuildRequest, tools: Tools, environ: Mapping[str, str] | None = None
+           ) -> tuple[Toolchain, str, ToolMissingError | None]:
+    """The toolchain and build key of a request. With no compiler, a finished build folder of
+    this very configuration still gives them (with the reason nothing can compile); raises
+    ToolMissingError when there is none either."""
+    env = {**(os.environ if environ is None else environ), **dict(req.env)}
     try:
-        toolchain = probe_toolchain(tools, req.defines, {**os.environ, **env}, req.launcher)
-        key = build_key(req, toolchain)
-    except ToolMissingError as missing:  # nothing can compile: a finished build of this configuration still serves
+        toolchain = probe_toolchain(tools, req.defines, env, req.launcher)
+        return toolchain, build_key(req, toolchain), None
+    except ToolMissingError as missing:
         found = built_without_compiler(req)
         if found is None:
             raise ToolMissingError(f"{missing.message}; {req.component.name} is not built yet",
                                    hint=missing.hint) from None
-        (toolchain, key), gone = found, missing
+        return found[0], found[1], missing
+
+
+def configure_defines(req: BuildRequest, build_dir: Path,
+                      environ: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
+    """What the initial cache sets besides the launchers: the request's defines with the
+    source and build folders mapped out of every object."""
+    env = {**(os.environ if environ is None else environ), **dict(req.env)}
+    return with_prefix_maps(req.defines, prefix_maps(req.source_dir, build_dir), req.languages, environ=env)
+
+
+def init_cache_of(defines: Sequence[tuple[str, str]], launcher: Launcher, languages: Sequence[str],
+                  glslc: Sequence[tuple[str, str]] = ()) -> str:
+    """The text of ``CMakeInit.txt``: the defines, the launchers (always written, empty without
+    one: the folder may have had one) and the shader launcher. Pure."""
+    return init_cache_text([*defines, *launcher_defines(launcher, languages), *glslc])
+
+
+def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
+    t0 = time.monotonic()
+    tools = tools or find_tools()
+    env = dict(req.env)
+    toolchain, key, gone = key_of(req, tools)  # gone: no compiler, only a finished build can be used
     bdir = build_dir_for(req, key)
     stamp_path = bdir / "onebit-build.json"
     maps = prefix_maps(req.source_dir, bdir)
-    defines = with_prefix_maps(req.defines, maps, environ={**os.environ, **env})
+    defines = configure_defines(req, bdir)
     conf = configure_argv(tools, req.source_dir, bdir, req.component.build_type, bdir / "CMakeInit.txt")
     bld = build_argv(tools, bdir, req.component.targets, req.jobs)
 
@@ -359,7 +386,7 @@ def _configure_and_build(req: BuildRequest, tools: Tools, bdir: Path, defines: t
             # The launchers are always written (empty without one): the folder may have had one.
             glslc = shader_run.defines if shader_run else ()
             write_init_cache(tools, req.source_dir, bdir, req.component.build_type,
-                             [*defines, *launcher_defines(session.launcher), *glslc])
+                             init_cache_of(defines, session.launcher, req.languages, glslc))
             run_env = {**env, **session.env}
             ui.info(f"  configuring {req.component.name} ({bdir.name})")
             run(conf, log=req.log, env=run_env, what=f"configure of {req.component.name}",

@@ -74,9 +74,8 @@ def init_cache_text(defines: Sequence[tuple[str, str]]) -> str:
     return "".join(lines)
 
 
-def write_init_cache(tools: Tools, source_dir: Path, build_dir: Path, build_type: str,
-                     defines: Sequence[tuple[str, str]]) -> Path:
-    """Write ``CMakeInit.txt`` (loaded with ``-C``) holding every define, quoted by
+def write_init_cache(tools: Tools, source_dir: Path, build_dir: Path, build_type: str, text: str) -> Path:
+    """Write ``CMakeInit.txt`` (loaded with ``-C``): ``text``, every define quoted by
     :func:`init_cache_text`. scikit-build-core records which source the build dir belongs to
     (and clears a cache made from another); the file itself is written here, because its
     fixed bracket quoting lets a value close the argument."""
@@ -88,7 +87,6 @@ def write_init_cache(tools: Tools, source_dir: Path, build_dir: Path, build_type
         build_dir=build_dir,
         build_type=build_type,
     )
-    text = init_cache_text(defines)
     maker.init_cache_file.write_text(text, encoding="utf-8")
     return maker.init_cache_file
 

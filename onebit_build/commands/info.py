@@ -42,13 +42,13 @@ def version(project: ProjectRoot | None, error: ConfigError | None = None) -> in
 def plan(opts: Options, project: ProjectRoot, cmd: Command | None = None) -> int:
     """Print the whole plan without fetching, building or taking the workspace lock."""
     from onebit_build.building.cache.compiler import resolve as resolve_cache
-    from onebit_build.building.plan import make_plan, render_plan
+    from onebit_build.job.plan import make_plan, render_plan
     from onebit_build.job.model import load_for
 
     pins, recipe = load_for(opts, project)
     the_plan = make_plan(recipe, pins, workspace=Workspace(root=opts.workspace), patches_dir=project.patches,
-                         mirror_dirs=opts.mirror_dirs, offline=opts.offline, toolchain_root=opts.toolchain_root,
-                         launcher=resolve_cache(opts.compiler_cache))
+                         recipes_dir=project.recipes, mirror_dirs=opts.mirror_dirs, offline=opts.offline,
+                         toolchain_root=opts.toolchain_root, launcher=resolve_cache(opts.compiler_cache))
     state = built_state(opts, project, recipe.name, pins)
     if opts.json:
         doc = {"kind": "onebit-build-plan", "schema": 1, "project": project.describe(),

@@ -6,30 +6,27 @@ this module only passes them on.
 
 from __future__ import annotations
 
-import hashlib
-import shutil
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from onebit_build.building.artifacts import ArtifactSet, collect
-from onebit_build.building.assemble import AssemblePlan
-from onebit_build.building.assemble import make_plan as make_assemble_plan
-from onebit_build.building.builder import BuildRequest, BuildResult, build, resolve_refs
-from onebit_build.building.cmake import find_tools
-from onebit_build.building.downloads import check_against_lock, cmake_defines, provide_all
+from onebit_build.building.builder import BuildResult, build
+from onebit_build.building.cmake import Tools, find_tools
+from onebit_build.building.downloads import check_against_lock, provide_all
 from onebit_build.building.cache.compiler import Launcher, resolve as resolve_launcher
 from onebit_build.building.fetch import FetchRequest, FetchResult, fetch
 from onebit_build.building.manifest import MANIFEST_NAME, latest_path, make_manifest, read_manifest, write_manifest
 from onebit_build.building.patch import PrepareRequest, PreparedTree, list_patches, prepare
-from onebit_build.building.toolchain import component_fields, join_lists, resolve_toolchain
+from onebit_build.building.toolchain import component_fields, resolve_toolchain
 from onebit_build.core import ui
-from onebit_build.core.config import Component, Recipe
+from onebit_build.core.config import Recipe
 from onebit_build.core.errors import ConfigError, NotAvailableError
 from onebit_build.core.fsutil import StateError, atomic_write_text
 from onebit_build.core.gitops import Git
 from onebit_build.core.pins import Pin, Pins, read_lock, render_lock
 from onebit_build.job.model import Job
+from onebit_build.job.resolve import BuildInputs, TreeFacts, component_builds
 from onebit_build.requirements import check_before_build
 from onebit_build.job.stage import Stage
 
@@ -108,37 +105,28 @@ def run_patch(job: Job, fetched: dict[str, FetchResult]) -> dict[str, PreparedTr
 
 
 def run_build(job: Job, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], *,
-              build_root: Path | None = None, launcher: Launcher | None = None) -> list[BuildResult]:
-    """Build every component in order. ``launcher``: the compiler cache (default: the one
-    the options ask for)."""
-    pins, recipe = job.pins, job.recipe
+              build_root: Path | None = None, launcher: Launcher | None = None,
+              downloaded: dict[str, Path] | None = None) -> list[BuildResult]:
+    """Build every component in order, as :func:`onebit_build.job.resolve.component_builds`
+    resolves them. ``launcher``: the compiler cache (default: the one the options ask for);
+    ``downloaded``: the configure-time downloads the fetch stage provided."""
+    recipe = job.recipe
     tools = find_tools()
-    launcher = launcher or resolve_launcher(job.opts.compiler_cache)
-    fields: dict[str, dict[str, str]] = {}
-    results: list[BuildResult] = []
-    resolved_pins = {n: pins.get(n) for n in pins.sources}
-    for n, f in fetched.items():  # abbreviated pins: use the resolved SHA in references
-        resolved_pins[n] = replace(resolved_pins[n], commit=f.commit)
-    fields.update(toolchain_fields(job))
-    downloaded = provide_all(recipe, job.workspace, job.opts.mirror_dirs, job.opts.offline)
+    if downloaded is None:
+        downloaded = provide_all(recipe, job.workspace, job.opts.mirror_dirs, job.opts.offline)
     for comp in recipe.components:
-        tree = trees[comp.source]
-        check_against_lock(comp, tree.path)
-        defines = tuple((k, join_lists(resolve_refs(v, pins=resolved_pins, components=fields), comp.list_separator))
-                        for k, v in comp.defines)
-        defines += cmake_defines(comp, downloaded)
-        env = tuple((k, resolve_refs(v, pins=resolved_pins, components=fields)) for k, v in comp.env)
-        res = build(BuildRequest(
-            recipe=recipe.name, component=comp, source_dir=tree.path, source_commit=tree.commit,
-            source_head=tree.head, patch_digest=tree.patch_digest, defines=defines,
-            build_root=build_root or job.workspace.build_dir, log=job.log(f"build-{comp.name}.log"),
-            jobs=job.opts.jobs, env=env, assemble=assemble_plan(job, comp, defines),
-            inputs=dependency_inputs(comp, results), launcher=launcher, fresh=job.opts.fresh and build_root is None,
-        ), tools)
-        fields[comp.name] = {"build_dir": str(res.build_dir), "source_dir": str(tree.path),
-                             **{o.name: str(o.path) for o in res.outputs}}
-        results.append(res)
-    return results
+        check_against_lock(comp, trees[comp.source].path)
+    inputs = build_inputs(job, {n: TreeFacts.of(t) for n, t in trees.items()}, downloaded, tools=tools,
+                          launcher=launcher or resolve_launcher(job.opts.compiler_cache), build_root=build_root)
+    return [build(cb.request, tools) for cb in component_builds(recipe, job.pins, inputs)]
+
+
+def build_inputs(job: Job, trees: dict[str, TreeFacts], downloaded: dict[str, Path], *, tools: Tools,
+                 launcher: Launcher, build_root: Path | None = None) -> BuildInputs:
+    """What resolving the job's recipe needs besides the recipe and pins."""
+    return BuildInputs(trees=trees, downloaded=downloaded, fields=toolchain_fields(job),
+                       build_root=build_root or job.workspace.build_dir, launcher=launcher, tools=tools, log=job.log,
+                       recipes_dir=job.project.recipes, jobs=job.opts.jobs, fresh=job.opts.fresh and build_root is None)
 
 
 def toolchain_fields(job: Job) -> dict[str, dict[str, str]]:
@@ -147,26 +135,6 @@ def toolchain_fields(job: Job) -> dict[str, dict[str, str]]:
     if recipe.toolchain is None:
         return {}
     return component_fields(recipe, resolve_toolchain(recipe.toolchain, override=job.opts.toolchain_root))
-
-
-def assemble_plan(job: Job, comp: Component, defines: tuple[tuple[str, str], ...]) -> AssemblePlan | None:
-    """The component's prefix assembly; archives use its CMAKE_AR, else the system ar."""
-    if comp.assemble is None:
-        return None
-    ar = dict(defines).get("CMAKE_AR") or shutil.which("ar")
-    return make_assemble_plan(comp.name, comp.assemble, recipes_dir=job.project.recipes, ar=ar)
-
-
-def dependency_inputs(comp: Component, done: list[BuildResult]) -> tuple[tuple[str, str], ...]:
-    """Digests of the outputs of the components ``comp`` refers to (in its build key)."""
-    out = []
-    for b in done:
-        if b.component in comp.references():
-            h = hashlib.sha256()
-            for o in sorted(b.outputs, key=lambda o: o.name):
-                h.update(f"{o.name}\0{o.sha256}\n".encode())
-            out.append((b.component, h.hexdigest()))
-    return tuple(out)
 
 
 def collect_artifacts(recipe: Recipe, trees: dict[str, PreparedTree],
@@ -235,7 +203,7 @@ def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
         source = recipe.component(req.cxx_standard.component).source
         check_before_build(recipe, job.pins, job.workspace, toolchain_root=toolchain_root, tree=trees[source].path)
     with ui.stage("build") as st:
-        builds = run_build(job, fetched, trees)
+        builds = run_build(job, fetched, trees, downloaded=downloaded)
         t_manifest = time.monotonic()
         before = {**recorded_outputs(latest_path(job.workspace, recipe.name)),  # kept when --fresh empties the folder
                   **recorded_outputs(builds[-1].build_dir / MANIFEST_NAME)}

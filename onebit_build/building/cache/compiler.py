@@ -47,6 +47,14 @@ from onebit_build.core.proc import version_line
 from onebit_build.core.usercache import cache_home
 
 LAUNCHER_LANGUAGES = ("C", "CXX", "CUDA", "HIP")
+# The languages a recipe's backends compile besides C and C++ (the HRX runtime's device code is HIP).
+BACKEND_LANGUAGES = {"cuda": ("CUDA",), "hip": ("HIP",), "hrx": ("HIP",)}
+
+
+def compile_languages(backends: Sequence[str]) -> tuple[str, ...]:
+    """The languages whose launchers and path maps a build with these backends sets. Pure."""
+    extra = {lang for b in backends for lang in BACKEND_LANGUAGES.get(b, ())}
+    return tuple(lang for lang in LAUNCHER_LANGUAGES if lang in ("C", "CXX") or lang in extra)
 START_TIMEOUT_S = 60.0
 
 
@@ -214,13 +222,14 @@ def program_version(program: str) -> str | None:
 OWN_CACHE_SWITCHES = (("GGML_CCACHE", "OFF"),)
 
 
-def launcher_defines(launcher: Launcher) -> tuple[tuple[str, str], ...]:
-    """``CMAKE_<LANG>_COMPILER_LAUNCHER`` for C, C++, CUDA and HIP, and the projects' own
-    cache detection turned off, so that the launcher chosen here is the only one. The
-    launchers are set (to nothing) even without one, so that a build folder configured
-    before with one loses it."""
+def launcher_defines(launcher: Launcher,
+                     languages: Sequence[str] = LAUNCHER_LANGUAGES) -> tuple[tuple[str, str], ...]:
+    """``CMAKE_<LANG>_COMPILER_LAUNCHER`` for each language the build compiles, and the
+    projects' own cache detection turned off, so that the launcher chosen here is the only
+    one. The launchers are set (to nothing) even without one, so that a build folder
+    configured before with one loses it."""
     value = launcher.program or ""
-    return (*((f"CMAKE_{lang}_COMPILER_LAUNCHER", value) for lang in LAUNCHER_LANGUAGES), *OWN_CACHE_SWITCHES)
+    return (*((f"CMAKE_{lang}_COMPILER_LAUNCHER", value) for lang in languages), *OWN_CACHE_SWITCHES)
 
 
 # --------------------------------------------------------------------------- environment

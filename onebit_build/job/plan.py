@@ -16,17 +16,21 @@ from pathlib import Path
 from typing import Mapping
 
 from onebit_build.building.builder import resolve_refs
-from onebit_build.building.downloads import cache_dir, cmake_defines, places, unpacked_tree
+from onebit_build.building.cache.compiler import NO_LAUNCHER, Launcher, describe
 from onebit_build.building.cache.shaders import ShaderCache, plan_shader_cache, wants_shaders
-from onebit_build.building.cache.compiler import (NO_LAUNCHER, Launcher, describe, launcher_defines, prefix_maps,
-                                                  with_prefix_maps)
-from onebit_build.building.toolchain import ToolchainSettings, join_lists, resolve_toolchain, toolchain_refs
+from onebit_build.building.cmake import build_argv, configure_argv, find_tools
+from onebit_build.building.downloads import places, unpacked_tree
+from onebit_build.building.toolchain import ToolchainSettings, resolve_toolchain, toolchain_refs
 from onebit_build.core.config import Component, Recipe
 from onebit_build.core.pins import Pin, Pins
 from onebit_build.building.patch import PatchFile, canonical_path, list_patches, patch_digest
+from onebit_build.core.errors import ConfigError, ToolMissingError
 from onebit_build.core.workspace import Workspace
+from onebit_build.job.resolve import BuildInputs, ComponentBuild, component_builds, planned_tree
 
 # --------------------------------------------------------------------------- the plan
+
+PLAN_WIDTH = 120  # no line of the printed plan is longer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,7 +62,10 @@ class DownloadPlan:
 class ComponentPlan:
     name: str
     source: str
+    key: str | None  # the build key (None: not known before fetch, see ``unknown``)
     build_dir: str
+    init_cache: str | None  # the CMakeInit.txt the build writes (the shader launcher aside)
+    unknown: str  # why the key is not known yet ("" when it is)
     configure: tuple[str, ...]
     build: tuple[str, ...]
     defines: tuple[tuple[str, str], ...]
@@ -112,29 +119,52 @@ def _assemble_lines(comp: Component, prefix: str) -> tuple[str, ...]:
 
 
 def make_plan(
-    recipe: Recipe, pins: Pins, *, workspace: Workspace, patches_dir: Path, mirror_dirs: tuple[Path, ...] = (),
-    offline: bool = False, toolchain_root: str | None = None, environ: Mapping[str, str] | None = None,
-    launcher: Launcher = NO_LAUNCHER,
+    recipe: Recipe, pins: Pins, *, workspace: Workspace, patches_dir: Path, recipes_dir: Path,
+    mirror_dirs: tuple[Path, ...] = (), offline: bool = False, toolchain_root: str | None = None,
+    environ: Mapping[str, str] | None = None, launcher: Launcher = NO_LAUNCHER,
 ) -> Plan:
+    """The run described without doing it; each component as :func:`component_builds`
+    resolves it for the builder."""
     env = os.environ if environ is None else environ
     toolchain = resolve_toolchain(recipe.toolchain, override=toolchain_root, environ=env) if recipe.toolchain else None
     problems: list[str] = []
     names = list(dict.fromkeys(c.source for c in recipe.components))
     sources = tuple(_source_plan(pins.get(n), workspace, patches_dir, mirror_dirs, offline) for n in names)
-    trees = {s.name: s.tree for s in sources}
     fields = _toolchain_fields(recipe, toolchain, problems)
-    comps = []
-    for comp in recipe.components:
-        planned = _component_plan(comp, recipe, pins, fields, trees[comp.source], workspace=workspace,
-                                  mirror_dirs=mirror_dirs, offline=offline, launcher=launcher, env=env)
-        fields[comp.name] = {"build_dir": planned.build_dir, "source_dir": trees[comp.source], **dict(planned.outputs)}
-        comps.append(planned)
+    builds = _component_builds(recipe, pins, workspace=workspace, patches_dir=patches_dir, recipes_dir=recipes_dir,
+                               fields=fields, launcher=launcher, env=env, problems=problems)
+    comps = tuple(_component_plan(cb, workspace=workspace, mirror_dirs=mirror_dirs, offline=offline) for cb in builds)
+    trees = {s.name: s.tree for s in sources}
+    for c in comps:
+        fields[c.name] = {"build_dir": c.build_dir, "source_dir": trees[c.source], **dict(c.outputs)}
     run_env = _run_env(recipe, env, fields, toolchain is not None)
     shader_cache = None
     if any(wants_shaders(c.defines) for c in comps):
         shader_cache = plan_shader_cache(launcher, glslc=shutil.which("glslc", path=env.get("PATH")), env=env)
-    return Plan(recipe=recipe, workspace=workspace.root, toolchain=toolchain, sources=sources, components=tuple(comps),
+    return Plan(recipe=recipe, workspace=workspace.root, toolchain=toolchain, sources=sources, components=comps,
                 runtime_env=tuple(run_env), problems=tuple(problems), launcher=launcher, shader_cache=shader_cache)
+
+
+def _component_builds(recipe: Recipe, pins: Pins, *, workspace: Workspace, patches_dir: Path, recipes_dir: Path,
+                      fields: dict[str, dict[str, str]], launcher: Launcher, env: Mapping[str, str],
+                      problems: list[str]) -> list[ComponentBuild]:
+    try:
+        tools = find_tools()
+    except ToolMissingError as exc:
+        problems.append(f"{exc.message} ({exc.hint})")
+        return []
+    trees = {n: planned_tree(pins.get(n), workspace, patches_dir) for n in dict.fromkeys(c.source
+                                                                                         for c in recipe.components)}
+    downloaded = {d.name: t for c in recipe.components for d in c.downloads
+                  if (t := unpacked_tree(workspace, d)) is not None}
+    inputs = BuildInputs(trees=trees, downloaded=downloaded, fields=fields, build_root=workspace.build_dir,
+                         launcher=launcher, tools=tools, log=lambda name: workspace.root / "runs" / "<run>" / name,
+                         recipes_dir=recipes_dir, environ=env)
+    try:
+        return component_builds(recipe, pins, inputs)
+    except ConfigError as exc:
+        problems.append(exc.message)
+        return []
 
 
 def _toolchain_fields(recipe: Recipe, toolchain: ToolchainSettings | None,
@@ -155,29 +185,24 @@ def _toolchain_fields(recipe: Recipe, toolchain: ToolchainSettings | None,
     return fields
 
 
-def _component_plan(comp: Component, recipe: Recipe, pins: Pins, fields: dict[str, dict[str, str]], tree: str, *,
-                    workspace: Workspace, mirror_dirs: tuple[Path, ...], offline: bool, launcher: Launcher,
-                    env: Mapping[str, str]) -> ComponentPlan:
-    """One component as the run would configure and build it (its outputs include the
+def _component_plan(cb: ComponentBuild, *, workspace: Workspace, mirror_dirs: tuple[Path, ...],
+                    offline: bool) -> ComponentPlan:
+    """One component as the run will configure and build it (its outputs include the
     assembled prefix, when it has one)."""
-    bdir = f"{workspace.build_dir}/{recipe.name}-{comp.name}-<key>"
-    defines = tuple((k, join_lists(resolve_refs(v, pins=pins.sources, components=fields), comp.list_separator))
-                    for k, v in comp.defines)
-    cenv = tuple((k, resolve_refs(v, pins=pins.sources, components=fields)) for k, v in comp.env)
-    # What the build sets besides the recipe: the path maps (in the key) and the launchers (not).
-    defines = with_prefix_maps(defines, prefix_maps(Path(tree), Path(bdir)), environ=env)
-    defines += planned_download_defines(comp, workspace)
-    configure = ["cmake", "-S", tree, "-B", bdir, "-G", "Ninja", f"-DCMAKE_BUILD_TYPE={comp.build_type}"]
-    configure += [f"-D{k}={v}" for k, v in (*defines, *launcher_defines(launcher)) if v or launcher.active]
+    comp = cb.request.component
+    bdir = str(cb.folder)
+    tools = find_tools()
+    configure = tuple(configure_argv(tools, cb.request.source_dir, Path(bdir), comp.build_type,
+                                     Path(bdir) / "CMakeInit.txt"))
     prefix = f"{bdir}/onebit-prefix"
     outputs = tuple((n, f"{bdir}/{rel}") for n, rel in comp.outputs)
     if comp.assemble is not None:
         outputs += (("prefix", prefix),)
     return ComponentPlan(
-        name=comp.name, source=comp.source, build_dir=bdir, configure=tuple(configure),
-        build=("cmake", "--build", bdir, "--target", *comp.targets), defines=defines, targets=comp.targets,
-        outputs=outputs, assemble=_assemble_lines(comp, prefix), artifacts=comp.artifacts, env=cenv,
-        downloads=_download_plans(comp, workspace, mirror_dirs, offline),
+        name=comp.name, source=comp.source, key=cb.key, build_dir=bdir, init_cache=cb.init_cache, unknown=cb.unknown,
+        configure=configure, build=tuple(build_argv(tools, Path(bdir), comp.targets, None)), defines=cb.defines,
+        targets=comp.targets, outputs=outputs, assemble=_assemble_lines(comp, prefix), artifacts=comp.artifacts,
+        env=cb.request.env, downloads=_download_plans(comp, workspace, mirror_dirs, offline),
     )
 
 
@@ -199,12 +224,6 @@ def _download_plans(comp: Component, ws: Workspace, mirror_dirs: tuple[Path, ...
                               places=tuple(places(d, ws, mirror_dirs, offline))) for d in comp.downloads)
 
 
-def planned_download_defines(comp: Component, ws: Workspace) -> tuple[tuple[str, str], ...]:
-    """The defines that hand CMake the unpacked downloads (the tree's path once unpacked)."""
-    trees = {d.name: unpacked_tree(ws, d) or cache_dir(ws, d) / "tree" / "<top folder>" for d in comp.downloads}
-    return cmake_defines(comp, trees)
-
-
 def _download_lines(downloads: tuple[DownloadPlan, ...]) -> list[str]:
     lines = []
     for d in downloads:
@@ -216,16 +235,34 @@ def _download_lines(downloads: tuple[DownloadPlan, ...]) -> list[str]:
 
 
 def _cmd(argv: tuple[str, ...], indent: str) -> list[str]:
-    """A command one argument group per line, shell-quoted, for a person to read or paste."""
+    """A command for a person to read or paste: the program, then one option (with its
+    value) per line, shell-quoted."""
     words = [shlex.quote(a) for a in argv]
-    head = []
-    rest = list(words)
-    while rest and not rest[0].startswith("-D"):
-        head.append(rest.pop(0))
-    lines = [" ".join(head)]
-    lines += rest
-    return [indent + (line if i == 0 else "    " + line) + (" \\" if i < len(lines) - 1 else "")
-            for i, line in enumerate(lines)]
+    groups = [words[0]] if words else []
+    i = 1
+    while i < len(words):
+        if words[i].startswith("-") and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            groups.append(f"{words[i]} {words[i + 1]}")
+            i += 2
+        else:
+            groups.append(words[i])
+            i += 1
+    return [indent + (g if n == 0 else "    " + g) + (" \\" if n < len(groups) - 1 else "")
+            for n, g in enumerate(groups)]
+
+
+def fold(line: str, width: int = PLAN_WIDTH, indent: str | None = None) -> list[str]:
+    """A line of at most ``width`` columns where it can be cut (after '; ', then ', '), the
+    rest indented under it; a path is never cut. Pure."""
+    if len(line) <= width:
+        return [line]
+    indent = " " * (len(line) - len(line.lstrip()) + 4) if indent is None else indent
+    for sep in ("; ", ", "):
+        cut = line.rfind(sep, 0, width - len(sep) + 1)
+        if cut > len(indent):
+            head = line[:cut + len(sep)].rstrip()
+            return [head] + fold(indent + line[cut + len(sep):].lstrip(), width, indent)
+    return [line]
 
 
 def render_plan(plan: Plan, *, project: str | None = None) -> str:
@@ -243,13 +280,13 @@ def render_plan(plan: Plan, *, project: str | None = None) -> str:
         out.append("")
         out.append("problems a real run would meet")
         out += [f"  {p}" for p in plan.problems]
-    return "\n".join(out) + "\n"
+    return "\n".join(folded for line in out for folded in fold(line)) + "\n"
 
 
 def _cache_lines(plan: Plan) -> list[str]:
     ln = plan.launcher
     doc = describe(ln)
-    out = [f"compiler cache  {ln.label}  ({ln.reason}; launcher for C, C++, CUDA and HIP; not part of the build key)"]
+    out = [f"compiler cache  {ln.label}", f"  ({ln.reason}; the launcher of every compiler; not part of the build key)"]
     for k, v in (doc.get("variables") or {}).items():
         out.append(f"  passed through  {k}={v}")
     sc = plan.shader_cache
@@ -258,9 +295,8 @@ def _cache_lines(plan: Plan) -> list[str]:
         label = f"glslc launcher, {sc.describe()['backend']} {where}" if sc.active else "none"
         out.append(f"shader cache  {label}  ({sc.reason}; Vulkan_GLSLC_EXECUTABLE for the Vulkan shaders;"
                    " not part of the build key)")
-    out.append("path maps  source and build folders mapped to '.' in every object (-Xpreprocessor "
-               "-f{macro,debug}-prefix-map;"
-               " in the build key)")
+    out.append("path maps  source and build folders mapped to '.' in every object")
+    out.append("  (-Xpreprocessor -f{macro,debug}-prefix-map; in the build key)")
     return out
 
 
@@ -299,20 +335,41 @@ def _source_lines(plan: Plan) -> list[str]:
     return out
 
 
+def wrap_define(name: str, value: str, indent: str, width: int = PLAN_WIDTH) -> list[str]:
+    """``NAME=VALUE`` in lines of at most ``width`` columns where the value has spaces to cut
+    at: a long value of several words continues on the next lines. A word (a path, a list)
+    is never cut. Pure."""
+    first = f"{indent}{name}={value}"
+    if len(first) <= width or " " not in value:
+        return [first]
+    room = max(width - len(indent) - 4, 20)
+    lines, line = [], ""
+    for word in value.split(" "):
+        if line and len(line) + 1 + len(word) > room:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    lines.append(line)
+    return [f"{indent}{name}="] + [f"{indent}    {part}" for part in lines]
+
+
 def _component_lines(plan: Plan) -> list[str]:
-    out: list[str] = []
-    out.append("")
-    order = ", ".join(c.name for c in plan.components)
-    out.append(f"components, in build order: {order}")
+    out: list[str] = ["", f"components, in build order: {', '.join(c.name for c in plan.components)}"]
     for i, c in enumerate(plan.components, 1):
         out.append(f"  {i}. {c.name} (source {c.source})")
-        out.append(f"    build dir  {c.build_dir}  (<key>: hash of the whole configuration and toolchain versions)")
+        out.append(f"    build key  {c.key}" if c.key else f"    build key  not known yet: {c.unknown}")
+        out.append(f"    build dir  {c.build_dir}")
         out.append("    configure")
         out += _cmd(c.configure, "      ")
+        out.append("    initial cache (CMakeInit.txt; the compiler launchers besides)")
+        for name, value in c.defines:
+            out += wrap_define(name, value, "      ")
         out.append("    build")
         out += _cmd(c.build, "      ")
         if c.env:
-            out.append("    environment  " + " ".join(f"{k}={shlex.quote(v)}" for k, v in c.env))
+            out.append("    environment")
+            out += [line for k, v in c.env for line in wrap_define(k, v, "      ")]
         if c.downloads:
             out.append("    configure-time downloads (configure itself downloads nothing)")
             out += [f"      {line}" for line in _download_lines(c.downloads)]
