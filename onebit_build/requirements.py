@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping
 
-from onebit_build.building.builder import compiler_path, resolve_refs
+from onebit_build.building.builder import resolve_refs
+from onebit_build.building.compilers import compiler_path
 from onebit_build.building.cmake import find_tools
 from onebit_build.building.downloads import cache_dir, recipe_downloads, unpacked_tree
 from onebit_build.building.toolchain import resolve_toolchain

@@ -191,14 +191,21 @@ def test_cmake_values_and_stale_defines():
 
 def test_a_build_that_predates_the_recipe_is_named(tmp_path):
     """A runtime built before the recipe passed IREE_HAL_DRIVER_AMDGPU=ON has no GPU driver:
-    doctor says so (and how to fix it) instead of only finding HRX20 missing."""
+    doctor, checking the built components against the plan, says so (and how to fix it)
+    instead of only finding HRX20 missing."""
     pins, recipe = strix_halo()
     ws = Workspace(root=tmp_path / "ws")
+    from onebit_build.job.plan import make_plan
+
+    the_plan = make_plan(recipe, pins, workspace=ws, patches_dir=REPO / "patches", recipes_dir=REPO / "recipes",
+                         toolchain_root=str(tmp_path / "none"))
+    planned = {c.name: c.requested for c in the_plan.components}  # what the doctor command passes
     comps = []
     for c in recipe.components:
         bdir = tmp_path / "build" / c.name
         bdir.mkdir(parents=True)
-        lines = [f"{k}:STRING={v.replace('|', ';')}" for k, v in c.defines if "${" not in v]
+        # The cache a build of the plan holds, but for one define in the runtime's.
+        lines = [f"{k}:STRING={v}" for k, v in planned[c.name]]
         if c.name == "hrx-runtime":
             lines = [ln for ln in lines
                      if not ln.startswith("IREE_HAL_DRIVER_AMDGPU:")] + ["IREE_HAL_DRIVER_AMDGPU:BOOL=OFF"]
@@ -207,7 +214,7 @@ def test_a_build_that_predates_the_recipe_is_named(tmp_path):
     write_manifest(ws.root / "manifests" / "strix-halo.json", {"recipe": {"name": "strix-halo"}, "components": comps})
     checks = by_name(run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=ws, offline=True,
                                               toolchain_root=str(tmp_path / "none"),
-                                              environ={"PATH": os.environ["PATH"]})))
+                                              environ={"PATH": os.environ["PATH"]}, planned=planned)))
     stale = checks["built hrx-runtime"]
     assert stale.ok is None and "IREE_HAL_DRIVER_AMDGPU=ON (built with OFF)" in stale.detail and "build" in stale.fix
     assert checks["built loom-link"].ok is True and checks["built llama"].ok is True

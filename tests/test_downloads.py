@@ -197,7 +197,7 @@ def test_plan_json_lists_each_download_of_the_strix_halo_recipe(tmp_path):
         assert d["url"].endswith("/hsa-runtime-headers/archive/4285513114a70f7cf4830c89279c8cfa57b901bb.tar.gz")
         assert d["sha256"] == "a906b35e77b9cee074995d144cf7718a0069eba08ba7bc741ee7576950fde923"
         assert d["places"][0].startswith(f"cache {tmp_path / 'ws'}/downloads/configure/")
-        assert "-DFETCHCONTENT_FULLY_DISCONNECTED=ON" in comps[name]["configure"]
+        assert ["FETCHCONTENT_FULLY_DISCONNECTED", "ON"] in comps[name]["defines"]  # set in CMakeInit.txt
     assert comps["llama"]["downloads"] == []
 
 

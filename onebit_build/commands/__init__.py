@@ -55,7 +55,8 @@ TABLE: tuple[Command, ...] = (
             takes_model=True),
     Command(name="all", help="the whole job (the default): fetch, patch, build, verify, smoke, report", run=JOB,
             arguments="run_folder_junit", until=Stage.SMOKE, dry_run=True, git=True, takes_model=True),
-    Command(name="verify", help="compare the build's kernel artifacts with a reference (builds first if needed)",
+    Command(name="verify", help="compare every output and kernel artifact of the build with the committed reference"
+            " of its toolchain (builds first if needed)",
             run="jobs:verify", arguments="verify", until=Stage.BUILD, dry_run=True, git=True),
     Command(name="verify-run", help="compare this recipe's new build with a working build: kernel artifacts, answers,"
             " speed and provenance; VERIFIED (exit 0) or NOT VERIFIED (exit 11)", run="verify_run:verify_run",

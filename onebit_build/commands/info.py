@@ -39,16 +39,23 @@ def version(project: ProjectRoot | None, error: ConfigError | None = None) -> in
     return 0
 
 
+def resolved_plan(opts: Options, project: ProjectRoot, pins, recipe):
+    """The plan of ``recipe`` for these options (what ``plan`` prints and ``doctor`` checks)."""
+    from onebit_build.building.cache.compiler import resolve as resolve_cache
+    from onebit_build.job.plan import make_plan
+
+    return make_plan(recipe, pins, workspace=Workspace(root=opts.workspace), patches_dir=project.patches,
+                     recipes_dir=project.recipes, mirror_dirs=opts.mirror_dirs, offline=opts.offline,
+                     toolchain_root=opts.toolchain_root, launcher=resolve_cache(opts.compiler_cache))
+
+
 def plan(opts: Options, project: ProjectRoot, cmd: Command | None = None) -> int:
     """Print the whole plan without fetching, building or taking the workspace lock."""
-    from onebit_build.building.cache.compiler import resolve as resolve_cache
-    from onebit_build.job.plan import make_plan, render_plan
+    from onebit_build.job.plan import render_plan
     from onebit_build.job.model import load_for
 
     pins, recipe = load_for(opts, project)
-    the_plan = make_plan(recipe, pins, workspace=Workspace(root=opts.workspace), patches_dir=project.patches,
-                         recipes_dir=project.recipes, mirror_dirs=opts.mirror_dirs, offline=opts.offline,
-                         toolchain_root=opts.toolchain_root, launcher=resolve_cache(opts.compiler_cache))
+    the_plan = resolved_plan(opts, project, pins, recipe)
     state = built_state(opts, project, recipe.name, pins)
     if opts.json:
         doc = {"kind": "onebit-build-plan", "schema": 1, "project": project.describe(),
@@ -137,9 +144,11 @@ def doctor(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     from onebit_build.job.model import load_pins_and_recipe
 
     pins, recipe = load_pins_and_recipe(project, opts.recipe, defines=opts.defines)
+    planned = {c.name: c.requested for c in resolved_plan(opts, project, pins, recipe).components}
     report = run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=Workspace(root=opts.workspace),
                                       mirror_dirs=opts.mirror_dirs, offline=opts.offline,
-                                      toolchain_root=opts.toolchain_root, patch_root=project.patches))
+                                      toolchain_root=opts.toolchain_root, patch_root=project.patches,
+                                      planned=planned))
     if opts.json:
         doc = {"kind": "onebit-build-doctor", "schema": 1, "recipe": report.recipe, "ok": report.ok,
                "project": project.describe(),

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Mapping
 
 from onebit_build.building.artifacts import read_cmake_cache
-from onebit_build.building.builder import compiler_path, resolve_refs
+from onebit_build.building.builder import resolve_refs
+from onebit_build.building.compilers import compiler_path
 from onebit_build.core.config import Recipe
 from onebit_build.core.pins import Pins
 from onebit_build.core.errors import OnebitError
@@ -38,7 +39,7 @@ from onebit_build.building.fetch import local_mirror_candidates, sdist_store_cac
 from onebit_build.building.manifest import Manifest, load_latest
 from onebit_build.building.patch import list_patches
 from onebit_build.core.gitops import Git
-from onebit_build.building.toolchain import (ToolchainSettings, join_lists, resolve_toolchain, runtime_env,
+from onebit_build.building.toolchain import (ToolchainSettings, resolve_toolchain, runtime_env,
                                              toolchain_refs)
 from onebit_build.core.workspace import Workspace
 from onebit_build.running.devices import parse_list_devices
@@ -59,6 +60,9 @@ class DoctorRequest:
     toolchain_root: str | None = None
     environ: Mapping[str, str] | None = None
     patch_root: Path | None = None  # the project's patches/: what the series makes work counts
+    # Each component's defines as the plan resolves them (job.plan.ComponentPlan.requested):
+    # what a build in effect must hold. None: the built components are not checked.
+    planned: Mapping[str, tuple[tuple[str, str], ...]] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -281,11 +285,12 @@ def stale_defines(fixed: tuple[tuple[str, str], ...], cache: Mapping[str, str]) 
 
 
 def built_checks(req: DoctorRequest) -> list[Check]:
-    """Each built component against the recipe: its CMake cache must hold every define the
-    recipe fixes (no ``${...}`` reference). A build made before the recipe changed is named,
-    so that e.g. a runtime built without its AMDGPU driver explains a missing device."""
+    """Each built component against the plan: its CMake cache must hold every define the plan
+    resolves for it (those that name another component's folder or the toolchain's paths
+    left out: they differ by folder and machine). A build made before the recipe changed is named, so that e.g.
+    a runtime built without its AMDGPU driver explains a missing device."""
     man = _built_manifest(req)
-    if man is None:
+    if man is None or req.planned is None:
         return []
     checks = []
     for comp in req.recipe.components:
@@ -299,16 +304,19 @@ def built_checks(req: DoctorRequest) -> list[Check]:
             checks.append(Check(name=label, ok=None, detail=f"no CMake cache in {build_dir}",
                                 fix=f"run 'onebit-build --recipe {req.recipe.name} build' again"))
             continue
-        fixed = tuple((k, join_lists(v, comp.list_separator)) for k, v in comp.defines if "${" not in v)
+        # Values that name another component's folder or this machine's toolchain differ by
+        # folder and machine; the rest (pins included) must be what the build holds.
+        refers = {k for k, v in comp.defines if "${" in v and not v.startswith("${pin.")}
+        fixed = tuple((k, v) for k, v in req.planned.get(comp.name, ()) if k not in refers)
         stale = stale_defines(fixed, cache)
         if stale:
             checks.append(Check(name=label, ok=None,
-                                detail=f"{build_dir} predates the recipe: it lacks {'; '.join(stale)}",
+                                detail=f"{build_dir} predates the plan: it lacks {'; '.join(stale)}",
                                 fix=f"run 'onebit-build --recipe {req.recipe.name} build' to "
                                     "build what the recipe says"))
         else:
             checks.append(Check(name=label, ok=True,
-                                detail=f"{build_dir}: all {len(fixed)} fixed defines of the recipe in effect"))
+                                detail=f"{build_dir}: all {len(fixed)} defines of the plan in effect"))
     return checks
 
 

@@ -156,7 +156,7 @@ def check_compiler(recipe: Recipe, opts: Options) -> None:
         return
     # The builder (CMake, scikit-build-core) is imported by the commands that compile, here:
     # 'recipes' and the other quick commands load recipes through this module without it.
-    from onebit_build.building.builder import missing_compiler
+    from onebit_build.building.compilers import missing_compiler
 
     problem = missing_compiler((), os.environ)
     if problem is not None:

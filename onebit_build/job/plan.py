@@ -68,7 +68,8 @@ class ComponentPlan:
     unknown: str  # why the key is not known yet ("" when it is)
     configure: tuple[str, ...]
     build: tuple[str, ...]
-    defines: tuple[tuple[str, str], ...]
+    defines: tuple[tuple[str, str], ...]  # as CMakeInit.txt sets them (the path maps included)
+    requested: tuple[tuple[str, str], ...]  # the recipe's and -D's, references and lists resolved
     targets: tuple[str, ...]
     outputs: tuple[tuple[str, str], ...]
     assemble: tuple[str, ...]
@@ -201,6 +202,7 @@ def _component_plan(cb: ComponentBuild, *, workspace: Workspace, mirror_dirs: tu
     return ComponentPlan(
         name=comp.name, source=comp.source, key=cb.key, build_dir=bdir, init_cache=cb.init_cache, unknown=cb.unknown,
         configure=configure, build=tuple(build_argv(tools, Path(bdir), comp.targets, None)), defines=cb.defines,
+        requested=cb.request.defines,
         targets=comp.targets, outputs=outputs, assemble=_assemble_lines(comp, prefix), artifacts=comp.artifacts,
         env=cb.request.env, downloads=_download_plans(comp, workspace, mirror_dirs, offline),
     )

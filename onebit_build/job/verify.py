@@ -93,7 +93,7 @@ def committed_verdict(job: Job, manifest: Manifest) -> Verdict:
         fp = fingerprint(manifest)
         flags = f"--recipe {job.recipe.name} " if job.recipe.name != "default" else ""
         return Verdict(status="unverified", detail=(
-            f"UNVERIFIED: no committed reference in {refs_dir} for this toolchain ({fingerprint_text(fp)});"
+            f"no committed reference in {refs_dir} for this toolchain ({fingerprint_text(fp)});"
             f" candidates: {', '.join(candidates) or 'none'}"),
             remedy=(f"record one from a build without the compiler cache: onebit-build {flags}--compiler-cache none "
                     f"--fresh verify --write-reference {refs_dir / (reference_name(fp) + '.json')}; or compare "
