@@ -23,6 +23,35 @@ if TYPE_CHECKING:  # for the annotations only: the module itself is imported whe
     from onebit_build.options import DefineSyntaxError, Options
 
 
+# Words people type for a command the tool calls otherwise.
+COMMAND_SYNONYMS = {"list": "recipes", "ls": "builds", "run": "all", "clean": "gc", "rm": "gc", "status": "builds",
+                    "test": "smoke", "check": "doctor", "info": "plan", "show": "plan", "help": "--help"}
+
+
+def unknown_command(name: str, known: Sequence[str]) -> str:
+    """One line for a command that does not exist, with the closest ones. Pure."""
+    import difflib
+
+    guesses = list(dict.fromkeys([*([COMMAND_SYNONYMS[name]] if name in COMMAND_SYNONYMS else []),
+                                  *difflib.get_close_matches(name, known, n=2, cutoff=0.6)]))
+    shown = name if name.isprintable() else ascii(name)[1:-1]
+    hint = f"did you mean {' or '.join(repr(g) for g in guesses)}? " if guesses else ""
+    return f"'{shown[:60]}' is not a command; {hint}'onebit-build --help' lists them all"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a command that does not exist answered in one line and exit 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        import re
+
+        m = re.match(r"argument COMMAND: invalid choice: '(.*)' \(choose from", message)
+        if m:
+            ui.error(unknown_command(m.group(1), [c.name for c in TABLE]))
+            raise SystemExit(ConfigError.exit_code)
+        super().error(message)
+
+
 def make_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser, built from the command table: each command with its help and options.
 
@@ -31,7 +60,7 @@ def make_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     list of choices show only their names and help), which saves most of the building at
     start-up. The parse of ``argv`` and every help text are those of the whole parser."""
     named = None if argv is None else set(argv)
-    p = argparse.ArgumentParser(prog="onebit-build",
+    p = Parser(prog="onebit-build",
                                 description="Fetch pinned sources, apply patches, build llama-server, "
                                             "verify and smoke-test it.",
                                 epilog="Global options go before or after the command. "

@@ -158,3 +158,19 @@ def test_manifest_names_the_project_data_and_old_manifests_still_read(tmp_path):
     old = make_manifest(recipe, {}, {}, [])
     write_manifest(tmp_path / "old.json", old)
     assert "data_from" not in read_manifest(tmp_path / "old.json")
+
+
+def test_an_unknown_command_is_one_line_with_the_closest_ones():
+    import subprocess
+    import sys
+
+    from onebit_build.cli import unknown_command
+
+    assert unknown_command("list", ["recipes", "builds"]).startswith("'list' is not a command; did you mean 'recipes'?")
+    assert "did you mean 'build' or 'builds'?" in unknown_command("biuld", ["build", "builds", "plan"])
+    assert "did you mean" not in unknown_command("zzz", ["build"])
+    assert unknown_command("\x1b[2J", ["build"]).startswith("'\\x1b[2J' is not a command")
+    for word, guess in (("clean", "gc"), ("run", "all"), ("smok", "smoke")):
+        out = subprocess.run([sys.executable, "-m", "onebit_build", word], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+        assert out.stderr.startswith(f"error: '{word}' is not a command; did you mean '{guess}'"), out.stderr

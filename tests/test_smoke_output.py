@@ -142,3 +142,4 @@ def test_on_a_terminal_the_running_check_is_named_while_it_runs(llama_server, ge
         assert running in text, running
     # ...and each finished check stays as its own line.
     assert "CPU pass /v1/models lists only gemma-3-270m-q4_k_m" in text and "smoke PASS: 10/10" in text
+    assert "s in all (verify NOT RUN); logs: " in text  # the job's total time, last

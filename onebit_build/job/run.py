@@ -40,5 +40,8 @@ def run(job: Job, until: Stage, *, skip: frozenset[Stage] = frozenset(), server:
     if until == Stage.VERIFY:
         return JobResult(built=built, verified=verified)
     code = smoke_stage(job, server=server_of(built.builds, job.recipe), manifest_file=built.manifest, verified=verified)
+    verdict = (verified or {}).get("status", "not run").upper().replace("-", " ")
+    ui.result(f"{'done' if code == 0 else 'failed'} in {time.monotonic() - t_start:.1f} s in all "
+              f"(verify {verdict}); logs: {job.run_dir}")
     return JobResult(built=built, verified=verified, exit_code=code)
 
