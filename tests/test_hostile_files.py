@@ -218,8 +218,8 @@ def test_pins_yaml_that_is_a_fifo_is_one_line(project):
 # --------------------------------------------------------------------------- the doc's rows
 
 # The doc's sections whose rows name tests of these modules (one module per topic).
-ROW_SECTIONS = ("The project's files when they are not what they should be",)
-ROW_MODULES = ("test_hostile_files",)
+ROW_SECTIONS = ("The project's files when they are not what they should be", "Paths that loop")
+ROW_MODULES = ("test_hostile_files", "test_hostile_paths")
 
 
 def test_hostile_rows_agree_with_their_tests():

@@ -60,5 +60,5 @@ def resolved(path: str | os.PathLike[str], origin: str) -> Path:
     except OSError as exc:
         if exc.errno != errno.ELOOP:
             raise
-    raise ConfigError(f"{origin} {given}: a loop of symbolic links (too many levels of symbolic links)",
+    raise ConfigError(f"{origin} {given}: a loop of symbolic links (a link that leads back to itself)",
                       hint=f"point {origin} at a real file or folder, or remove the looping link")
