@@ -86,3 +86,24 @@ def test_a_folder_option_that_is_a_symlink_loop_is_no_such_folder(tmp_path, loop
     assert r.returncode == 2, r.stderr
     assert "no such" in one_line_error(r)
 
+
+
+def test_gc_removes_a_run_folder_that_is_a_link_keeps_its_target_and_goes_on(tmp_path):
+    """Before: "Cannot call rmtree on a symbolic link" at the first such run folder (exit 1);
+    nothing after it was freed."""
+    ws = tmp_path / "ws"
+    runs = ws / "runs"
+    runs.mkdir(parents=True)
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "keep.txt").write_text("not the workspace's")
+    (runs / "20240101-000000-a").symlink_to(target)
+    for i in range(1, 9):
+        (runs / f"20240101-00000{i}-b").mkdir()
+        (runs / f"20240101-00000{i}-b" / "log.txt").write_text("x" * 1000)
+    r = cli("--workspace", str(ws), "gc")
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (runs / "20240101-000000-a").is_symlink() and (target / "keep.txt").read_text() == "not the workspace's"
+    assert sorted(p.name for p in runs.iterdir()) == [f"20240101-00000{i}-b" for i in range(4, 9)]
+    assert "in 4 folder(s)" in r.stdout, r.stdout
