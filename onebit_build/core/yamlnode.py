@@ -248,6 +248,14 @@ def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
     return size
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error as one line: the problem and where (PyYAML's own text spans several lines,
+    quoting the context of the file). Pure."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    return where + (getattr(exc, "problem", None) or str(exc).splitlines()[0])
+
+
 def _yaml_error(path: Path, exc: yaml.YAMLError) -> ConfigError:
     """PyYAML's error as one line: the place and the problem, without its quoted context."""
     mark = getattr(exc, "problem_mark", None)
