@@ -16,6 +16,7 @@ from pathlib import Path
 from onebit_build.building.cache.request import CacheRequest, request_from
 from onebit_build.core.names import CMAKE_NAME, is_cmake_name
 from onebit_build.core.errors import ConfigError
+from onebit_build.core.safepath import resolved
 from onebit_build.core.workspace import default_workspace, mirror_dirs_from
 
 HRX_RECIPE = "strix-halo"
@@ -197,8 +198,7 @@ def from_args(ns: argparse.Namespace) -> Options:
         command=command, action=action,
         recipe=recipe_choice(recipe=get("recipe"), hrx=get("hrx")),
         root=get("root"),
-        workspace=check_path_length("--workspace", Path(get("workspace") or default_workspace()).expanduser().resolve(),
-                                    room=WORKSPACE_ROOM),
+        workspace=_workspace(get("workspace")),
         mirror_dirs=mirror_dirs_from([*(get("mirror_dir") or ()), *(get("mirror_dir_after") or ())]),
         offline=bool(get("offline")), locked=bool(get("locked")), jobs=get("jobs"), fresh=bool(get("fresh")),
         json=bool(get("json")),
@@ -265,4 +265,12 @@ def check_path_length(flag: str, path: Path, *, room: int = 0) -> Path:
 
 
 def _path(text: str | None, flag: str = "a path option") -> Path | None:
-    return check_path_length(flag, Path(text).expanduser().resolve()) if text else None
+    return check_path_length(flag, resolved(text, flag)) if text else None
+
+
+def _workspace(given: str | None) -> Path:
+    """--workspace, else $ONEBIT_WORKSPACE, else the default: resolved, its length checked,
+    and an error naming where it came from."""
+    origin = "--workspace" if given else ("$ONEBIT_WORKSPACE" if os.environ.get("ONEBIT_WORKSPACE")
+                                          else "the default workspace")
+    return check_path_length(origin, resolved(given or default_workspace(), origin), room=WORKSPACE_ROOM)

@@ -44,7 +44,7 @@ def places(spec: DownloadSpec, ws: Workspace, mirror_dirs: tuple[Path, ...], off
     """Where a download is looked for, in order (for the plan)."""
     out = [f"cache {cache_dir(ws, spec)}"]
     out += [f"mirror {d / spec.file_name}" for d in mirror_dirs]
-    out.append("network: not with --offline" if offline else f"network {spec.url}")
+    out.append("network: not with --offline" if offline else f"network {spec.public}")
     return out
 
 
@@ -154,7 +154,7 @@ def provide_all(recipe: Recipe, ws: Workspace, mirror_dirs: tuple[Path, ...], of
         else:
             found[spec.name] = tree
     if missing:
-        names = "; ".join(f"{s.name} ({s.url}, sha256 {s.sha256})" for s in missing)
+        names = "; ".join(f"{s.name} ({s.public}, sha256 {s.sha256})" for s in missing)
         files = ", ".join(s.file_name for s in missing)
         raise FetchError(
             f"offline: configure-time download(s) not cached and in no mirror dir: {names}",
@@ -202,6 +202,6 @@ def check_against_lock(comp: Component, source_dir: Path) -> None:
         if d.url not in urls or sha != d.sha256:
             raise ConfigError(
                 f"{comp.name}: the pinned tree's {d.lock} asks for {d.name} at {', '.join(urls) or '(no URL)'} "
-                f"sha256 {sha}, the recipe gives {d.url} sha256 {d.sha256}",
+                f"sha256 {sha}, the recipe gives {d.public} sha256 {d.sha256}",
                 hint=f"copy the lock's url and sha256 into the recipe's downloads entry for {d.name}",
             )

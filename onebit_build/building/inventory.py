@@ -125,7 +125,9 @@ def plan_removals(builds: list[BuildEntry], *, ws: Workspace, in_use: frozenset[
 
 
 def folder_size(path: Path) -> int:
-    """Bytes of the files under ``path`` (links not followed)."""
+    """Bytes of the files under ``path`` (links not followed, ``path`` itself included)."""
+    if path.is_symlink():
+        return 0  # a link: removing it frees no more than its name
     total = 0
     for root, _, files in os.walk(path):
         for name in files:

@@ -26,6 +26,7 @@ from packaging.version import InvalidVersion
 
 from onebit_build.core import proc, ui
 from onebit_build.core.errors import CommandError, FetchError, IntegrityError, SpaceError, is_disk_full
+from onebit_build.core.names import public_url
 
 if TYPE_CHECKING:  # requests is imported where a command goes to the network: not at every start
     import requests
@@ -362,7 +363,7 @@ def download(cand: Candidate, dest: Path, *, want_sha256: str, cfg: IndexConfig,
         raise IntegrityError(
             f"{cand.filename}: sha256 {got} is not the pinned {want_sha256}; nothing was unpacked or run "
             "and the file was removed",
-            hint=f"the index served other bytes than pinned ({cand.url}): do not trust it; check the pin",
+            hint=f"the index served other bytes than pinned ({public_url(cand.url)}): do not trust it; check the pin",
         )
     os.replace(partial, dest)
     return dest
@@ -375,7 +376,7 @@ def _transfer_error(exc: OSError, cand: Candidate, part: _Part) -> Exception:
     if is_disk_full(exc):
         return _space_error(part.path.parent, part.total)
     if isinstance(exc, requests.RequestException):
-        return FetchError(f"{label}: download from {cand.url} failed: {exc}",
+        return FetchError(f"{label}: download from {public_url(cand.url)} failed: {public_url(str(exc))}",
                           hint="check the network or the index settings of pip")
     return FetchError(f"{label}: cannot write {part.path}: {exc.strerror or exc}",
                       hint="check the permissions of the workspace")
@@ -403,7 +404,7 @@ def fetch_pinned(project: str, version: str, *, want_sha256: str, dest_dir: Path
         c = wrong[0]
         raise IntegrityError(
             f"{c.filename}: the index lists sha256 {c.sha256}, not the pinned {want_sha256}; nothing was downloaded",
-            hint=f"the index ({c.url}) offers other bytes than pinned: do not trust it; check the pin",
+            hint=f"the index ({public_url(c.url)}) offers other bytes than pinned: do not trust it; check the pin",
         )
     last: Exception | None = None
     for cand in usable:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from onebit_build.building.manifest import latest_path, load_latest
@@ -54,7 +53,7 @@ def bench(opts: Options, project: ProjectRoot, cmd: Command) -> int:
             alias=served_name(recipe.model if recipe else None, sha256=mf.sha256, file=mf.path),
         ))
         outputs = b.write_outputs(result, run_dir)
-    sys.stdout.write("\n" + b.render_table(result) + "\n")
+    ui.answer_block("\n" + b.render_table(result) + "\n")
     for what in ("table", "plot", "json"):
         ui.info(f"{what}: {getattr(outputs, what) or 'not drawn (' + b.PLOT_EXTRA_HINT + ')'}")
     bad = [c for c in result.cells if not c.valid]

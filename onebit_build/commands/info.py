@@ -35,7 +35,7 @@ def version(project: ProjectRoot | None, error: ConfigError | None = None) -> in
         digest = pins_digest(project)
         lines.append(f"pins.yaml sha256 {digest}" if digest else f"pins.yaml: not readable in {project.path}")
         lines.append(f"recipes from {project.describe()}")
-    sys.stdout.write("\n".join(lines) + "\n")
+    ui.answer_block("\n".join(lines) + "\n")
     return 0
 
 
@@ -110,14 +110,14 @@ def recipes(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     from onebit_build.commands.recipe_table import rows as recipe_rows
 
     if opts.names:
-        sys.stdout.write("".join(f"{p.stem}\n" for p in sorted(project.recipes.glob("*.yaml"))))
+        ui.answer_block("".join(f"{p.stem}\n" for p in sorted(project.recipes.glob("*.yaml"))))
         return 0
     rows = recipe_rows(project)
     if opts.json:
         doc = {"project_root": str(project.path), "data_from": project.data_from, "recipes": rows}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
-        sys.stdout.write(recipes_text(rows, project.describe()))
+        ui.answer_block(recipes_text(rows, project.describe()))
     for r in rows:
         if r["error"] is not None:
             ui.error(r["error"])
@@ -155,8 +155,7 @@ def doctor(opts: Options, project: ProjectRoot, cmd: Command) -> int:
                "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix} for c in report.checks]}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
-        sys.stdout.write(f"project data: {project.describe()}\n")
-        sys.stdout.write(render(report))
+        ui.answer_block(f"project data: {project.describe()}\n" + render(report))
     return 0 if report.ok else ToolMissingError.exit_code
 
 

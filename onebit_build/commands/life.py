@@ -4,7 +4,6 @@ server's path, ``gc`` removes what is stale, ``model pull`` fetches the recipe's
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ from onebit_build.building.manifest import latest_path, load_latest
 from onebit_build.commands import Command
 from onebit_build.core import ui
 from onebit_build.core.errors import NotAvailableError
-from onebit_build.core.fsutil import StateError
+from onebit_build.core.fsutil import StateError, remove_entry
 from onebit_build.core.project import ProjectRoot
 from onebit_build.core.workspace import Workspace, WorkspaceLock, check_usable
 from onebit_build.job.model import load_for, load_pins_and_recipe
@@ -91,7 +90,7 @@ def gc(opts: Options, project: ProjectRoot, cmd: Command) -> int:
             total += size
             ui.info(f"  {'would remove' if opts.gc_dry_run else 'removing'} {r.path} ({_size(size)}): {r.why}")
             if not opts.gc_dry_run:
-                shutil.rmtree(r.path)
+                remove_entry(r.path)  # a run folder that is a link: the link goes, its target stays
         for f in sorted(in_use):
             ui.info(f"  kept {f}: a running program is in it")
     verb = "would free" if opts.gc_dry_run else "freed"

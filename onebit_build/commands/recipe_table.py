@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from onebit_build.core import usercache
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.project import ProjectRoot
+from onebit_build.core.safepath import read_regular
 
 KIND = "onebit-build-recipe-rows"
 CHECKED_WITH = ("yaml", "packaging")  # the libraries that reading a recipe relies on
@@ -57,7 +58,7 @@ def rows_key(project: ProjectRoot) -> str:
 
 def _content(path: Path) -> str:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return hashlib.sha256(read_regular(path)).hexdigest()
     except FileNotFoundError:
         return "missing"
     except OSError as exc:
@@ -67,14 +68,14 @@ def _content(path: Path) -> str:
 def checked_rows(project: ProjectRoot, paths: list[Path]) -> list[dict[str, Any]]:
     """Each recipe loaded against the pins. An error in pins.yaml or pins.lock stops the
     listing (no recipe can be checked); an error in a recipe becomes its row."""
-    from onebit_build.core.config import load_recipe  # YAML and the recipe model: only when not kept
+    from onebit_build.core.config import inside_recipes, load_recipe  # YAML and the recipe model: only when not kept
     from onebit_build.job.model import load_locked_pins
 
     pins = load_locked_pins(project)
     out = []
     for path in paths:
         try:
-            r = load_recipe(path, pins)
+            r = load_recipe(inside_recipes(path, project.recipes), pins)
         except ConfigError as exc:
             out.append({"name": path.stem, "backends": [], "description": "", "error": str(exc)})
         else:

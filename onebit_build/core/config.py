@@ -17,6 +17,7 @@ from onebit_build.core.assemble_spec import AssembleSpec, load_assemble
 from onebit_build.core.model_spec import ModelSpec, load_model
 from onebit_build.core.downloads_spec import DownloadSpec, load_downloads
 from onebit_build.core.requires_spec import RequiresSpec, load_requires
+from onebit_build.core.safepath import resolved
 from onebit_build.core.yamlnode import Node, Range, check_schema, load_yaml
 from onebit_build.core.names import is_cmake_name, is_component_name, is_file_name, relative_inside
 from onebit_build.core.references import REF_RE, RESERVED_REF_HEADS, pin_ref_problem, toolchain_ref_problem
@@ -423,4 +424,14 @@ def find_recipe(recipes_dir: Path, name: str) -> Path:
         known = sorted(p.stem for p in recipes_dir.glob("*.yaml"))
         raise ConfigError(f"unknown recipe {name!r}",
                           hint=f"use one of: {', '.join(known) or '(none found in ' + str(recipes_dir) + ')'}")
-    return path
+    return inside_recipes(path, recipes_dir)
+
+
+def inside_recipes(path: Path, recipes_dir: Path) -> Path:
+    """``path``, a recipe file of the project's ``recipes_dir``, resolved; refused when a link
+    takes it out of that folder (it would read and quote a file that is not a recipe)."""
+    real = resolved(path, "recipe")
+    if not real.is_relative_to(resolved(recipes_dir, "the recipes folder")):
+        raise ConfigError(f"{path}: a symbolic link leads out of {recipes_dir}; it is not read",
+                          hint="put the recipe itself in the folder, or pass the file with --recipe FILE")
+    return real

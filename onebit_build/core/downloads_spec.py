@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
 
-from onebit_build.core.names import is_fetch_name, is_file_name, relative_inside
+from onebit_build.core.names import is_fetch_name, is_file_name, public_url, relative_inside
 from onebit_build.core.pins import SHA256_RE
 from onebit_build.core.yamlnode import Node
 
@@ -28,6 +28,12 @@ class DownloadSpec:
     def file_name(self) -> str:
         """The archive's file name: the URL's last path segment (also its name in a mirror dir)."""
         return PurePosixPath(urlsplit(self.url).path).name
+
+    @property
+    def public(self) -> str:
+        """The URL as every message, plan and record gives it: without its credentials (the
+        real one goes to the download only)."""
+        return public_url(self.url)
 
     @property
     def cmake_variable(self) -> str:
@@ -59,10 +65,12 @@ def load_downloads(node: Node) -> tuple[DownloadSpec, ...]:
             or parts.fragment
         ):
             dnode.fail(
-                f"url {url!r} is not a plain https URL", "give the https URL the pinned CMake code downloads", key="url"
+                f"url {public_url(url)!r} is not a plain https URL",
+                "give the https URL the pinned CMake code downloads", key="url",
             )
         if not is_file_name(PurePosixPath(parts.path).name, max_len=200):
-            dnode.fail(f"url {url!r} does not end in a file name", "give the URL of the archive itself", key="url")
+            dnode.fail(f"url {public_url(url)!r} does not end in a file name", "give the URL of the archive itself",
+                       key="url")
         sha = dnode.get("sha256", str, fix="copy the sha256 the pinned CMake code checks (URL_HASH)")
         if not SHA256_RE.match(sha):
             dnode.fail(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -92,3 +93,12 @@ def tail_lines(path: Path, n: int = 30) -> str:
         return ""
     lines = data.decode("utf-8", "replace").splitlines()
     return "\n".join(lines[-n:])
+
+
+def remove_entry(path: Path) -> None:
+    """Remove ``path`` from its folder: a folder with everything under it; a symbolic link (to
+    a folder or not) or a file by itself, so that a link's target is never touched."""
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path)

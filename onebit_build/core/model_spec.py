@@ -55,7 +55,8 @@ def pinned(text: str) -> tuple[str, str]:
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:
-        raise ValueError(f"{text!r} is not a requirement ({exc})") from None
+        reason = str(exc).splitlines()[0]  # packaging adds the text again and a caret line below
+        raise ValueError(f"{text!r} is not a requirement ({reason})") from None
     if req.url or req.extras or req.marker:
         raise ValueError(f"{text!r}: only name==version, without extras, markers or URLs")
     specs = list(req.specifier)

@@ -108,3 +108,12 @@ def member_problem(name: str, *, link: str | None = None, symlink: bool = False,
             elif part not in (".", ""):
                 depth += 1
     return None
+
+
+_CREDENTIALS = re.compile(r"(://)[^/?#@\s]*@")
+
+
+def public_url(url: str) -> str:
+    """``url`` as it may be shown or recorded: a user name and password in it (``https://user:pw@
+    host/...``) replaced by ``***``; any text is taken, a URL or not. Pure."""
+    return _CREDENTIALS.sub(r"\1***@", url)

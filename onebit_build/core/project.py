@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Mapping
 
 from onebit_build.core.errors import ConfigError
+from onebit_build.core.safepath import read_regular, resolved
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
@@ -63,7 +64,7 @@ def is_project(folder: Path) -> bool:
 def pins_digest(root: ProjectRoot) -> str | None:
     """The first 12 hex digits of pins.yaml's sha256, or None when it cannot be read."""
     try:
-        return hashlib.sha256(root.pins.read_bytes()).hexdigest()[:12]
+        return hashlib.sha256(read_regular(root.pins)).hexdigest()[:12]
     except OSError:
         return None
 
@@ -74,12 +75,12 @@ def find_root(*, given: str | None, env: Mapping[str, str], cwd: Path, package_d
     data = package_dir / "data"  # where setup.py places the project data inside a wheel
     for value, label in ((given, "--root"), (env.get("ONEBIT_ROOT"), "$ONEBIT_ROOT")):
         if value:
-            path = Path(value).expanduser().resolve()
+            path = resolved(value, label)
             if not path.is_dir():
                 raise ConfigError(f"{label} {value}: no such folder",
                                   hint="name the folder that holds pins.yaml and recipes/")
             return ProjectRoot(path=path, data_from=PACKAGE if path == data.resolve() else CHECKOUT, found_by=label)
-    here = cwd.resolve()
+    here = resolved(cwd, "the current folder")
     for cand in (here, *here.parents):
         if is_project(cand):
             return ProjectRoot(path=cand, data_from=CHECKOUT, found_by="current folder")

@@ -7,6 +7,7 @@ through :func:`answer`, so that ``$(onebit-build -q build)`` is the server's pat
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import time
@@ -16,6 +17,25 @@ from typing import Iterator
 _console_made = None
 _verbose = False
 _quiet = False
+
+
+# What a terminal would act on rather than show: C0 controls but tab (ESC starts colour, title
+# and screen commands, CR and BS overwrite), DEL, C1 controls, and the Unicode marks that
+# reorder or end lines. A newline is one of them in a line; a block of lines keeps its own.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` as it may reach a terminal: every control character written as an escape
+    (``\\x1b``, ``\\n``), so that nothing from a recipe, a path or a name sets the window title,
+    clears the screen or starts a line of its own (a forged ``error:``). With ``lines`` the
+    newlines stay (a block of lines); every other one is escaped. Pure."""
+    def escape(m: re.Match[str]) -> str:
+        ch = m.group()
+        if ch == "\n":
+            return ch if lines else "\\n"
+        return {"\r": "\\r"}.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+    return _CONTROL.sub(escape, text)
 
 
 def _console():
@@ -47,17 +67,31 @@ def is_verbose() -> bool:
 
 def info(msg: str) -> None:
     if not _quiet:
-        _console().print(msg, markup=False)
+        _console().print(printable(msg), markup=False)
+
+
+def block(text: str) -> None:
+    """Several lines at once (an error's detail): each line printable, the newlines kept."""
+    if not _quiet:
+        _console().print(printable(text, lines=True), markup=False)
 
 
 def result(msg: str) -> None:
     """A line that answers the command (a path, a verdict): printed even with -q."""
-    _console().print(msg, markup=False)
+    _console().print(printable(msg), markup=False)
 
 
 def answer(msg: str) -> None:
     """The command's result, for a script or a person: stdout, printed even with -q."""
-    sys.stdout.write(msg + "\n")
+    sys.stdout.write(printable(msg) + "\n")
+    sys.stdout.flush()
+
+
+def answer_block(text: str) -> None:
+    """A block of lines for stdout (a table, a listing): each line printable, newlines kept.
+    JSON needs none of it (it escapes control characters itself); a completion script is code
+    and is written as it is."""
+    sys.stdout.write(printable(text, lines=True))
     sys.stdout.flush()
 
 
@@ -65,7 +99,7 @@ def answer_text(text: str) -> None:
     """A multi-line answer (the plan) on stdout, each line cut to the terminal's width; when
     any was cut, stderr says how to see them whole."""
     columns = width(sys.stdout)
-    lines = text.splitlines()
+    lines = printable(text, lines=True).splitlines()
     fitted = [fit(line, columns) if columns else line for line in lines]
     sys.stdout.write("".join(line + "\n" for line in fitted))
     sys.stdout.flush()
@@ -76,15 +110,16 @@ def answer_text(text: str) -> None:
 
 def detail(msg: str) -> None:
     if _verbose:
-        _console().print(msg, markup=False, style="dim")
+        _console().print(printable(msg), markup=False, style="dim")
 
 
 def error(msg: str) -> None:
-    _console().print(f"error: {msg}", markup=False, style="bold red")
+    """One line, whatever the message holds (a path with a newline cannot forge a second one)."""
+    _console().print(f"error: {printable(msg)}", markup=False, style="bold red")
 
 
 def warn(msg: str) -> None:
-    _console().print(f"warning: {msg}", markup=False, style="yellow")
+    _console().print(f"warning: {printable(msg)}", markup=False, style="yellow")
 
 
 @contextmanager

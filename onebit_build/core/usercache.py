@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from onebit_build import __version__
 from onebit_build.core.project import PACKAGE_DIR
+from onebit_build.core.safepath import read_regular
 
 SCHEMA = 1
 
@@ -90,7 +91,7 @@ def _stat_text(path: str) -> str:
 def read(path: Path, kind: str, key: str) -> dict[str, Any] | None:
     """The payload stored at ``path`` for ``key``, or None (none, another key, unreadable)."""
     try:
-        doc = json.loads(path.read_bytes())
+        doc = json.loads(read_regular(path))  # a FIFO or a device there: refused at once, never waited on
     except (OSError, ValueError):
         return None
     if not isinstance(doc, dict) or (doc.get("kind"), doc.get("schema"), doc.get("key")) != (kind, SCHEMA, key):

@@ -16,6 +16,7 @@ from typing import Callable
 
 from onebit_build.core.errors import ConfigError, LockError, WorkspaceError
 from onebit_build.core.names import file_part
+from onebit_build.core.safepath import resolved
 from onebit_build.core.usercache import cache_home
 
 
@@ -289,4 +290,4 @@ def mirror_dirs_from(cli_dirs: list[str] | None) -> tuple[Path, ...]:
         if not d.is_dir():
             raise ConfigError(f"{origin} {d}: no such folder",
                               hint="give a folder that holds NAME.git or NAME.bundle mirrors, or drop the option")
-    return tuple(d.resolve() for d, _ in named)
+    return tuple(resolved(d, origin) for d, origin in named)

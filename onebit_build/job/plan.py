@@ -222,7 +222,7 @@ def _run_env(recipe: Recipe, env: Mapping[str, str], fields: dict[str, dict[str,
 
 def _download_plans(comp: Component, ws: Workspace, mirror_dirs: tuple[Path, ...],
                     offline: bool) -> tuple[DownloadPlan, ...]:
-    return tuple(DownloadPlan(name=d.name, url=d.url, sha256=d.sha256, lock=d.lock, cmake_variable=d.cmake_variable,
+    return tuple(DownloadPlan(name=d.name, url=d.public, sha256=d.sha256, lock=d.lock, cmake_variable=d.cmake_variable,
                               places=tuple(places(d, ws, mirror_dirs, offline))) for d in comp.downloads)
 
 

@@ -17,6 +17,7 @@ from typing import Any, Iterable
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.fsutil import StateError, read_state
 from onebit_build.core.names import is_label, label_part
+from onebit_build.core.yamlnode import yaml_problem
 from onebit_build.running import server as srvmod
 from onebit_build.running.devices import CPU_DEVICE, missing_devices
 from onebit_build.running.bench.judge import Expectation, Step
@@ -165,7 +166,7 @@ def load_expectations(path: Path, prompts: tuple[str, ...]) -> tuple[Expectation
     try:
         doc = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--expect {path}: not YAML/JSON ({exc})",
+        raise ConfigError(f"--expect {path}: not YAML/JSON ({yaml_problem(exc)})",
                           hint="write 'prompt: expected text' lines") from None
     if isinstance(doc, dict) and doc.get("kind") == BENCH_KIND:
         try:
