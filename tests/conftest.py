@@ -62,12 +62,20 @@ def progress(config: pytest.Config):
     return say
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
+# Fixtures that build llama.cpp or fetch the real model: a test that uses one (directly or
+# through another fixture) is slow, so that -m 'not slow and not benchmark' builds nothing.
+REAL_BUILD_FIXTURES = {"llama_server", "gemma_model", "default_build", "second_build", "vulkan_build"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups, and before -m deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests on the shared test workspace run on one xdist worker, one after another, in
     file order (``--dist loadgroup``); the other tests spread over the workers. The shared
     ones, the longest chain, come first, so that one worker starts on them at once while the
-    others take the rest."""
+    others take the rest. A test on a real build or the real model is marked slow."""
+    for item in items:
+        if REAL_BUILD_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     shared = [item for item in items if item.get_closest_marker("shared_workspace") is not None]
     for item in shared:
         name = item.get_closest_marker("shared_workspace").kwargs.get("workspace", "default")

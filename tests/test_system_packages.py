@@ -1,6 +1,6 @@
-"""One list of system packages (system-packages.txt) for the README's set-up, .ci/run and the
-GitHub workflow: each installs it with the same command, so a new user who follows the README
-gets what CI has (and no test skips for a missing package)."""
+"""One list of system packages (system-packages.txt) for the set-up script the README and .ci/run
+call (bootstrap.sh) and the GitHub workflow: each installs it with the same command, so a new
+user who follows the README gets what CI has (and no test skips for a missing package)."""
 
 from __future__ import annotations
 
@@ -37,9 +37,10 @@ def install_lines(text: str) -> list[str]:
 
 
 def readme_setup() -> str:
+    """The README's first shell block: the two commands a fresh machine needs."""
     text = (REPO / "README.md").read_text()
-    start = text.index("## Quick start")
-    return text[start:text.index("```", text.index("```sh", start) + 5)]
+    start = text.index("```sh")
+    return text[start:text.index("```", start + 5)]
 
 
 def test_the_list_is_package_names_only():
@@ -51,10 +52,20 @@ def test_the_list_is_package_names_only():
     assert set(NEEDED.values()) <= set(names)
 
 
-@pytest.mark.parametrize("where", ["README.md", ".ci/run", ".github/workflows/ci.yml"])
+@pytest.mark.parametrize("where", ["bootstrap.sh", ".github/workflows/ci.yml"])
 def test_every_setup_installs_the_list_with_the_same_command(where):
-    text = readme_setup() if where == "README.md" else (REPO / where).read_text()
+    text = (REPO / where).read_text()
     assert install_lines(text) == [INSTALL], f"{where}: {install_lines(text)}"
+
+
+def test_the_readme_and_ci_set_up_through_the_script():
+    """The README's two commands go through bootstrap.sh, and .ci/run runs the README's test
+    command as it is written there."""
+    commands = [line.strip() for line in readme_setup().splitlines()[1:] if line.strip()]
+    commands = [line.split("#", 1)[0].strip() for line in commands if not line.startswith("#")]
+    assert commands == ["./bootstrap.sh onebit-build", "./bootstrap.sh python -m pytest"], commands
+    ci = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
+    assert commands[1] in ci
 
 
 def test_install_lines_sees_a_second_package_source():

@@ -1,6 +1,6 @@
 """The speed verdict of a verification run: is the new build on par with the working one?
 
-Definition (the README's "Verification runs" says the same):
+Definition (docs/verification.md, "On par, precisely", says the same):
 
 1. Both builds are served in interleaved rounds, each round on a fresh server of each
    build, both up at once: each prompt is asked of one build, then of the other (working
