@@ -46,7 +46,8 @@ def test_recompiled_verdicts():
 def test_fingerprint_and_reference_name_are_the_toolchains():
     man = Manifest.from_doc({
         "recipe": {"name": "default"}, "host": {"os": "Debian GNU/Linux 12 (bookworm)", "machine": "x86_64",
-                                                 "hostname": "box"},
+                                                 "hostname": "box", "libc": "glibc 2.36",
+                                                 "linker": "GNU ld (GNU Binutils for Debian) 2.40"},
         "toolchain": {"c_compiler": "/usr/bin/cc: cc (Debian 12.2.0-14+deb12u1) 12.2.0",
                       "cxx_compiler": "/usr/bin/c++: c++ (Debian 12.2.0-14+deb12u1) 12.2.0", "cmake": "4.4.5"},
         "components": [{"name": "llama", "artifacts": [{"kind": "spirv", "label": "Vulkan SPIR-V", "root": "/b",
@@ -54,7 +55,8 @@ def test_fingerprint_and_reference_name_are_the_toolchains():
                                                                                 "source_dir": "/s"}}]}],
     })
     fp = fingerprint(man)
-    assert fp == {"os": "Debian GNU/Linux 12 (bookworm)", "machine": "x86_64",
+    assert fp == {"os": "Debian GNU/Linux 12 (bookworm)", "machine": "x86_64", "libc": "glibc 2.36",
+                  "linker": "GNU ld (GNU Binutils for Debian) 2.40",
                   "c_compiler": "cc (Debian 12.2.0-14+deb12u1) 12.2.0",
                   "cxx_compiler": "c++ (Debian 12.2.0-14+deb12u1) 12.2.0", "spirv.glslc": "shaderc 2023.2-1"}
     assert reference_name(fp) == "debian-gnu-linux-12-gcc-12.2.0_glslc-shaderc-2023.2-1"

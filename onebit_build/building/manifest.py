@@ -22,6 +22,7 @@ from onebit_build.building.objects import object_digests
 from onebit_build.building.patch import PreparedTree
 from onebit_build.core.config import Recipe
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
+from onebit_build.core.proc import version_line
 from onebit_build.core.workspace import Workspace
 
 KIND = "onebit-build/build-manifest"
@@ -230,6 +231,9 @@ def host_info() -> dict[str, str]:
         info["os"] = platform.freedesktop_os_release().get("PRETTY_NAME", "")
     except OSError:
         info["os"] = ""
+    lib, version = platform.libc_ver()
+    info["libc"] = f"{lib} {version}".strip()
+    info["linker"] = version_line("ld") or ""  # binutils: what links every output
     return info
 
 

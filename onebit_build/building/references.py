@@ -31,12 +31,14 @@ def _version_of(entry: object) -> str:
 
 
 def fingerprint(manifest: Manifest) -> dict[str, str]:
-    """What decides a build's bytes beyond its inputs: the system (its C library, linker and
-    headers come with it), the compilers' versions, and the non-path facts of each kernel
-    artifact set. CMake and Ninja are left out: they shape the build, not the bytes. Pure."""
+    """What decides a build's bytes beyond its inputs: the system, its C library and linker,
+    the compilers' versions, and the non-path facts of each kernel artifact set. CMake and
+    Ninja are left out: they shape the build, not the bytes. Pure."""
     fp = {
         "os": str(manifest.host.get("os", "")),
         "machine": str(manifest.host.get("machine", "")),
+        "libc": str(manifest.host.get("libc", "")),
+        "linker": str(manifest.host.get("linker", "")),
         "c_compiler": _version_of(manifest.toolchain.get("c_compiler")),
         "cxx_compiler": _version_of(manifest.toolchain.get("cxx_compiler")),
     }
