@@ -475,16 +475,17 @@ def test_build_order_and_defines(built):
 def test_dry_run_shows_the_upstream_requirements(standins):
     out = cli(standins, "--toolchain-root", str(standins["tc"]), "--dry-run")
     assert out.returncode == 0, out.stderr
-    for define in ("-DIREE_HAL_DRIVER_AMDGPU=ON", "-DIREE_ENABLE_WERROR_FLAG=OFF",
-                   f"-DCMAKE_ASM_COMPILER={standins['tc']}/bin/amdclang",
-                   "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF", "-DGGML_NATIVE=ON"):
-        assert define in out.stdout, define
-    assert out.stdout.count("-DIREE_HAL_DRIVER_AMDGPU=ON") == 2  # the runtime and loom-link
+    # The defines as the build's CMakeInit.txt sets them, one per line.
+    for define in ("IREE_HAL_DRIVER_AMDGPU=ON", "IREE_ENABLE_WERROR_FLAG=OFF",
+                   f"CMAKE_ASM_COMPILER={standins['tc']}/bin/amdclang",
+                   "LLAMA_USE_PREBUILT_UI=OFF", "LLAMA_BUILD_UI=OFF", "GGML_NATIVE=ON"):
+        assert f"\n      {define}\n" in out.stdout, define
+    assert out.stdout.count("\n      IREE_HAL_DRIVER_AMDGPU=ON\n") == 2  # the runtime and loom-link
     # The configure-time download with its URL and sha256, for both components that ask for it.
     assert out.stdout.count(f"hsa_runtime_headers: {HSA_URL}") == 2
     checked = f"sha256 {standins['s']['hsa_sha256']} (checked against the pinned tree's MODULE.cmake.lock)"
     assert out.stdout.count(checked) == 2
-    assert out.stdout.count("-DFETCHCONTENT_FULLY_DISCONNECTED=ON") == 2
+    assert out.stdout.count("\n      FETCHCONTENT_FULLY_DISCONNECTED=ON\n") == 2
 
 
 def test_offline_names_a_missing_download_before_configure(standins, tmp_path):

@@ -231,3 +231,15 @@ def test_latest_manifest_of_a_recipe(tmp_path):
     latest_path(ws, "tiny").write_text("{}")
     with pytest.raises(StateError):
         load_latest(ws, "tiny")
+
+
+def test_the_artifact_kinds_have_one_table():
+    """Every collector a recipe may name is a kind of building.artifacts.KINDS, and the facts
+    verify treats as tools and as paths come from that table."""
+    from onebit_build.building.artifacts import KINDS, PATH_FACTS, TOOL_FACTS
+    from onebit_build.core.config import KNOWN_COLLECTORS
+
+    assert set(KINDS) == KNOWN_COLLECTORS
+    assert TOOL_FACTS == ("glslc", "loom_link", "nvcc")
+    assert PATH_FACTS == {"source_dir", "loom_link"}  # loom-link records its input's absolute path
+    assert [k for k, v in KINDS.items() if v.path_matters] == ["loombc"]

@@ -19,18 +19,13 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from onebit_build.core import proc, ui
 from onebit_build.core.errors import VerifyError
 from onebit_build.core.fsutil import StateError, read_state, sha256_bytes, sha256_file, write_state
 
-LABELS = {"spirv": "Vulkan SPIR-V", "loombc": "HRX2 Loom bytecode", "cubin": "CUDA cubins"}
-# Facts that name the tool that made a kind's artifacts; the manifest's toolchain records them too.
-TOOL_FACTS = ("glslc", "nvcc", "loom_link")
-# Facts that name where a build lived rather than how it was made: a difference there is a
-# warning, not an explanation (loom-link embeds the source path, so it matters for loombc).
-PATH_FACTS = frozenset({"source_dir", "loom_link"})
+
 SPIRV_DIR = "ggml/src/ggml-vulkan/vulkan-shaders.spv"
 # The fork links each catalog entry to <artifact root>/<entry path> (artifacts/<name>.loombc).
 LOOMBC_ROOT = "ggml/src/ggml-hrx2/generated/catalog"
@@ -290,11 +285,38 @@ def collect_cubin(build_dir: Path, *, jobs: int | None = None) -> ArtifactSet:
     return aset
 
 
+# --------------------------------------------------------------------------- the kinds
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArtifactKind:
+    """Everything the tool knows of one kind of kernel artifact, in one place."""
+
+    name: str  # as a recipe's ``artifacts:`` names it
+    label: str
+    collect: Callable[[Path, Path], ArtifactSet]  # (build folder, source tree) -> the set
+    tool_fact: str  # the fact that names the tool that made them (the manifest's toolchain records it)
+    path_matters: bool  # the bytes name their input's absolute path: sources stay at their canonical path
+    tools: tuple[str, ...] = ()  # programs the collector runs (doctor checks them)
+
+
+KINDS: dict[str, ArtifactKind] = {k.name: k for k in (
+    ArtifactKind(name="spirv", label="Vulkan SPIR-V", collect=lambda build, _src: collect_spirv(build),
+                 tool_fact="glslc", path_matters=False),
+    ArtifactKind(name="loombc", label="HRX2 Loom bytecode", collect=collect_loombc, tool_fact="loom_link",
+                 path_matters=True),
+    ArtifactKind(name="cubin", label="CUDA cubins", collect=lambda build, _src: collect_cubin(build),
+                 tool_fact="nvcc", path_matters=False, tools=("cuobjdump", "nvdisasm")),
+)}
+LABELS = {name: k.label for name, k in KINDS.items()}
+# Facts that name the tool that made a kind's artifacts; the manifest's toolchain records them too.
+TOOL_FACTS = tuple(k.tool_fact for k in KINDS.values())
+# Facts that name where a build lived rather than how it was made: a difference there is a
+# warning, not an explanation (loom-link embeds the source path, so it matters for loombc).
+PATH_FACTS = frozenset({"source_dir", *(k.tool_fact for k in KINDS.values() if k.path_matters)})
+
+
 def collect(kind: str, *, build_dir: Path, source_dir: Path) -> ArtifactSet:
-    if kind == "spirv":
-        return collect_spirv(build_dir)
-    if kind == "loombc":
-        return collect_loombc(build_dir, source_dir)
-    if kind == "cubin":
-        return collect_cubin(build_dir)
-    raise VerifyError(f"unknown artifact collector {kind!r}", hint="use spirv, loombc or cubin")
+    if kind not in KINDS:
+        raise VerifyError(f"unknown artifact collector {kind!r}", hint=f"use one of: {', '.join(KINDS)}")
+    return KINDS[kind].collect(build_dir, source_dir)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from onebit_build.building.artifacts import PATH_FACTS, Artifact, ArtifactSet
+from onebit_build.building.artifacts import KINDS, PATH_FACTS, Artifact, ArtifactSet
 from onebit_build.building.manifest import Manifest
 from onebit_build.building.references import Reference
 from onebit_build.core import proc
@@ -82,8 +82,8 @@ def compare_sets(component: str, cur: ArtifactSet, ref: ArtifactSet) -> SetCompa
     for k in PATH_FACTS:
         if k in ref.facts and k in cur.facts and ref.facts[k] != cur.facts[k]:
             warnings.append(f"the reference was built from another path ({ref.facts[k]}; this build: {cur.facts[k]}); "
-                            + ("byte identity needs the same absolute source path" if cur.kind == "loombc"
-                               else "paths differ"))
+                            + ("byte identity needs the same absolute source path"
+                               if cur.kind in KINDS and KINDS[cur.kind].path_matters else "paths differ"))
     return SetComparison(
         component=component, kind=cur.kind, label=cur.label, reference_count=len(rmap), identical=identical,
         missing=missing, extra=extra, differing=differing, fact_diffs=fact_diffs, warnings=tuple(warnings),

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from onebit_build.building.artifacts import KINDS
 from onebit_build.core.config import Recipe
 from onebit_build.core.proc import probe, version_line
 from onebit_build.requirements import Check
@@ -97,9 +98,9 @@ CUDA_TOOLS = (
 
 def cuda_checks(recipe: Recipe, environ: Mapping[str, str]) -> list[Check]:
     checks = []
-    needs_cubins = any("cubin" in c.artifacts for c in recipe.components)
+    collector_tools = {t for c in recipe.components for a in c.artifacts if a in KINDS for t in KINDS[a].tools}
     for tool, why, fix in CUDA_TOOLS:
-        if tool != "nvcc" and not needs_cubins:
+        if tool != "nvcc" and tool not in collector_tools:
             continue
         path = (environ.get("CUDACXX") if tool == "nvcc" and environ.get("CUDACXX")
                 else shutil.which(tool, path=environ.get("PATH")))

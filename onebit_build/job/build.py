@@ -170,9 +170,9 @@ def write_manifests(job: Job, fetched: dict[str, FetchResult], trees: dict[str, 
 class Built:
     """What the build part of a job produced."""
 
-    fetched: dict
-    trees: dict
-    builds: list
+    fetched: dict[str, FetchResult]  # by source
+    trees: dict[str, PreparedTree]  # by source
+    builds: list[BuildResult]  # in build order
     manifest: Path
 
 

@@ -15,13 +15,13 @@ from onebit_build.job.build import Built, build_part, server_of
 from onebit_build.job.model import Job
 from onebit_build.job.stage import Stage
 from onebit_build.job.smoke import smoke_stage
-from onebit_build.job.verify import verify_stage
+from onebit_build.job.verify import Verdict, verify_stage
 
 
 @dataclass(frozen=True, kw_only=True)
 class JobResult:
     built: Built | None  # None: the job stopped before the build, or smoked a given binary
-    verified: dict | None = None  # what the verify stage recorded (None: not run)
+    verified: Verdict | None = None  # what the verify stage concluded (None: not run)
     exit_code: int = 0
 
 
@@ -39,8 +39,9 @@ def run(job: Job, until: Stage, *, skip: frozenset[Stage] = frozenset(), server:
     verified = verify_stage(job, built.manifest) if Stage.VERIFY not in skip else None
     if until == Stage.VERIFY:
         return JobResult(built=built, verified=verified)
-    code = smoke_stage(job, server=server_of(built.builds, job.recipe), manifest_file=built.manifest, verified=verified)
-    verdict = (verified or {}).get("status", "not run").upper().replace("-", " ")
+    code = smoke_stage(job, server=server_of(built.builds, job.recipe), manifest_file=built.manifest,
+                       verified=verified.to_dict() if verified else None)
+    verdict = (verified.status if verified else "not run").upper().replace("-", " ")
     ui.result(f"{'done' if code == 0 else 'failed'} in {time.monotonic() - t_start:.1f} s in all "
               f"(verify {verdict}); logs: {job.run_dir}")
     return JobResult(built=built, verified=verified, exit_code=code)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from onebit_build.building.artifacts import Artifact, ArtifactSet
+from onebit_build.building.artifacts import KINDS, Artifact, ArtifactSet
 from onebit_build.building.cache.compiler import NO_LAUNCHER
 from onebit_build.building.cache.entries import find_entries
 from onebit_build.building.cmake import find_tools
@@ -179,11 +179,10 @@ def show_verdict(verdict: Verdict) -> None:
                 f"without the cache {fresh} -> {r.verdict}")
 
 
-def verify_stage(job: Job, manifest_file: Path) -> dict:
+def verify_stage(job: Job, manifest_file: Path) -> Verdict:
     """Part of the default job: the build against the committed reference of its toolchain.
-    Returns what the report records; never passes silently; NOT VERIFIED stops the job."""
-    verdict = _committed(job, manifest_file)
-    return verdict.to_dict()
+    Never passes silently; NOT VERIFIED stops the job (VerifyError)."""
+    return _committed(job, manifest_file)
 
 
 def _committed(job: Job, manifest_file: Path) -> Verdict:
@@ -253,21 +252,16 @@ def object_comparison(component: str, found: dict[str, str], expected: dict[str,
     return replace(res, label="compiled objects")
 
 
-# Kernel artifacts whose bytes name their input's absolute path (loom-link records it): the
-# sources they are built from stay at their canonical path when rebuilding.
-CANONICAL_PATH_ARTIFACTS = ("loombc",)
-
-
 def rebuild_places(workspace: Workspace, trees: dict, recipe: Recipe) -> tuple[Path, dict]:
     """Where ``verify --rebuild`` builds: a fresh build root, and a copy of each prepared
     source tree at another path (as reprotest varies the build path), so that any absolute
     path left in an output shows up as a difference. Sources of path-recording kernel
-    artifacts (:data:`CANONICAL_PATH_ARTIFACTS`) are not moved."""
+    artifacts (``path_matters`` in building.artifacts.KINDS) are not moved."""
     root = workspace.root / "build-rebuild"
     src = workspace.root / "src-rebuild"
     for d in (root, src):
         shutil.rmtree(d, ignore_errors=True)
-    pinned = {c.source for c in recipe.components if set(c.artifacts) & set(CANONICAL_PATH_ARTIFACTS)}
+    pinned = {c.source for c in recipe.components if any(KINDS[a].path_matters for a in c.artifacts)}
     copies = {}
     for name, tree in trees.items():
         if name in pinned:
