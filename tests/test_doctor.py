@@ -19,7 +19,7 @@ from onebit_build.building.fetch import _sdist_dir
 from onebit_build.building.manifest import write_manifest
 from onebit_build.core.workspace import Workspace
 from onebit_build.running.devices import parse_list_devices
-from test_hrx_standins import bare, fake_toolchain
+from _hrx_standins import bare, fake_toolchain
 
 HEADER = """\
 #define VK_HEADER_VERSION {patch}

@@ -12,7 +12,7 @@ from onebit_build.core.config import Recipe, SmokeSpec, ToolchainSpec, load_reci
 from onebit_build.core.pins import load_pins
 from onebit_build.core.errors import ToolMissingError
 from onebit_build.building.toolchain import join_lists, resolve_toolchain, runtime_env
-from test_hrx_standins import fake_toolchain
+from _hrx_standins import fake_toolchain
 
 SPEC = ToolchainSpec(root="/opt/rocm-therock", root_env="ONEBIT_TOOLCHAIN_ROOT",
                      ar=("lib/llvm/bin/llvm-ar", "no-such-archiver-xyz"), libhsa=("lib/libhsa-runtime64.so.1",))
