@@ -36,6 +36,7 @@ class ServeOptions:
     host: str = "127.0.0.1"
     port: int = 8080
     extra: tuple[str, ...] = ()  # llama-server arguments after "--"
+    api_key_file: Path | None = None  # the key itself is read when the server starts, and kept nowhere
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,7 +212,8 @@ def from_args(ns: argparse.Namespace) -> Options:
         verify=VerifyOptions(reference=_path(get("reference"), "--reference"),
                              write_reference=_path(get("write_reference"), "--write-reference"),
                              rebuild=bool(get("rebuild"))),
-        serve=ServeOptions(host=get("host") or "127.0.0.1", port=get("port") or 8080, extra=extra),
+        serve=ServeOptions(host=get("host") or "127.0.0.1", port=get("port") or 8080, extra=extra,
+                           api_key_file=_path(get("api_key_file"), "--api-key-file")),
         bench=_bench_options(get) if command == "bench" else None,
         verify_run=_verify_run_options(get) if command == "verify-run" else None,
         run_dir=_path(get("run_dir"), "--run-dir"), junit=_path(get("junit"), "--junit"),

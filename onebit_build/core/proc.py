@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -41,6 +43,43 @@ def which(program: str) -> str:
         hint = INSTALL_HINTS.get(Path(program).name, f"install {Path(program).name}")
         raise ToolMissingError(f"{program} not found", hint=hint)
     return found
+
+
+_LIBC = None
+if sys.platform.startswith("linux"):
+    try:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    except OSError:  # pragma: no cover - a libc is always there on Linux
+        _LIBC = None
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Runs in a child between fork and exec: the child gets SIGKILL when the thread that
+    started it ends, so that even a killed onebit-build leaves none of its programs behind."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+# Options whose value is a secret: a command line shown, echoed or logged carries "***" instead.
+SECRET_OPTIONS = ("--api-key",)
+
+
+def shown_command(args: Sequence[str]) -> str:
+    """``args`` as a shell line, each secret option's value replaced by ``***``. Pure."""
+    out: list[str] = []
+    hide = False
+    for a in args:
+        name = a.split("=", 1)[0]
+        if hide:
+            out.append("***")
+        elif name in SECRET_OPTIONS and "=" in a:
+            out.append(f"{name}=***")
+        else:
+            out.append(a)
+        hide = not hide and a in SECRET_OPTIONS
+    return shlex.join(out)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,7 +225,7 @@ def _open_log(log: Path, args: list[str], cwd: Path | None) -> BinaryIO:
     """``log`` opened for appending, after a ``$ command`` line (and the folder it ran in)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     logf = open(log, "ab")
-    logf.write(f"$ {shlex.join(args)}\n".encode())
+    logf.write(f"$ {shown_command(args)}\n".encode())
     if cwd:
         logf.write(f"# in {cwd}\n".encode())
     logf.flush()
@@ -247,7 +286,7 @@ def run(
     ``on_line``; with ``capture`` it is also returned. Raises CommandError on failure."""
     args = [os.fspath(a) for a in argv]
     args[0] = which(args[0])
-    ui.detail(f"$ {shlex.join([Path(args[0]).name, *args[1:]])}")
+    ui.detail(f"$ {shown_command([Path(args[0]).name, *args[1:]])}")
     logf = _open_log(log, args, cwd) if log is not None else None
     captured: list[str] | None = [] if capture else None
     recent: list[str] = []
@@ -297,7 +336,7 @@ def _log_split(log: Path, args: list[str], cwd: Path | None, out: str, err: str,
     """Append one finished run to ``log``: the command, the folder, stdout, stderr, the exit code."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", encoding="utf-8") as f:
-        f.write(f"$ {shlex.join(args)}\n" + (f"# in {cwd}\n" if cwd else ""))
+        f.write(f"$ {shown_command(args)}\n" + (f"# in {cwd}\n" if cwd else ""))
         for text in (out, err):
             if text:
                 f.write(text if text.endswith("\n") else text + "\n")
@@ -320,7 +359,7 @@ def run_split(
     and stderr come back apart. For git, whose answers are parsed from stdout."""
     args = [os.fspath(a) for a in argv]
     args[0] = which(args[0])
-    shown = shlex.join([Path(args[0]).name, *args[1:]])
+    shown = shown_command([Path(args[0]).name, *args[1:]])
     ui.detail(f"$ {shown}" + (f"   (in {cwd})" if cwd else ""))
     proc = subprocess.Popen(args, cwd=cwd, env=_environ(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
@@ -361,13 +400,13 @@ def spawn(
     program starts."""
     args = [os.fspath(a) for a in argv]
     args[0] = which(args[0])
-    ui.detail(f"$ {shlex.join(args)}")
+    ui.detail(f"$ {shown_command(args)}")
     full_env = dict(os.environ)
     full_env.update(env or {})
     shown = " ".join(f"{k}={shlex.quote(full_env[k])}" for k in shown_env if k in full_env)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as logf:
-        logf.write(f"$ {shlex.join(args)}\n".encode() + (f"# environment: {shown}\n".encode() if shown else b""))
+        logf.write(f"$ {shown_command(args)}\n".encode() + (f"# environment: {shown}\n".encode() if shown else b""))
         logf.flush()
         return subprocess.Popen(args, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=logf,
                                 stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec_fn)
