@@ -158,3 +158,15 @@ def test_manifest_names_the_project_data_and_old_manifests_still_read(tmp_path):
     old = make_manifest(recipe, {}, {}, [])
     write_manifest(tmp_path / "old.json", old)
     assert "data_from" not in read_manifest(tmp_path / "old.json")
+
+
+@pytest.mark.parametrize("recipe", ["default", "vulkan", "cuda"])
+def test_locked_asks_only_for_the_pins_a_recipe_uses(tmp_path, recipe):
+    """--locked with the committed pins.lock: the recipes on llama.cpp alone plan (the
+    abbreviated hrx-system pin is not theirs); the recipe that uses it names it, exit 2."""
+    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--recipe", recipe, "--locked", "plan")
+    assert out.returncode == 0, out.stderr
+    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--recipe", "strix-halo", "--locked", "plan")
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert out.returncode == 2 and len(errors) == 1 and "unresolved pins with --locked: hrx-system" in errors[0]
+    assert (REPO / "pins.lock").is_file()  # committed: the lock that CI's --locked reads

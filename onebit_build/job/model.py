@@ -18,7 +18,7 @@ from onebit_build.core import ui
 from onebit_build.core.config import Recipe, find_recipe, load_recipe
 from onebit_build.core.references import define_problem
 from onebit_build.core.errors import ConfigError
-from onebit_build.core.pins import Pins, apply_lock, load_pins, read_lock
+from onebit_build.core.pins import Pins, apply_lock, check_locked, load_pins, read_lock
 from onebit_build.core.proc import which
 from onebit_build.core.project import ProjectRoot
 from onebit_build.core.workspace import Workspace, WorkspaceLock, check_usable, sweep_stale
@@ -64,14 +64,17 @@ def load_pins_and_recipe(project: ProjectRoot, recipe: str, *, defines: tuple[De
                          locked: bool = False) -> tuple[Pins, Recipe]:
     """pins.yaml with pins.lock applied (``locked``: every pin must be resolved there), and the
     recipe ``recipe`` names with the ``-D`` overrides."""
-    pins = load_locked_pins(project, locked=locked)
-    return pins, with_defines(load_recipe(recipe_file(project, recipe), pins), defines, pins)
+    pins = load_locked_pins(project)
+    loaded = with_defines(load_recipe(recipe_file(project, recipe), pins), defines, pins)
+    if locked:
+        check_locked(pins, loaded.sources_used(pins.sources))
+    return pins, loaded
 
 
-def load_locked_pins(project: ProjectRoot, *, locked: bool = False) -> Pins:
-    """pins.yaml with pins.lock applied (``locked``: every pin must be resolved there)."""
+def load_locked_pins(project: ProjectRoot) -> Pins:
+    """pins.yaml with pins.lock applied."""
     pins = load_pins(project.pins)
-    return apply_lock(pins, read_lock(pins.lock_path), locked=locked)
+    return apply_lock(pins, read_lock(pins.lock_path), locked=False)
 
 
 def with_defines(recipe: Recipe, defines: tuple[Define, ...], pins: Pins | None = None) -> Recipe:
