@@ -296,3 +296,61 @@ def test_a_stage_with_failed_checks_does_not_say_ok(capsys):
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith("smoke    FAILED (") and lines[0].endswith("CHECKS FAILED")
     assert lines[1].startswith("model    ok (")
+
+
+# A tool that runs a program whose own children outlive it unless someone kills them: the
+# shape of 'git fetch' (upload-pack, index-pack) or ninja (compilers) during 'patch' or 'build'.
+KILLED_TOOL = """
+import sys
+from onebit_build.core import proc
+which = sys.argv[1]
+argv = ["sh", "-c", "sleep 3171 & sleep 3172 & echo started; wait"]
+if which == "run":
+    proc.run(argv, on_line=lambda line: print(line, flush=True))
+elif which == "run_split":
+    print("started", flush=True)
+    proc.run_split(argv)
+else:
+    proc.spawn(argv, log=__import__("pathlib").Path(sys.argv[2]))
+    print("started", flush=True)
+    __import__("time").sleep(300)
+"""
+
+
+SLEEPERS = (b"sleep\x003171\x00", b"sleep\x003172\x00")
+
+
+def _sleepers() -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes() in SLEEPERS:
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("runner", ["run", "run_split", "spawn"])
+def test_kill_9_of_the_tool_kills_its_programs_and_their_children(tmp_path, runner):
+    """kill -9 leaves the tool no time to stop anything: the program it ran dies by its
+    parent-death signal, and that program's own children by the watcher that holds its group."""
+    assert not _sleepers()
+    tool = subprocess.Popen([sys.executable, "-c", KILLED_TOOL, runner, str(tmp_path / "log")], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert tool.stdout.readline().strip() == "started"
+        deadline = time.monotonic() + 10
+        while len(_sleepers()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_sleepers()) == 2
+    finally:
+        tool.kill()
+        tool.wait()
+    deadline = time.monotonic() + 10
+    while _sleepers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = _sleepers()
+    for pid in left:  # never leave them to the next test
+        os.kill(pid, signal.SIGKILL)
+    assert not left

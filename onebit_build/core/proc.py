@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Mapping, Sequence
 
-from onebit_build.core import ui
+from onebit_build.core import reaper, ui
 from onebit_build.core.errors import CommandError, ToolMissingError
 from onebit_build.core.fsutil import tail_lines
+from onebit_build.core.reaper import die_with_parent  # noqa: F401 - importable from here
 
 # How to get a missing program, shown in the error.
 INSTALL_HINTS = {
@@ -43,23 +42,6 @@ def which(program: str) -> str:
         hint = INSTALL_HINTS.get(Path(program).name, f"install {Path(program).name}")
         raise ToolMissingError(f"{program} not found", hint=hint)
     return found
-
-
-_LIBC = None
-if sys.platform.startswith("linux"):
-    try:
-        _LIBC = ctypes.CDLL(None, use_errno=True)
-    except OSError:  # pragma: no cover - a libc is always there on Linux
-        _LIBC = None
-
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """Runs in a child between fork and exec: the child gets SIGKILL when the thread that
-    started it ends, so that even a killed onebit-build leaves none of its programs behind."""
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 # Options whose value is a secret: a command line shown, echoed or logged carries "***" instead.
@@ -129,6 +111,14 @@ def stop_group(
     group the step's grace to exit before the next one, so that a build tool can stop its
     own children. ``on_timeout(signal, grace)`` is told of each step the group outlived.
     Returns how many signals were sent (0: the group had already gone)."""
+    sent = _stop_steps(proc, steps, on_timeout)
+    if not _group_alive(proc.pid):
+        reaper.release(proc.pid)  # else the watcher still kills it when the tool ends
+    return sent
+
+
+def _stop_steps(proc: subprocess.Popen[bytes], steps: Sequence[tuple[signal.Signals, float]],
+                on_timeout: Callable[[signal.Signals, float], None] | None) -> int:
     pgid = proc.pid
     sent = 0
     for sig, grace in steps:
@@ -148,6 +138,26 @@ def stop_group(
     except subprocess.TimeoutExpired:
         pass
     return sent
+
+
+def _popen(args: list[str], **kw) -> subprocess.Popen[bytes]:
+    """Start ``args`` as every program of the tool starts: in a process group of its own that
+    the tool's watcher kills if the tool dies first, and with a parent-death signal."""
+    hook = kw.pop("preexec_fn", None)
+
+    def setup() -> None:
+        die_with_parent()
+        if hook is not None:
+            hook()
+
+    child = subprocess.Popen(args, start_new_session=True, preexec_fn=setup, **kw)
+    reaper.own(child.pid)
+    return child
+
+
+def _done(child: subprocess.Popen[bytes]) -> None:
+    """The program has ended and its group was waited for or stopped: off the watcher's list."""
+    reaper.release(child.pid)
 
 
 def _environ(env: Mapping[str, str] | None) -> dict[str, str]:
@@ -313,20 +323,15 @@ def _run_pumped(args: list[str], *, cwd: Path | None, env: Mapping[str, str] | N
                 recent: list[str]) -> int:
     """Start ``args`` in its own process group, pass its output on, wait; stop the group when
     anything (Ctrl-C included) interrupts. Returns the exit code."""
-    proc = subprocess.Popen(
-        args,
-        cwd=cwd,
-        env=_environ(env),
-        stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    proc = _popen(args, cwd=cwd, env=_environ(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                  stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL)
     if input_text is not None:
         _feed(proc, input_text)
     try:
         _pump(proc, logf, on_line, captured, recent)
-        return proc.wait()
+        rc = proc.wait()
+        _done(proc)
+        return rc
     except BaseException:
         stop_group(proc)
         raise
@@ -361,10 +366,11 @@ def run_split(
     args[0] = which(args[0])
     shown = shown_command([Path(args[0]).name, *args[1:]])
     ui.detail(f"$ {shown}" + (f"   (in {cwd})" if cwd else ""))
-    proc = subprocess.Popen(args, cwd=cwd, env=_environ(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = _popen(args, cwd=cwd, env=_environ(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                  stderr=subprocess.PIPE)
     try:
         raw_out, raw_err = proc.communicate()
+        _done(proc)
     except BaseException:
         stop_group(proc)
         raise
@@ -408,5 +414,5 @@ def spawn(
     with open(log, "ab") as logf:
         logf.write(f"$ {shown_command(args)}\n".encode() + (f"# environment: {shown}\n".encode() if shown else b""))
         logf.flush()
-        return subprocess.Popen(args, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=logf,
-                                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec_fn)
+        return _popen(args, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                      preexec_fn=preexec_fn)

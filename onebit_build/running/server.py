@@ -254,8 +254,7 @@ def _spawn(spec: ServerSpec, port: int, *, first: bool) -> Server:
         spec.log.parent.mkdir(parents=True, exist_ok=True)
         with open(spec.log, "a", encoding="utf-8") as f:
             f.write(f"# warning: {open_warning}\n")
-    popen = proc.spawn(argv, log=spec.log, env=server_env(spec, os.environ), shown_env=(FIT_VARIABLE,),
-                       preexec_fn=proc.die_with_parent)
+    popen = proc.spawn(argv, log=spec.log, env=server_env(spec, os.environ), shown_env=(FIT_VARIABLE,))
     server = Server(spec, port, popen, argv)
     _LIVE.add(server)
     return server
