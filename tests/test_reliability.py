@@ -354,3 +354,35 @@ def test_kill_9_of_the_tool_kills_its_programs_and_their_children(tmp_path, runn
     for pid in left:  # never leave them to the next test
         os.kill(pid, signal.SIGKILL)
     assert not left
+
+
+def _killed_pull_leftovers(ws: Path) -> list[Path]:
+    """What a 'model pull' killed with -9 leaves in the models folder: its download folder with
+    a wheel part in it, and a half-joined model file."""
+    pid = dead_pid()
+    download = ws / "models" / f".download-{pid}-k3x9"
+    download.mkdir(parents=True)
+    (download / "part.whl").write_bytes(b"w" * 300_000)
+    joining = ws / "models" / f".gemma.gguf.joining-{pid}-a1b2"
+    joining.write_bytes(b"GGUF" + b"j" * 200_000)
+    return [download, joining]
+
+
+def test_gc_lists_and_frees_what_a_killed_model_pull_left(tmp_path):
+    ws = tmp_path / "ws"
+    left = _killed_pull_leftovers(ws)
+    dry = cli("--workspace", str(ws), "gc", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    for p in left:
+        assert f"would remove {p}" in dry.stderr + dry.stdout and p.exists()
+    assert "would free 488.3 KiB in 2 folder(s) and file(s)" in dry.stdout, dry.stdout
+    done = cli("--workspace", str(ws), "gc")
+    assert done.returncode == 0 and not any(p.exists() for p in left), done.stderr
+
+
+def test_model_pull_cleans_what_a_killed_pull_left(tmp_path):
+    ws = tmp_path / "ws"
+    left = _killed_pull_leftovers(ws)
+    r = cli("--workspace", str(ws), "--offline", "model", "pull")
+    assert r.returncode == 4, r.stderr  # nothing cached and offline: the sweep ran first
+    assert not any(p.exists() for p in left) and "left behind by a run that was killed" in r.stderr

@@ -237,7 +237,14 @@ def pid_alive(pid: int) -> bool:
 _TMP_PID = re.compile(r"^\.(?:.*[.-])?(?:tmp|export|joining|download)-(\d+)(?:[.-].*)?$")
 
 
-def sweep_stale(folder: Path) -> list[Path]:
+def sweep_killed(ws: Workspace, *, dry_run: bool = False) -> list[Path]:
+    """Remove (``dry_run``: only list) what killed runs left in the folders the workspace's
+    commands write into: sources, models, downloads. Every command that takes the workspace
+    calls this, and ``gc`` shows it. Returns those paths."""
+    return [p for folder in (ws.src_dir, ws.models, ws.downloads) for p in sweep_stale(folder, dry_run=dry_run)]
+
+
+def sweep_stale(folder: Path, *, dry_run: bool = False) -> list[Path]:
     """Remove temporary folders and files left in ``folder`` by runs that were killed
     (their names carry the owner's pid, and that process is gone). Returns what went."""
     gone: list[Path] = []
@@ -249,7 +256,9 @@ def sweep_stale(folder: Path) -> list[Path]:
         m = _TMP_PID.match(p.name)
         if not m or pid_alive(int(m.group(1))):
             continue
-        if p.is_dir() and not p.is_symlink():
+        if dry_run:
+            pass
+        elif p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
         else:
             p.unlink(missing_ok=True)

@@ -21,7 +21,7 @@ from onebit_build.core.errors import ConfigError
 from onebit_build.core.pins import Pins, apply_lock, check_locked, load_pins, read_lock
 from onebit_build.core.proc import which
 from onebit_build.core.project import ProjectRoot
-from onebit_build.core.workspace import Workspace, WorkspaceLock, check_usable, sweep_stale
+from onebit_build.core.workspace import Workspace, WorkspaceLock, check_usable, sweep_killed
 from onebit_build.options import Define, Options, recipe_is_file
 
 
@@ -133,9 +133,7 @@ def open_job(opts: Options, project: ProjectRoot, needs: Needs, *, loaded: tuple
     ws = Workspace(root=opts.workspace)
     check_usable(ws.root)
     with WorkspaceLock(ws.lock_file, f"onebit-build {opts.label}"):
-        for folder in (ws.src_dir, ws.models, ws.downloads):
-            for gone in sweep_stale(folder):
-                ui.info(f"  removed {gone.name}, left behind by a run that was killed")
+        sweep_left_behind(ws)
         run_dir = given_run_dir(opts.run_dir) if opts.run_dir else ws.new_run_dir(Path(opts.recipe).stem, opts.label)
         ui.detail(f"workspace {ws.root}; logs in {run_dir}; project data {project.describe()}")
         try:
@@ -145,6 +143,12 @@ def open_job(opts: Options, project: ProjectRoot, needs: Needs, *, loaded: tuple
                 run_dir.rmdir()  # a run that stopped before writing anything leaves no folder
             except OSError:
                 pass
+
+
+def sweep_left_behind(ws: Workspace) -> None:
+    """What killed runs left in the workspace goes (the caller holds its lock), named."""
+    for gone in sweep_killed(ws):
+        ui.info(f"  removed {gone.name}, left behind by a run that was killed")
 
 
 COMPILER_DEFINES = ("CMAKE_C_COMPILER", "CMAKE_CXX_COMPILER")
