@@ -226,7 +226,8 @@ def _verify_run_options(get) -> VerifyRunOptions:
         working=check_path_length("--working", Path(get("working")).expanduser()), adopt=bool(get("adopt")),
         rounds=get("rounds"), tolerance=get("tolerance"), budget_s=get("speed_budget"),
         decode_tokens=get("decode_tokens"), no_speed=bool(get("no_speed")),
-        new_args=get("new_args") or "", working_args=get("working_args") or "", lock=_path(get("bench_lock"), "--lock"),
+        new_args=get("new_args") or "", working_args=get("working_args") or "",
+        lock=_file_path(get("bench_lock"), "--lock"),
         wait_s=max(0.0, get("wait") or 0.0),
     )
 
@@ -237,8 +238,9 @@ def _bench_options(get) -> BenchOptions:
                         devices=tuple(get("bench_devices") or ()),
         rounds=get("rounds"), decode_tokens=get("decode_tokens"), prefix_tokens=get("prefix_tokens"),
         tie_margin=max(0.0, get("tie_margin")), ctx_size=get("ctx_size"), expect=_path(get("expect"), "--expect"),
-        prompts=_path(get("prompts"), "--prompts"),
-        lock=_path(get("bench_lock"), "--lock"), wait_s=max(0.0, get("wait") or 0.0), out=_path(get("out"), "--out"),
+        prompts=_folder_path(get("prompts"), "--prompts"),
+        lock=_file_path(get("bench_lock"), "--lock"), wait_s=max(0.0, get("wait") or 0.0),
+        out=_path(get("out"), "--out"),
     )
 
 
@@ -268,3 +270,21 @@ def check_path_length(flag: str, path: Path, *, room: int = 0) -> Path:
 
 def _path(text: str | None, flag: str = "a path option") -> Path | None:
     return check_path_length(flag, Path(text).expanduser().resolve()) if text else None
+
+
+def _file_path(text: str | None, flag: str) -> Path | None:
+    """A path option that names a file: a folder there is refused in one line."""
+    path = _path(text, flag)
+    if path is not None and path.is_dir():
+        raise ConfigError(f"{flag} {path} is a folder, not a file", hint=f"give {flag} a file path (it is created when"
+                          " missing), or drop the option for the default")
+    return path
+
+
+def _folder_path(text: str | None, flag: str) -> Path | None:
+    """A path option that names an existing folder: anything else is refused in one line."""
+    path = _path(text, flag)
+    if path is not None and not path.is_dir():
+        what = "is a file, not a folder" if path.exists() else "does not exist"
+        raise ConfigError(f"{flag} {path} {what}", hint=f"give {flag} a folder, or drop the option for the default")
+    return path

@@ -386,3 +386,45 @@ def test_model_pull_cleans_what_a_killed_pull_left(tmp_path):
     r = cli("--workspace", str(ws), "--offline", "model", "pull")
     assert r.returncode == 4, r.stderr  # nothing cached and offline: the sweep ran first
     assert not any(p.exists() for p in left) and "left behind by a run that was killed" in r.stderr
+
+
+@pytest.mark.parametrize("sub,kind", [("downloads", "file"), ("runs", "file"), ("downloads", "loop"),
+                                      ("models", "loop")])
+def test_a_workspace_folder_that_is_a_file_or_a_loop_is_one_line_exit_14(tmp_path, sub, kind):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    if kind == "file":
+        (ws / sub).write_text("not a folder")
+    else:
+        (ws / sub).symlink_to(sub)  # a link to itself
+    for args in (("--offline", "fetch"), ("gc",), ("--offline", "model", "pull")):
+        r = cli("--workspace", str(ws), *args)
+        assert r.returncode == 14, (args, r.stderr)
+        line = one_line_error(r)
+        assert f"workspace folder {ws / sub} is" in line and "remove it" in line
+
+
+@pytest.mark.parametrize("args,expect", [
+    (("bench", "--prompts", "FILE"), "--prompts {FILE} is a file, not a folder"),
+    (("bench", "--lock", "DIR"), "--lock {DIR} is a folder, not a file"),
+    (("verify-run", "--lock", "DIR", "--working", "DIR"), "--lock {DIR} is a folder, not a file"),
+])
+def test_a_file_option_given_a_folder_and_back_is_one_line_exit_2(tmp_path, args, expect):
+    places = {"FILE": str(tmp_path / "a-file"), "DIR": str(tmp_path)}
+    (tmp_path / "a-file").write_text("x")
+    r = cli("--workspace", str(tmp_path / "ws"), *[places.get(a, a) for a in args])
+    assert r.returncode == 2, r.stderr
+    line = one_line_error(r)
+    assert expect.format(**places) in line and "give" in line
+    assert not (tmp_path / "ws").exists()  # refused before anything started
+
+
+def test_a_models_lock_that_is_a_folder_is_named_with_the_fix(tmp_path):
+    from onebit_build.core.errors import ConfigError
+    from onebit_build.core.model_lock import read_model_lock
+
+    (tmp_path / "models.lock").mkdir()
+    with pytest.raises(ConfigError) as e:
+        read_model_lock(tmp_path / "models.lock")
+    assert e.value.exit_code == 2 and "is a folder, not the models lock file" in str(e.value)
+    assert "remove that folder" in str(e.value)

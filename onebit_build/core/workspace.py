@@ -202,6 +202,12 @@ def check_usable(root: Path) -> None:
             f"workspace {root} is not writable ({exc.strerror or exc})",
             hint="choose a writable --workspace (or $ONEBIT_WORKSPACE), or fix the folder's permissions",
         ) from None
+    ws = Workspace(root=root)
+    for sub in (ws.git_dir, ws.downloads, ws.src_dir, ws.build_dir, ws.models, ws.runs):
+        if os.path.lexists(sub) and not sub.is_dir():  # a file, a link to nowhere, a link that loops
+            what = "a link that leads to no folder" if sub.is_symlink() else "a file"
+            raise WorkspaceError(f"workspace folder {sub} is {what}, not a folder",
+                                 hint=f"remove it (the tool makes {sub.name}/ again), or choose another --workspace")
 
 
 def check_target_folder(path: Path, flag: str) -> None:
