@@ -554,3 +554,24 @@ def test_round3_rows_agree_with_their_tests():
         if code == "130":
             said = [s or "KeyboardInterrupt" in src or "== 130" in src for s, src in zip(said, sources)]
         assert any(said), f"no test of the row asserts exit {code}: {case}"
+
+
+def test_install_into_a_prefix_whose_bin_is_on_another_file_system(tiny_project, tmp_path):
+    """The prefix's bin is a link to a folder on another (real tmpfs) file system: renames
+    cannot cross it ("Invalid cross-device link"); the install copies across and replaces each
+    file whole, the first time and over an older install."""
+    from test_reliability import small_disk
+
+    shout = recipe_with("shout").replace("targets: [hello]", "defines:\n      GREETING: HI\n    targets: [hello]")
+    cli, ws = tiny_project({"shout": shout})
+    with small_disk(tmp_path / "disk", "16m") as disk:
+        (disk / "bin").mkdir()
+        prefix = tmp_path / "prefix"
+        prefix.mkdir()
+        (prefix / "bin").symlink_to(disk / "bin")
+        for recipe, said in (("tiny", "hello"), ("shout", "HI")):
+            r = cli("--recipe", recipe, "install", "--prefix", str(prefix))
+            assert r.returncode == 0, r.stderr
+            assert greeting(prefix) == said and (disk / "bin" / "hello").is_file()
+        assert (prefix / "bin").is_symlink() and not list(disk.glob("bin/.onebit-build-install*"))
+        assert not list(prefix.glob(".onebit-build-install*"))
