@@ -575,3 +575,22 @@ def test_install_into_a_prefix_whose_bin_is_on_another_file_system(tiny_project,
             assert greeting(prefix) == said and (disk / "bin" / "hello").is_file()
         assert (prefix / "bin").is_symlink() and not list(disk.glob("bin/.onebit-build-install*"))
         assert not list(prefix.glob(".onebit-build-install*"))
+
+
+def test_full_disk_during_patch_is_exit_13_with_the_folder_and_the_space_needed(tiny_project, tmp_path):
+    """The source has 6 MB of incompressible text; the workspace's src/ is a link to a real
+    4 MiB file system: git's checkout runs out of space ("invalid index-pack output" is all it
+    may say). One line, exit 13, the folder and the space needed; no partial tree left."""
+    from test_reliability import small_disk
+
+    big = os.urandom(3 << 20).hex()
+    cli, ws = tiny_project(files={"blob.txt": big})
+    assert cli("--recipe", "tiny", "fetch").returncode == 0
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        (ws / "src").symlink_to(disk)
+        r = cli("--recipe", "tiny", "patch")
+        assert r.returncode == 13, r.stderr
+        line = one_line_error(r)
+        assert f"no space left on device at {ws / 'src'}" in line or f"at {disk}" in line, line
+        assert "needs about 13 MB" in line and "preparing tiny" in line
+        assert list(disk.iterdir()) == []
