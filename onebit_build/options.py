@@ -102,6 +102,7 @@ class Options:
     json: bool = False
     dry_run: bool = False
     gc_dry_run: bool = False  # 'gc --dry-run': list what would go, remove nothing
+    gc_tests: bool = False  # 'gc --test-workspaces': the test command's kept workspaces go too
     names: bool = False  # 'recipes --names'
     shell: str = "bash"  # 'completion SHELL'
     model: Path | None = None
@@ -203,7 +204,8 @@ def from_args(ns: argparse.Namespace) -> Options:
         mirror_dirs=mirror_dirs_from([*(get("mirror_dir") or ()), *(get("mirror_dir_after") or ())]),
         offline=bool(get("offline")), locked=bool(get("locked")), jobs=get("jobs"), fresh=bool(get("fresh")),
         json=bool(get("json")),
-        dry_run=bool(get("dry_run")) or command == "plan", gc_dry_run=bool(get("gc_dry_run")), names=bool(get("names")),
+        dry_run=bool(get("dry_run")) or command == "plan", gc_dry_run=bool(get("gc_dry_run")),
+        gc_tests=bool(get("gc_tests")), names=bool(get("names")),
         shell=get("shell") or "bash",
         model=_path(get("model"), "--model"), server=_path(get("server"), "--server"),
         toolchain_root=get("toolchain_root"),

@@ -152,6 +152,8 @@ def model(p: argparse.ArgumentParser) -> None:
 def gc(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", dest="gc_dry_run", action="store_true",
                    help="list what would be removed; remove nothing")
+    p.add_argument("--test-workspaces", dest="gc_tests", action="store_true",
+                   help="also remove the workspaces the project's test command keeps between runs")
 
 
 SHELLS = ("bash", "zsh", "fish")

@@ -16,7 +16,7 @@ from onebit_build.core import ui
 from onebit_build.core.errors import NotAvailableError
 from onebit_build.core.fsutil import StateError
 from onebit_build.core.project import ProjectRoot
-from onebit_build.core.workspace import Workspace, WorkspaceLock, check_usable, sweep_killed
+from onebit_build.core.workspace import Workspace, WorkspaceLock, check_usable, kept_by_tests, sweep_killed
 from onebit_build.job.model import load_for, load_pins_and_recipe, sweep_left_behind
 from onebit_build.job.smoke import resolve_model
 from onebit_build.options import Options
@@ -96,9 +96,34 @@ def gc(opts: Options, project: ProjectRoot, cmd: Command) -> int:
             ui.info(f"  kept {f}: a running program is in it")
         killed = _killed_runs_leftovers(ws, dry_run=opts.gc_dry_run)
         total += killed[1]
+    total += _test_workspaces(ws.root, remove=opts.gc_tests, dry_run=opts.gc_dry_run)
     verb = "would free" if opts.gc_dry_run else "freed"
     ui.answer(f"{verb} {_size(total)} in {len(removals) + killed[0]} folder(s) and file(s) of {ws.root}")
     return 0
+
+
+def _test_workspaces(busy: Path, *, remove: bool, dry_run: bool) -> int:
+    """The test command's shared workspaces: listed with their size; with ``--test-workspaces``
+    removed (each under its own workspace lock: never while a test run uses it). Returns the
+    bytes freed (or that would be)."""
+    kept = [p for p in kept_by_tests() if p.resolve() != busy.resolve()]  # not the one gc is working on
+    sizes = [folder_size(p) if p.is_dir() and not p.is_symlink() else p.lstat().st_size for p in kept]
+    if not kept:
+        return 0
+    if not remove:
+        ui.info(f"  kept the test command's workspaces ({_size(sum(sizes))}): {', '.join(str(p) for p in kept)};"
+                " 'onebit-build gc --test-workspaces' removes them")
+        return 0
+    for p, size in zip(kept, sizes):
+        ui.info(f"  {'would remove' if dry_run else 'removing'} {p} ({_size(size)}): kept by the test command")
+        if dry_run:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            with WorkspaceLock(p / "onebit-build.lock", "onebit-build gc --test-workspaces"):
+                shutil.rmtree(p)
+        else:
+            p.unlink(missing_ok=True)
+    return sum(sizes)
 
 
 def _killed_runs_leftovers(ws: Workspace, *, dry_run: bool) -> tuple[int, int]:

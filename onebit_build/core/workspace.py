@@ -26,6 +26,27 @@ def default_workspace() -> Path:
     return cache_home(os.environ) / "onebit-build"
 
 
+SHARED_TEST_WORKSPACE = "onebit-build-test"
+
+
+def shared_test_workspace() -> Path:
+    """The workspace the project's test command keeps between runs on purpose (the real build
+    and model its slow tests share): ``$ONEBIT_TEST_WORKSPACE``, else beside the default one."""
+    env = os.environ.get("ONEBIT_TEST_WORKSPACE")
+    return Path(env) if env else cache_home(os.environ) / SHARED_TEST_WORKSPACE
+
+
+def kept_by_tests() -> list[Path]:
+    """What the test command keeps between runs: its shared workspaces (``NAME``, ``NAME-*``)
+    and the lock files beside them (``NAME.*``). ``gc`` lists them and removes them when asked."""
+    ws = shared_test_workspace()
+    try:
+        entries = list(ws.parent.iterdir())
+    except OSError:
+        return []
+    return sorted(p for p in entries if p.name == ws.name or p.name.startswith((f"{ws.name}-", f"{ws.name}.")))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Workspace:
     root: Path
