@@ -307,9 +307,9 @@ which = sys.argv[1]
 argv = ["sh", "-c", "sleep 3171 & sleep 3172 & echo started; wait"]
 if which == "run":
     proc.run(argv, on_line=lambda line: print(line, flush=True))
-elif which == "run_split":
+elif which in ("run_split", "capture"):
     print("started", flush=True)
-    proc.run_split(argv)
+    getattr(proc, which)(argv)
 else:
     proc.spawn(argv, log=__import__("pathlib").Path(sys.argv[2]))
     print("started", flush=True)
@@ -331,7 +331,7 @@ def _sleepers() -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("runner", ["run", "run_split", "spawn"])
+@pytest.mark.parametrize("runner", ["run", "run_split", "capture", "spawn"])
 def test_kill_9_of_the_tool_kills_its_programs_and_their_children(tmp_path, runner):
     """kill -9 leaves the tool no time to stop anything: the program it ran dies by its
     parent-death signal, and that program's own children by the watcher that holds its group."""

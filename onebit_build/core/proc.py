@@ -200,11 +200,21 @@ def capture(
     echoed and not logged, unlike :func:`run`."""
     args = [os.fspath(a) for a in argv]
     try:
-        done = subprocess.run(args, cwd=cwd, env=_environ(env), stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, errors="replace", timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        child = _popen(args, cwd=cwd, env=_environ(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
+    except OSError as exc:
         return Captured(argv=args, returncode=None, stdout="", stderr=str(exc))
-    return Captured(argv=args, returncode=done.returncode, stdout=done.stdout, stderr=done.stderr)
+    try:
+        raw_out, raw_err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        stop_group(child, ((signal.SIGKILL, 5.0),))
+        return Captured(argv=args, returncode=None, stdout="", stderr=str(exc))
+    except BaseException:
+        stop_group(child)
+        raise
+    _done(child)
+    out, err = (raw.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n") for raw in (raw_out, raw_err))
+    return Captured(argv=args, returncode=child.returncode, stdout=out, stderr=err)  # newlines as text mode gives
 
 
 def probe(
