@@ -21,6 +21,7 @@ from onebit_build.options import Options
 from onebit_build.running.model import has_chat_template
 from onebit_build.running.ports import bind_error, bind_problem
 from onebit_build.running.server import ServerSpec, serve_foreground
+from onebit_build.running.server_args import SERVE_KEY_VARIABLE
 
 
 def install(opts: Options, project: ProjectRoot, cmd: Command) -> int:
@@ -64,15 +65,12 @@ def serve_spec(opts: Options, project: ProjectRoot, key: str | None = None) -> S
                           api_key=key)
 
 
-KEY_VARIABLE = "ONEBIT_API_KEY"
-
-
 def api_key(key_file: Path | None, environ) -> str | None:
     """The key ``serve`` hands to llama-server: the first line of ``--api-key-file`` (blank
     lines and ``#`` comments skipped), else ``$ONEBIT_API_KEY``; None without either. No
     message ever holds the key itself."""
     if key_file is None:
-        return environ.get(KEY_VARIABLE) or None
+        return environ.get(SERVE_KEY_VARIABLE) or None
     try:
         lines = key_file.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:

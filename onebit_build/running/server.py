@@ -86,7 +86,7 @@ _ERROR_WORDS = ("error", "failed", "invalid", "cannot", "couldn't", "unable", "n
 def first_error_line(log_text: str) -> str:
     """The most telling line of a log tail: the first one that reads like an error (the
     cause; later ones tend to be its consequences), without llama.cpp's time prefix."""
-    ours = ("$ ", "# environment: ")  # the lines proc.spawn writes before the server's own
+    ours = ("$ ", "# environment: ", "# warning: ")  # the lines written before the server's own
     lines = [_LOG_PREFIX.sub("", ln.strip()) for ln in log_text.splitlines() if ln.strip() and not ln.startswith(ours)]
     for line in lines:
         if any(w in line.lower() for w in _ERROR_WORDS):

@@ -76,6 +76,7 @@ def server_env(spec: ServerSpec, environ: Mapping[str, str]) -> dict[str, str]:
 API_KEY_VARIABLE = "LLAMA_API_KEY"
 API_KEY_OPTION = "--api-key"
 KEY_FILE_VARIABLE = "LLAMA_ARG_API_KEY_FILE"
+SERVE_KEY_VARIABLE = "ONEBIT_API_KEY"  # where 'serve' takes a key from without --api-key-file
 
 
 def split_secrets(args: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
@@ -118,7 +119,7 @@ def open_without_key(spec: ServerSpec, environ: Mapping[str, str]) -> str | None
     if is_loopback(spec.host) or has_api_key(spec, environ):
         return None
     return (f"llama-server listens on {spec.host or 'every address'} without an API key: anyone who can reach this "
-            "machine can use it; give a key with --api-key-file FILE or $ONEBIT_API_KEY, or listen on 127.0.0.1")
+            f"machine can use it; give a key with --api-key-file FILE or ${SERVE_KEY_VARIABLE}, or listen on 127.0.0.1")
 
 
 def server_argv(spec: ServerSpec, port: int) -> list[str]:
