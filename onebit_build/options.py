@@ -37,6 +37,7 @@ class ServeOptions:
     host: str = "127.0.0.1"
     port: int = 8080
     extra: tuple[str, ...] = ()  # llama-server arguments after "--"
+    api_key_file: Path | None = None  # the key itself is read when the server starts, and kept nowhere
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +103,7 @@ class Options:
     json: bool = False
     dry_run: bool = False
     gc_dry_run: bool = False  # 'gc --dry-run': list what would go, remove nothing
+    gc_tests: bool = False  # 'gc --test-workspaces': the test command's kept workspaces go too
     names: bool = False  # 'recipes --names'
     shell: str = "bash"  # 'completion SHELL'
     model: Path | None = None
@@ -202,7 +204,8 @@ def from_args(ns: argparse.Namespace) -> Options:
         mirror_dirs=mirror_dirs_from([*(get("mirror_dir") or ()), *(get("mirror_dir_after") or ())]),
         offline=bool(get("offline")), locked=bool(get("locked")), jobs=get("jobs"), fresh=bool(get("fresh")),
         json=bool(get("json")),
-        dry_run=bool(get("dry_run")) or command == "plan", gc_dry_run=bool(get("gc_dry_run")), names=bool(get("names")),
+        dry_run=bool(get("dry_run")) or command == "plan", gc_dry_run=bool(get("gc_dry_run")),
+        gc_tests=bool(get("gc_tests")), names=bool(get("names")),
         shell=get("shell") or "bash",
         model=_path(get("model"), "--model"), server=_path(get("server"), "--server"),
         toolchain_root=get("toolchain_root"),
@@ -211,7 +214,8 @@ def from_args(ns: argparse.Namespace) -> Options:
         verify=VerifyOptions(reference=_path(get("reference"), "--reference"),
                              write_reference=_path(get("write_reference"), "--write-reference"),
                              rebuild=bool(get("rebuild"))),
-        serve=ServeOptions(host=get("host") or "127.0.0.1", port=get("port") or 8080, extra=extra),
+        serve=ServeOptions(host=get("host") or "127.0.0.1", port=get("port") or 8080, extra=extra,
+                           api_key_file=_path(get("api_key_file"), "--api-key-file")),
         bench=_bench_options(get) if command == "bench" else None,
         verify_run=_verify_run_options(get) if command == "verify-run" else None,
         run_dir=_path(get("run_dir"), "--run-dir"), junit=_path(get("junit"), "--junit"),
@@ -224,7 +228,8 @@ def _verify_run_options(get) -> VerifyRunOptions:
         working=check_path_length("--working", Path(get("working")).expanduser()), adopt=bool(get("adopt")),
         rounds=get("rounds"), tolerance=get("tolerance"), budget_s=get("speed_budget"),
         decode_tokens=get("decode_tokens"), no_speed=bool(get("no_speed")),
-        new_args=get("new_args") or "", working_args=get("working_args") or "", lock=_path(get("bench_lock"), "--lock"),
+        new_args=get("new_args") or "", working_args=get("working_args") or "",
+        lock=_file_path(get("bench_lock"), "--lock"),
         wait_s=max(0.0, get("wait") or 0.0),
     )
 
@@ -235,8 +240,9 @@ def _bench_options(get) -> BenchOptions:
                         devices=tuple(get("bench_devices") or ()),
         rounds=get("rounds"), decode_tokens=get("decode_tokens"), prefix_tokens=get("prefix_tokens"),
         tie_margin=max(0.0, get("tie_margin")), ctx_size=get("ctx_size"), expect=_path(get("expect"), "--expect"),
-        prompts=_path(get("prompts"), "--prompts"),
-        lock=_path(get("bench_lock"), "--lock"), wait_s=max(0.0, get("wait") or 0.0), out=_path(get("out"), "--out"),
+        prompts=_folder_path(get("prompts"), "--prompts"),
+        lock=_file_path(get("bench_lock"), "--lock"), wait_s=max(0.0, get("wait") or 0.0),
+        out=_path(get("out"), "--out"),
     )
 
 
@@ -274,3 +280,21 @@ def _workspace(given: str | None) -> Path:
     origin = "--workspace" if given else ("$ONEBIT_WORKSPACE" if os.environ.get("ONEBIT_WORKSPACE")
                                           else "the default workspace")
     return check_path_length(origin, resolved(given or default_workspace(), origin), room=WORKSPACE_ROOM)
+
+
+def _file_path(text: str | None, flag: str) -> Path | None:
+    """A path option that names a file: a folder there is refused in one line."""
+    path = _path(text, flag)
+    if path is not None and path.is_dir():
+        raise ConfigError(f"{flag} {path} is a folder, not a file", hint=f"give {flag} a file path (it is created when"
+                          " missing), or drop the option for the default")
+    return path
+
+
+def _folder_path(text: str | None, flag: str) -> Path | None:
+    """A path option that names an existing folder: anything else is refused in one line."""
+    path = _path(text, flag)
+    if path is not None and not path.is_dir():
+        what = "is a file, not a folder" if path.exists() else "does not exist"
+        raise ConfigError(f"{flag} {path} {what}", hint=f"give {flag} a folder, or drop the option for the default")
+    return path

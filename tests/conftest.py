@@ -22,11 +22,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 def workspace_for_tests() -> Path:
     """Workspace for tests that need the real build and model; kept between runs so that
     only the first run pays for the build."""
-    env = os.environ.get("ONEBIT_TEST_WORKSPACE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "onebit-build-test"
+    from onebit_build.core.workspace import shared_test_workspace
+
+    return shared_test_workspace()  # the tool knows it too: 'gc' lists it
 
 
 def vulkan_workspace_for_tests() -> Path:

@@ -174,3 +174,15 @@ def test_an_unknown_command_is_one_line_with_the_closest_ones():
         out = subprocess.run([sys.executable, "-m", "onebit_build", word], capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
         assert out.stderr.startswith(f"error: '{word}' is not a command; did you mean '{guess}'"), out.stderr
+
+
+@pytest.mark.parametrize("recipe", ["default", "vulkan", "cuda"])
+def test_locked_asks_only_for_the_pins_a_recipe_uses(tmp_path, recipe):
+    """--locked with the committed pins.lock: the recipes on llama.cpp alone plan (the
+    abbreviated hrx-system pin is not theirs); the recipe that uses it names it, exit 2."""
+    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--recipe", recipe, "--locked", "plan")
+    assert out.returncode == 0, out.stderr
+    out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--recipe", "strix-halo", "--locked", "plan")
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert out.returncode == 2 and len(errors) == 1 and "unresolved pins with --locked: hrx-system" in errors[0]
+    assert (REPO / "pins.lock").is_file()  # committed: the lock that CI's --locked reads

@@ -554,3 +554,43 @@ def test_round3_rows_agree_with_their_tests():
         if code == "130":
             said = [s or "KeyboardInterrupt" in src or "== 130" in src for s, src in zip(said, sources)]
         assert any(said), f"no test of the row asserts exit {code}: {case}"
+
+
+def test_install_into_a_prefix_whose_bin_is_on_another_file_system(tiny_project, tmp_path):
+    """The prefix's bin is a link to a folder on another (real tmpfs) file system: renames
+    cannot cross it ("Invalid cross-device link"); the install copies across and replaces each
+    file whole, the first time and over an older install."""
+    from test_reliability import small_disk
+
+    shout = recipe_with("shout").replace("targets: [hello]", "defines:\n      GREETING: HI\n    targets: [hello]")
+    cli, ws = tiny_project({"shout": shout})
+    with small_disk(tmp_path / "disk", "16m") as disk:
+        (disk / "bin").mkdir()
+        prefix = tmp_path / "prefix"
+        prefix.mkdir()
+        (prefix / "bin").symlink_to(disk / "bin")
+        for recipe, said in (("tiny", "hello"), ("shout", "HI")):
+            r = cli("--recipe", recipe, "install", "--prefix", str(prefix))
+            assert r.returncode == 0, r.stderr
+            assert greeting(prefix) == said and (disk / "bin" / "hello").is_file()
+        assert (prefix / "bin").is_symlink() and not list(disk.glob("bin/.onebit-build-install*"))
+        assert not list(prefix.glob(".onebit-build-install*"))
+
+
+def test_full_disk_during_patch_is_exit_13_with_the_folder_and_the_space_needed(tiny_project, tmp_path):
+    """The source has 6 MB of incompressible text; the workspace's src/ is a link to a real
+    4 MiB file system: git's checkout runs out of space ("invalid index-pack output" is all it
+    may say). One line, exit 13, the folder and the space needed; no partial tree left."""
+    from test_reliability import small_disk
+
+    big = os.urandom(3 << 20).hex()
+    cli, ws = tiny_project(files={"blob.txt": big})
+    assert cli("--recipe", "tiny", "fetch").returncode == 0
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        (ws / "src").symlink_to(disk)
+        r = cli("--recipe", "tiny", "patch")
+        assert r.returncode == 13, r.stderr
+        line = one_line_error(r)
+        assert f"no space left on device at {ws / 'src'}" in line or f"at {disk}" in line, line
+        assert "needs about 13 MB" in line and "preparing tiny" in line
+        assert list(disk.iterdir()) == []

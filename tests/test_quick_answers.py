@@ -155,3 +155,55 @@ def test_the_code_stamp_follows_each_module_and_nothing_else(tmp_path):
     assert code_stamp(package_dir=pkg) != touched
     assert code_stamp(("shtab",), package_dir=pkg) != code_stamp(package_dir=pkg)
     assert code_stamp(("no_such_library_here",), package_dir=pkg) != code_stamp(package_dir=pkg)
+
+
+def test_a_forged_entry_with_its_key_kept_is_never_printed(tmp_path):
+    """The key is public (made from the code and the project): an entry edited with its key
+    kept, a shell line appended to the completion script or terminal escapes put in a
+    description, is not printed: its seal does not hold, and the answer is made afresh."""
+    root, cache = project(tmp_path), tmp_path / "cache"
+    script, rows = run_script(cache, "bash"), cli(root, cache, "recipes")
+    answers = cache / "onebit-build-answers"
+    where = answers / "completion-bash.json"
+    doc = json.loads(where.read_text())
+    doc["payload"]["script"] += "\ntouch /tmp/forged-by-the-cache\n"
+    where.write_text(json.dumps(doc))
+    (kept,) = answers.glob("recipes-*.json")
+    doc = json.loads(kept.read_text())
+    doc["payload"]["rows"][1]["description"] = "\x1b]0;owned\x07\x1b[2J"
+    kept.write_text(json.dumps(doc))
+    assert run_script(cache, "bash") == script
+    again = cli(root, cache, "recipes")
+    assert (again.returncode, again.stdout) == (rows.returncode, rows.stdout) and "owned" not in again.stdout
+    assert "forged" not in json.loads(where.read_text())["payload"]["script"]  # made afresh in its place
+
+
+@pytest.mark.parametrize("how", ["readable by others", "a link", "another file's bytes"])
+def test_an_untrusted_secret_is_replaced_and_seals_nothing(tmp_path, how):
+    """The secret counts only as a private regular file of the user: a copy others may read,
+    or a link to a file someone else placed, seals nothing; a new secret is made."""
+    cache = tmp_path / "cache"
+    script = run_script(cache, "bash")
+    secret = cache / "onebit-build-answers" / "answers.secret"
+    assert secret.stat().st_mode & 0o777 == 0o600
+    where = cache / "onebit-build-answers" / "completion-bash.json"
+    planted = tmp_path / "planted"
+    planted.write_bytes(b"k" * 32)
+    if how == "readable by others":
+        secret.chmod(0o644)
+        forged_with = secret.read_bytes()
+    elif how == "a link":
+        secret.unlink()
+        secret.symlink_to(planted)
+        forged_with = planted.read_bytes()
+    else:
+        secret.write_bytes(b"k" * 31)
+        forged_with = b"k" * 31
+    from onebit_build.core.usercache import seal
+
+    doc = json.loads(where.read_text())
+    doc["payload"]["script"] = "echo forged"
+    doc["seal"] = seal(forged_with, doc["kind"], doc["key"], doc["payload"])
+    where.write_text(json.dumps(doc))
+    assert run_script(cache, "bash") == script
+    assert not secret.is_symlink() and secret.stat().st_mode & 0o777 == 0o600 and secret.read_bytes() != forged_with

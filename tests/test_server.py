@@ -79,11 +79,14 @@ def test_server_argv_binds_loopback_one_slot():
 
 
 def test_server_env_turns_the_fit_off_unless_it_is_set():
-    assert server_env((), {}) == {"LLAMA_ARG_FIT": "off"}
-    assert server_env((("RADV_DEBUG", "x"),), {"PATH": "/bin"}) == {"RADV_DEBUG": "x", "LLAMA_ARG_FIT": "off"}
+    def spec(env=()):
+        return ServerSpec(binary=Path("s"), model=Path("m"), log=Path("l"), env=env)
+
+    assert server_env(spec(), {}) == {"LLAMA_ARG_FIT": "off"}
+    assert server_env(spec((("RADV_DEBUG", "x"),)), {"PATH": "/bin"}) == {"RADV_DEBUG": "x", "LLAMA_ARG_FIT": "off"}
     # the recipe's or the user's own setting wins (the user's reaches the server from the environment)
-    assert server_env((("LLAMA_ARG_FIT", "on"),), {}) == {"LLAMA_ARG_FIT": "on"}
-    assert server_env((), {"LLAMA_ARG_FIT": "on"}) == {}
+    assert server_env(spec((("LLAMA_ARG_FIT", "on"),)), {}) == {"LLAMA_ARG_FIT": "on"}
+    assert server_env(spec(), {"LLAMA_ARG_FIT": "on"}) == {}
 
 
 def test_parse_list_devices():

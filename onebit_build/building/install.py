@@ -10,6 +10,7 @@ can only strike while staging, and then names the prefix.
 
 from __future__ import annotations
 
+import errno
 import filecmp
 import os
 import re
@@ -166,9 +167,9 @@ def _switch(items: Sequence[Item], staging: Path, prefix: Path) -> bool:
                 if target.exists() or target.is_symlink():
                     old = staging / "old" / it.rel
                     old.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(target, old)
+                    _move(target, old)
                 done.append((target, old))
-                os.replace(staging / "new" / it.rel, target)
+                _move(staging / "new" / it.rel, target)
         except OSError:
             _put_back(done)
             raise
@@ -180,7 +181,27 @@ def _put_back(done: list[tuple[Path, Path | None]]) -> None:
         if target.is_symlink() or target.is_file():
             target.unlink()
         if old is not None:
-            os.replace(old, target)
+            _move(old, target)
+
+
+def _move(src: Path, dst: Path) -> None:
+    """Rename ``src`` to ``dst``; across a file-system boundary (the prefix's ``bin`` a link to
+    another disk: EXDEV), copy it to a temporary name beside ``dst`` and rename that, so that
+    ``dst`` is still replaced whole."""
+    try:
+        os.replace(src, dst)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    tmp = dst.with_name(f"{STAGING_PREFIX}{os.getpid()}-{dst.name}")
+    try:
+        shutil.copy2(src, tmp, follow_symlinks=False)
+        os.replace(tmp, dst)
+    finally:
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+    src.unlink()
 
 
 @contextmanager

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from onebit_build.core import ui
-from onebit_build.core.errors import CommandError, PatchError
+from onebit_build.core.errors import CommandError, PatchError, SpaceError, is_disk_full
 from onebit_build.core.fsutil import read_state, write_state, StateError
 from onebit_build.core.gitops import FIXED_IDENTITY, Git
 from onebit_build.core.names import file_part, patch_number
@@ -136,27 +136,65 @@ def prepare(req: PrepareRequest) -> PreparedTree:
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
-        g = Git(tmp, log=req.log)
-        g.run("init", "-q", ".")
-        g.run("config", "core.autocrlf", "false")
-        g.run("fetch", "-q", "--no-tags", "--depth=1", str(req.bare_repo), req.commit, what=f"checkout of {req.source}")
-        g.run("checkout", "-q", "--detach", req.commit)
-        base = g.out("rev-parse", "HEAD")
-        if base != req.commit:
-            raise PatchError(f"{req.source}: checkout gave {base}, not {req.commit}",
-                             hint="remove the workspace's git mirror and fetch again")
-        for p in req.patches:
-            _apply_one(g, p, req)
-        head = g.out("rev-parse", "HEAD")
-        write_state(_stamp_path(tmp), STAMP_KIND, STAMP_SCHEMA, {
-            "source": req.source, "commit": req.commit, "digest": digest, "head": head,
-            "patches": [{"name": p.name, "sha256": p.sha256} for p in req.patches],
-        })
+        head = _make_tree(tmp, req, digest)
         os.replace(tmp, tree)
+    except (CommandError, OSError) as exc:
+        _raise_if_disk_full(exc, tmp, req)
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return PreparedTree(source=req.source, path=tree, commit=req.commit, head=head, patches=req.patches,
                         patch_digest=digest, reused=False)
+
+
+def _make_tree(tmp: Path, req: PrepareRequest, digest: str) -> str:
+    """Check the pinned commit out into the empty folder ``tmp``, apply the patches, stamp it.
+    Returns the patched HEAD."""
+    g = Git(tmp, log=req.log)
+    g.run("init", "-q", ".")
+    g.run("config", "core.autocrlf", "false")
+    g.run("fetch", "-q", "--no-tags", "--depth=1", str(req.bare_repo), req.commit, what=f"checkout of {req.source}")
+    g.run("checkout", "-q", "--detach", req.commit)
+    base = g.out("rev-parse", "HEAD")
+    if base != req.commit:
+        raise PatchError(f"{req.source}: checkout gave {base}, not {req.commit}",
+                         hint="remove the workspace's git mirror and fetch again")
+    for p in req.patches:
+        _apply_one(g, p, req)
+    head = g.out("rev-parse", "HEAD")
+    write_state(_stamp_path(tmp), STAMP_KIND, STAMP_SCHEMA, {
+        "source": req.source, "commit": req.commit, "digest": digest, "head": head,
+        "patches": [{"name": p.name, "sha256": p.sha256} for p in req.patches],
+    })
+    return head
+
+
+def _raise_if_disk_full(exc: Exception, tmp: Path, req: PrepareRequest) -> None:
+    """A git that failed (or a write) because the disk is full fails as the other stages do:
+    exit 13, the folder and about how much it needs. Git says so only sometimes ("invalid
+    index-pack output" is all a full disk may leave), so the free space decides too: less
+    than the checkout needs, counting what this attempt has written."""
+    need = _checkout_bytes(req) * 2  # the files and, at most as large, their objects
+    said = is_disk_full(exc) if isinstance(exc, OSError) else "No space left on device" in (exc.tail or "")
+    try:
+        room = shutil.disk_usage(tmp.parent).free + _bytes_under(tmp)
+    except OSError:
+        room = need
+    if said or room < need:
+        raise SpaceError(f"no space left on device at {tmp.parent} while preparing {req.source} (needs about "
+                         f"{max(need, 1 << 20) / 1e6:.0f} MB there, {room / 1e6:.0f} MB free)",
+                         hint="free some space or use another --workspace; the partial tree was removed") from None
+
+
+def _checkout_bytes(req: PrepareRequest) -> int:
+    """The size of the pinned commit's files, from the git store (no checkout needed)."""
+    r = Git(req.bare_repo, bare=True).run("ls-tree", "-r", "-l", "--full-tree", req.commit, check=False)
+    sizes = (line.split()[3] for line in r.out.splitlines() if len(line.split()) > 4)
+    return sum(int(n) for n in sizes if n.isdigit())
+
+
+def _bytes_under(folder: Path) -> int:
+    return sum(p.lstat().st_size for p in folder.rglob("*") if not p.is_dir() or p.is_symlink())
 
 
 def _apply_one(g: Git, p: PatchFile, req: PrepareRequest) -> None:

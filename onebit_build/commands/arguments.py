@@ -119,6 +119,9 @@ def serve(p: argparse.ArgumentParser) -> None:
                    help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=checked(check_port), default=8080,
                    help="port to listen on, 1 to 65535 (default 8080; never another)")
+    p.add_argument("--api-key-file", metavar="FILE",
+                   help="clients must send the key in FILE (its first line; default: $ONEBIT_API_KEY); it reaches"
+                   " llama-server in its environment, never on its command line or in a log")
     p.add_argument("server_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
                    help="more llama-server arguments, after --")
 
@@ -149,6 +152,8 @@ def model(p: argparse.ArgumentParser) -> None:
 def gc(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", dest="gc_dry_run", action="store_true",
                    help="list what would be removed; remove nothing")
+    p.add_argument("--test-workspaces", dest="gc_tests", action="store_true",
+                   help="also remove the workspaces the project's test command keeps between runs")
 
 
 SHELLS = ("bash", "zsh", "fish")

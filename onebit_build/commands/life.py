@@ -4,6 +4,7 @@ server's path, ``gc`` removes what is stale, ``model pull`` fetches the recipe's
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -15,8 +16,8 @@ from onebit_build.core import ui
 from onebit_build.core.errors import NotAvailableError
 from onebit_build.core.fsutil import StateError, remove_entry
 from onebit_build.core.project import ProjectRoot
-from onebit_build.core.workspace import Workspace, WorkspaceLock, check_usable
-from onebit_build.job.model import load_for, load_pins_and_recipe
+from onebit_build.core.workspace import Workspace, WorkspaceLock, check_usable, kept_by_tests, sweep_killed
+from onebit_build.job.model import load_for, load_pins_and_recipe, sweep_left_behind
 from onebit_build.job.smoke import resolve_model
 from onebit_build.options import Options
 
@@ -93,9 +94,49 @@ def gc(opts: Options, project: ProjectRoot, cmd: Command) -> int:
                 remove_entry(r.path)  # a run folder that is a link: the link goes, its target stays
         for f in sorted(in_use):
             ui.info(f"  kept {f}: a running program is in it")
+        killed = _killed_runs_leftovers(ws, dry_run=opts.gc_dry_run)
+        total += killed[1]
+    total += _test_workspaces(ws.root, remove=opts.gc_tests, dry_run=opts.gc_dry_run)
     verb = "would free" if opts.gc_dry_run else "freed"
-    ui.answer(f"{verb} {_size(total)} in {len(removals)} folder(s) of {ws.root}")
+    ui.answer(f"{verb} {_size(total)} in {len(removals) + killed[0]} folder(s) and file(s) of {ws.root}")
     return 0
+
+
+def _test_workspaces(busy: Path, *, remove: bool, dry_run: bool) -> int:
+    """The test command's shared workspaces: listed with their size; with ``--test-workspaces``
+    removed (each under its own workspace lock: never while a test run uses it). Returns the
+    bytes freed (or that would be)."""
+    kept = [p for p in kept_by_tests() if p.resolve() != busy.resolve()]  # not the one gc is working on
+    sizes = [folder_size(p) if p.is_dir() and not p.is_symlink() else p.lstat().st_size for p in kept]
+    if not kept:
+        return 0
+    if not remove:
+        ui.info(f"  kept the test command's workspaces ({_size(sum(sizes))}): {', '.join(str(p) for p in kept)};"
+                " 'onebit-build gc --test-workspaces' removes them")
+        return 0
+    for p, size in zip(kept, sizes):
+        ui.info(f"  {'would remove' if dry_run else 'removing'} {p} ({_size(size)}): kept by the test command")
+        if dry_run:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            with WorkspaceLock(p / "onebit-build.lock", "onebit-build gc --test-workspaces"):
+                shutil.rmtree(p)
+        else:
+            p.unlink(missing_ok=True)
+    return sum(sizes)
+
+
+def _killed_runs_leftovers(ws: Workspace, *, dry_run: bool) -> tuple[int, int]:
+    """List, and unless ``dry_run`` remove, what killed runs left (partial downloads, joins,
+    trees). Returns how many and their bytes."""
+    found = sweep_killed(ws, dry_run=True)
+    sizes = [folder_size(p) if p.is_dir() and not p.is_symlink() else p.lstat().st_size for p in found]
+    for p, size in zip(found, sizes):
+        ui.info(f"  {'would remove' if dry_run else 'removing'} {p} ({_size(size)}): left behind by a run that was "
+                "killed")
+    if not dry_run:
+        sweep_killed(ws)
+    return len(found), sum(sizes)
 
 
 def model_pull(opts: Options, project: ProjectRoot, cmd: Command) -> int:
@@ -105,6 +146,7 @@ def model_pull(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     check_usable(ws.root)
     t0 = time.monotonic()
     with WorkspaceLock(ws.lock_file, "onebit-build model pull"):
+        sweep_left_behind(ws)
         log = ws.runs / f"model-pull-{time.strftime('%Y%m%d-%H%M%S')}.log"
         mf = resolve_model(recipe, opts, models_dir=ws.models, log=log, lock=project.models_lock)
     ui.info(f"model {mf.path.name}: sha256 {mf.sha256} ({'fetched' if mf.fetched else 'already here'},"

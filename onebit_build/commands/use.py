@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 
 from onebit_build.commands import Command
 from onebit_build.core import ui
@@ -19,6 +21,7 @@ from onebit_build.options import Options
 from onebit_build.running.model import has_chat_template
 from onebit_build.running.ports import bind_error, bind_problem
 from onebit_build.running.server import ServerSpec, serve_foreground
+from onebit_build.running.server_args import SERVE_KEY_VARIABLE
 
 
 def install(opts: Options, project: ProjectRoot, cmd: Command) -> int:
@@ -41,11 +44,12 @@ def serve(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     problem = bind_problem(opts.serve.host, opts.serve.port)
     if problem is not None:  # before anything is built: the user's port is never swapped for another
         raise bind_error(opts.serve.host, opts.serve.port, problem)
-    spec = serve_spec(opts, project)
+    key = api_key(opts.serve.api_key_file, os.environ)  # before anything is built, as the port
+    spec = serve_spec(opts, project, key)
     return serve_foreground(spec, has_chat_template=has_chat_template(spec.model) is not False)
 
 
-def serve_spec(opts: Options, project: ProjectRoot) -> ServerSpec:
+def serve_spec(opts: Options, project: ProjectRoot, key: str | None = None) -> ServerSpec:
     """What ``serve`` runs: the built server and the model, made ready under the workspace lock."""
     with open_job(opts, project, Needs(git=True)) as job:
         built = run(job, Stage.BUILD).built
@@ -57,4 +61,23 @@ def serve_spec(opts: Options, project: ProjectRoot) -> ServerSpec:
         return ServerSpec(binary=server_of(built.builds, job.recipe), model=model.path, log=log, host=opts.serve.host,
                           port=opts.serve.port, fixed_port=True, extra_args=opts.serve.extra,
                           alias=served_name(job.recipe.model, sha256=model.sha256, file=model.path),
-                          env=with_runtime_env(job.recipe, opts.toolchain_root).smoke.env, health_timeout_s=300.0)
+                          env=with_runtime_env(job.recipe, opts.toolchain_root).smoke.env, health_timeout_s=300.0,
+                          api_key=key)
+
+
+def api_key(key_file: Path | None, environ) -> str | None:
+    """The key ``serve`` hands to llama-server: the first line of ``--api-key-file`` (blank
+    lines and ``#`` comments skipped), else ``$ONEBIT_API_KEY``; None without either. No
+    message ever holds the key itself."""
+    if key_file is None:
+        return environ.get(SERVE_KEY_VARIABLE) or None
+    try:
+        lines = key_file.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not readable text"
+        raise ConfigError(f"--api-key-file {key_file}: {why}",
+                          hint="give a file whose first line is the key (e.g. from: openssl rand -hex 32)") from None
+    keys = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+    if not keys:
+        raise ConfigError(f"--api-key-file {key_file}: holds no key", hint="write the key on its first line")
+    return keys[0]

@@ -122,6 +122,12 @@ class Recipe:
     verification: VerificationSpec = VerificationSpec()
     requires: RequiresSpec | None = None  # what a machine needs before configure (doctor checks it)
 
+    def sources_used(self, pinned: Iterable[str]) -> set[str]:
+        """The pinned sources this recipe builds from or refers to (``${pin.NAME.FIELD}``)."""
+        values = [v for c in self.components for _, v in (*c.defines, *c.env)]
+        used = {c.source for c in self.components}
+        return used | {n for n in pinned if any(f"${{pin.{n}." in v for v in values)}
+
     def component(self, name: str) -> Component:
         for c in self.components:
             if c.name == name:

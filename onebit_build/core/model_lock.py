@@ -34,6 +34,9 @@ Decision = Literal["locked", "record"]
 
 def read_model_lock(path: Path) -> dict[str, LockedModel]:
     """Read models.lock; a missing file is empty. Every entry is checked."""
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder, not the models lock file",
+                          hint="remove that folder (the file is written again on the next run that checks a model)")
     if not path.exists():
         return {}
     root = Node(path, "", load_yaml(path, "model lock"))

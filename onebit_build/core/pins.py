@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from typing import Iterable
 from pathlib import Path
 
 from onebit_build.core.errors import ConfigError
@@ -203,17 +204,23 @@ def apply_lock(pins: Pins, lock: dict[str, dict[str, str]], *, locked: bool) -> 
     With ``locked`` every pin must end up full; otherwise unresolved pins stay abbreviated
     (fetch resolves them)."""
     out: dict[str, Pin] = {}
-    missing = []
     for name, pin in pins.sources.items():
         entry = lock.get(name)
         if not pin.resolved and entry and entry["prefix"] == pin.commit:
             pin = replace(pin, commit=entry["commit"])
-        if not pin.resolved:
-            missing.append(name)
         out[name] = pin
-    if locked and missing:
+    done = replace(pins, sources=out)
+    if locked:
+        check_locked(done, done.sources)
+    return done
+
+
+def check_locked(pins: Pins, names: Iterable[str]) -> None:
+    """``--locked``: each pin of ``names`` (those a recipe uses) must be a full SHA, in
+    pins.yaml or through pins.lock; a pin no recipe of the run uses is never asked for."""
+    missing = sorted(n for n in names if not pins.sources[n].resolved)
+    if missing:
         raise ConfigError(
             f"{pins.lock_path}: unresolved pins with --locked: {', '.join(missing)}",
             hint="run 'onebit-build pins lock' (needs the sources or a mirror) and commit pins.lock",
         )
-    return replace(pins, sources=out)

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Mapping, Sequence
 
-from onebit_build.core import ui
+from onebit_build.core import reaper, ui
 from onebit_build.core.errors import CommandError, ToolMissingError
 from onebit_build.core.fsutil import tail_lines
+from onebit_build.core.reaper import die_with_parent  # noqa: F401 - importable from here
 
 # How to get a missing program, shown in the error.
 INSTALL_HINTS = {
@@ -41,6 +42,26 @@ def which(program: str) -> str:
         hint = INSTALL_HINTS.get(Path(program).name, f"install {Path(program).name}")
         raise ToolMissingError(f"{program} not found", hint=hint)
     return found
+
+
+# Options whose value is a secret: a command line shown, echoed or logged carries "***" instead.
+SECRET_OPTIONS = ("--api-key",)
+
+
+def shown_command(args: Sequence[str]) -> str:
+    """``args`` as a shell line, each secret option's value replaced by ``***``. Pure."""
+    out: list[str] = []
+    hide = False
+    for a in args:
+        name = a.split("=", 1)[0]
+        if hide:
+            out.append("***")
+        elif name in SECRET_OPTIONS and "=" in a:
+            out.append(f"{name}=***")
+        else:
+            out.append(a)
+        hide = not hide and a in SECRET_OPTIONS
+    return shlex.join(out)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +111,14 @@ def stop_group(
     group the step's grace to exit before the next one, so that a build tool can stop its
     own children. ``on_timeout(signal, grace)`` is told of each step the group outlived.
     Returns how many signals were sent (0: the group had already gone)."""
+    sent = _stop_steps(proc, steps, on_timeout)
+    if not _group_alive(proc.pid):
+        reaper.release(proc.pid)  # else the watcher still kills it when the tool ends
+    return sent
+
+
+def _stop_steps(proc: subprocess.Popen[bytes], steps: Sequence[tuple[signal.Signals, float]],
+                on_timeout: Callable[[signal.Signals, float], None] | None) -> int:
     pgid = proc.pid
     sent = 0
     for sig, grace in steps:
@@ -109,6 +138,26 @@ def stop_group(
     except subprocess.TimeoutExpired:
         pass
     return sent
+
+
+def _popen(args: list[str], **kw) -> subprocess.Popen[bytes]:
+    """Start ``args`` as every program of the tool starts: in a process group of its own that
+    the tool's watcher kills if the tool dies first, and with a parent-death signal."""
+    hook = kw.pop("preexec_fn", None)
+
+    def setup() -> None:
+        die_with_parent()
+        if hook is not None:
+            hook()
+
+    child = subprocess.Popen(args, start_new_session=True, preexec_fn=setup, **kw)
+    reaper.own(child.pid)
+    return child
+
+
+def _done(child: subprocess.Popen[bytes]) -> None:
+    """The program has ended and its group was waited for or stopped: off the watcher's list."""
+    reaper.release(child.pid)
 
 
 def _environ(env: Mapping[str, str] | None) -> dict[str, str]:
@@ -151,11 +200,21 @@ def capture(
     echoed and not logged, unlike :func:`run`."""
     args = [os.fspath(a) for a in argv]
     try:
-        done = subprocess.run(args, cwd=cwd, env=_environ(env), stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, errors="replace", timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        child = _popen(args, cwd=cwd, env=_environ(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
+    except OSError as exc:
         return Captured(argv=args, returncode=None, stdout="", stderr=str(exc))
-    return Captured(argv=args, returncode=done.returncode, stdout=done.stdout, stderr=done.stderr)
+    try:
+        raw_out, raw_err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        stop_group(child, ((signal.SIGKILL, 5.0),))
+        return Captured(argv=args, returncode=None, stdout="", stderr=str(exc))
+    except BaseException:
+        stop_group(child)
+        raise
+    _done(child)
+    out, err = (raw.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n") for raw in (raw_out, raw_err))
+    return Captured(argv=args, returncode=child.returncode, stdout=out, stderr=err)  # newlines as text mode gives
 
 
 def probe(
@@ -186,7 +245,7 @@ def _open_log(log: Path, args: list[str], cwd: Path | None) -> BinaryIO:
     """``log`` opened for appending, after a ``$ command`` line (and the folder it ran in)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     logf = open(log, "ab")
-    logf.write(f"$ {shlex.join(args)}\n".encode())
+    logf.write(f"$ {shown_command(args)}\n".encode())
     if cwd:
         logf.write(f"# in {cwd}\n".encode())
     logf.flush()
@@ -247,7 +306,7 @@ def run(
     ``on_line``; with ``capture`` it is also returned. Raises CommandError on failure."""
     args = [os.fspath(a) for a in argv]
     args[0] = which(args[0])
-    ui.detail(f"$ {shlex.join([Path(args[0]).name, *args[1:]])}")
+    ui.detail(f"$ {shown_command([Path(args[0]).name, *args[1:]])}")
     logf = _open_log(log, args, cwd) if log is not None else None
     captured: list[str] | None = [] if capture else None
     recent: list[str] = []
@@ -274,20 +333,15 @@ def _run_pumped(args: list[str], *, cwd: Path | None, env: Mapping[str, str] | N
                 recent: list[str]) -> int:
     """Start ``args`` in its own process group, pass its output on, wait; stop the group when
     anything (Ctrl-C included) interrupts. Returns the exit code."""
-    proc = subprocess.Popen(
-        args,
-        cwd=cwd,
-        env=_environ(env),
-        stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    proc = _popen(args, cwd=cwd, env=_environ(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                  stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL)
     if input_text is not None:
         _feed(proc, input_text)
     try:
         _pump(proc, logf, on_line, captured, recent)
-        return proc.wait()
+        rc = proc.wait()
+        _done(proc)
+        return rc
     except BaseException:
         stop_group(proc)
         raise
@@ -297,7 +351,7 @@ def _log_split(log: Path, args: list[str], cwd: Path | None, out: str, err: str,
     """Append one finished run to ``log``: the command, the folder, stdout, stderr, the exit code."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", encoding="utf-8") as f:
-        f.write(f"$ {shlex.join(args)}\n" + (f"# in {cwd}\n" if cwd else ""))
+        f.write(f"$ {shown_command(args)}\n" + (f"# in {cwd}\n" if cwd else ""))
         for text in (out, err):
             if text:
                 f.write(text if text.endswith("\n") else text + "\n")
@@ -320,12 +374,13 @@ def run_split(
     and stderr come back apart. For git, whose answers are parsed from stdout."""
     args = [os.fspath(a) for a in argv]
     args[0] = which(args[0])
-    shown = shlex.join([Path(args[0]).name, *args[1:]])
+    shown = shown_command([Path(args[0]).name, *args[1:]])
     ui.detail(f"$ {shown}" + (f"   (in {cwd})" if cwd else ""))
-    proc = subprocess.Popen(args, cwd=cwd, env=_environ(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = _popen(args, cwd=cwd, env=_environ(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                  stderr=subprocess.PIPE)
     try:
         raw_out, raw_err = proc.communicate()
+        _done(proc)
     except BaseException:
         stop_group(proc)
         raise
@@ -361,13 +416,13 @@ def spawn(
     program starts."""
     args = [os.fspath(a) for a in argv]
     args[0] = which(args[0])
-    ui.detail(f"$ {shlex.join(args)}")
+    ui.detail(f"$ {shown_command(args)}")
     full_env = dict(os.environ)
     full_env.update(env or {})
     shown = " ".join(f"{k}={shlex.quote(full_env[k])}" for k in shown_env if k in full_env)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as logf:
-        logf.write(f"$ {shlex.join(args)}\n".encode() + (f"# environment: {shown}\n".encode() if shown else b""))
+        logf.write(f"$ {shown_command(args)}\n".encode() + (f"# environment: {shown}\n".encode() if shown else b""))
         logf.flush()
-        return subprocess.Popen(args, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=logf,
-                                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec_fn)
+        return _popen(args, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                      preexec_fn=preexec_fn)

@@ -6,11 +6,19 @@ A key is a sha256 over text parts; :func:`code_stamp` is the part for the code i
 package and the libraries named), judged as Python judges its compiled modules: a source file
 by its size and modification time. Reading and writing never fail a command: an unreadable,
 corrupt or unwritable cache means the answer is made afresh.
+
+A matching key proves nothing about the payload: the key is made from public inputs, and
+anyone who can write the file can keep it while changing what follows. So each entry is
+sealed with an HMAC under a random secret of this user (``answers.secret``: a regular file
+the user owns that no one else may read); an entry whose seal does not hold is made afresh.
+Writing an answer that is printed then takes the secret, which another user cannot read and
+cannot plant (the file must be the user's own).
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import importlib.util
 import json
 import os
@@ -22,7 +30,9 @@ from onebit_build import __version__
 from onebit_build.core.project import PACKAGE_DIR
 from onebit_build.core.safepath import read_regular
 
-SCHEMA = 1
+SCHEMA = 2  # 2: entries carry a seal
+SECRET_FILE = "answers.secret"
+SECRET_BYTES = 32
 
 
 def cache_home(env: Mapping[str, str]) -> Path:
@@ -89,7 +99,8 @@ def _stat_text(path: str) -> str:
 
 
 def read(path: Path, kind: str, key: str) -> dict[str, Any] | None:
-    """The payload stored at ``path`` for ``key``, or None (none, another key, unreadable)."""
+    """The payload stored at ``path`` for ``key``, or None (none, another key, unreadable, or
+    a seal that does not hold)."""
     try:
         doc = json.loads(read_regular(path))  # a FIFO or a device there: refused at once, never waited on
     except (OSError, ValueError):
@@ -97,15 +108,64 @@ def read(path: Path, kind: str, key: str) -> dict[str, Any] | None:
     if not isinstance(doc, dict) or (doc.get("kind"), doc.get("schema"), doc.get("key")) != (kind, SCHEMA, key):
         return None
     payload = doc.get("payload")
-    return payload if isinstance(payload, dict) else None
+    secret = _secret(path.parent, make=False)
+    if not isinstance(payload, dict) or secret is None or not isinstance(doc.get("seal"), str):
+        return None
+    return payload if hmac.compare_digest(doc["seal"], seal(secret, kind, key, payload)) else None
 
 
 def write(path: Path, kind: str, key: str, payload: dict[str, Any]) -> bool:
-    """Store ``payload`` for ``key`` at ``path`` (atomically); False when it cannot be written."""
+    """Store ``payload`` for ``key`` at ``path`` (atomically), sealed; False when it cannot be
+    written (or the secret cannot be kept)."""
     from onebit_build.core.fsutil import write_state  # only when something was made afresh
 
     try:
-        write_state(path, kind, SCHEMA, {"key": key, "payload": payload})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        secret = _secret(path.parent, make=True)
+        if secret is None:
+            return False
+        write_state(path, kind, SCHEMA, {"key": key, "payload": payload, "seal": seal(secret, kind, key, payload)})
     except OSError:
         return False
     return True
+
+
+def seal(secret: bytes, kind: str, key: str, payload: dict[str, Any]) -> str:
+    """The HMAC of an entry: its kind, its key and its payload as canonical JSON. Pure."""
+    text = json.dumps(payload, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+    return hmac.new(secret, key_of(kind, key, text).encode(), hashlib.sha256).hexdigest()
+
+
+def _secret(folder: Path, *, make: bool) -> bytes | None:
+    """This user's secret in ``folder``: only from a regular file the user owns, that no one
+    else may read or write, never through a link. ``make``: a new one replaces a missing or
+    untrusted file. None when there is none to trust."""
+    path = folder / SECRET_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        fd = None
+    if fd is not None:
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            trusted = (st.st_mode & 0o170000 == 0o100000 and st.st_uid == os.getuid() and not st.st_mode & 0o077
+                       and st.st_size == SECRET_BYTES)
+            data = f.read(SECRET_BYTES) if trusted else b""
+        if len(data) == SECRET_BYTES:
+            return data
+    return _new_secret(path) if make else None
+
+
+def _new_secret(path: Path) -> bytes | None:
+    """A new random secret written to ``path`` (mode 0600, swapped in whole)."""
+    data = os.urandom(SECRET_BYTES)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return None
+    return data

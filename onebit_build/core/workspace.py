@@ -27,6 +27,27 @@ def default_workspace() -> Path:
     return cache_home(os.environ) / "onebit-build"
 
 
+SHARED_TEST_WORKSPACE = "onebit-build-test"
+
+
+def shared_test_workspace() -> Path:
+    """The workspace the project's test command keeps between runs on purpose (the real build
+    and model its slow tests share): ``$ONEBIT_TEST_WORKSPACE``, else beside the default one."""
+    env = os.environ.get("ONEBIT_TEST_WORKSPACE")
+    return Path(env) if env else cache_home(os.environ) / SHARED_TEST_WORKSPACE
+
+
+def kept_by_tests() -> list[Path]:
+    """What the test command keeps between runs: its shared workspaces (``NAME``, ``NAME-*``)
+    and the lock files beside them (``NAME.*``). ``gc`` lists them and removes them when asked."""
+    ws = shared_test_workspace()
+    try:
+        entries = list(ws.parent.iterdir())
+    except OSError:
+        return []
+    return sorted(p for p in entries if p.name == ws.name or p.name.startswith((f"{ws.name}-", f"{ws.name}.")))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Workspace:
     root: Path
@@ -203,6 +224,12 @@ def check_usable(root: Path) -> None:
             f"workspace {root} is not writable ({exc.strerror or exc})",
             hint="choose a writable --workspace (or $ONEBIT_WORKSPACE), or fix the folder's permissions",
         ) from None
+    ws = Workspace(root=root)
+    for sub in (ws.git_dir, ws.downloads, ws.src_dir, ws.build_dir, ws.models, ws.runs):
+        if os.path.lexists(sub) and not sub.is_dir():  # a file, a link to nowhere, a link that loops
+            what = "a link that leads to no folder" if sub.is_symlink() else "a file"
+            raise WorkspaceError(f"workspace folder {sub} is {what}, not a folder",
+                                 hint=f"remove it (the tool makes {sub.name}/ again), or choose another --workspace")
 
 
 def check_target_folder(path: Path, flag: str) -> None:
@@ -238,7 +265,14 @@ def pid_alive(pid: int) -> bool:
 _TMP_PID = re.compile(r"^\.(?:.*[.-])?(?:tmp|export|joining|download)-(\d+)(?:[.-].*)?$")
 
 
-def sweep_stale(folder: Path) -> list[Path]:
+def sweep_killed(ws: Workspace, *, dry_run: bool = False) -> list[Path]:
+    """Remove (``dry_run``: only list) what killed runs left in the folders the workspace's
+    commands write into: sources, models, downloads. Every command that takes the workspace
+    calls this, and ``gc`` shows it. Returns those paths."""
+    return [p for folder in (ws.src_dir, ws.models, ws.downloads) for p in sweep_stale(folder, dry_run=dry_run)]
+
+
+def sweep_stale(folder: Path, *, dry_run: bool = False) -> list[Path]:
     """Remove temporary folders and files left in ``folder`` by runs that were killed
     (their names carry the owner's pid, and that process is gone). Returns what went."""
     gone: list[Path] = []
@@ -250,7 +284,9 @@ def sweep_stale(folder: Path) -> list[Path]:
         m = _TMP_PID.match(p.name)
         if not m or pid_alive(int(m.group(1))):
             continue
-        if p.is_dir() and not p.is_symlink():
+        if dry_run:
+            pass
+        elif p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
         else:
             p.unlink(missing_ok=True)

@@ -19,10 +19,10 @@ from onebit_build.core.config import Recipe, find_recipe, load_recipe
 from onebit_build.core.safepath import resolved
 from onebit_build.core.references import define_problem
 from onebit_build.core.errors import ConfigError
-from onebit_build.core.pins import Pins, apply_lock, load_pins, read_lock
+from onebit_build.core.pins import Pins, apply_lock, check_locked, load_pins, read_lock
 from onebit_build.core.proc import which
 from onebit_build.core.project import ProjectRoot
-from onebit_build.core.workspace import Workspace, WorkspaceLock, check_usable, sweep_stale
+from onebit_build.core.workspace import Workspace, WorkspaceLock, check_usable, sweep_killed
 from onebit_build.options import Define, Options, recipe_is_file
 
 
@@ -65,14 +65,17 @@ def load_pins_and_recipe(project: ProjectRoot, recipe: str, *, defines: tuple[De
                          locked: bool = False) -> tuple[Pins, Recipe]:
     """pins.yaml with pins.lock applied (``locked``: every pin must be resolved there), and the
     recipe ``recipe`` names with the ``-D`` overrides."""
-    pins = load_locked_pins(project, locked=locked)
-    return pins, with_defines(load_recipe(recipe_file(project, recipe), pins), defines, pins)
+    pins = load_locked_pins(project)
+    loaded = with_defines(load_recipe(recipe_file(project, recipe), pins), defines, pins)
+    if locked:
+        check_locked(pins, loaded.sources_used(pins.sources))
+    return pins, loaded
 
 
-def load_locked_pins(project: ProjectRoot, *, locked: bool = False) -> Pins:
-    """pins.yaml with pins.lock applied (``locked``: every pin must be resolved there)."""
+def load_locked_pins(project: ProjectRoot) -> Pins:
+    """pins.yaml with pins.lock applied."""
     pins = load_pins(project.pins)
-    return apply_lock(pins, read_lock(pins.lock_path), locked=locked)
+    return apply_lock(pins, read_lock(pins.lock_path), locked=False)
 
 
 def with_defines(recipe: Recipe, defines: tuple[Define, ...], pins: Pins | None = None) -> Recipe:
@@ -131,9 +134,7 @@ def open_job(opts: Options, project: ProjectRoot, needs: Needs, *, loaded: tuple
     ws = Workspace(root=opts.workspace)
     check_usable(ws.root)
     with WorkspaceLock(ws.lock_file, f"onebit-build {opts.label}"):
-        for folder in (ws.src_dir, ws.models, ws.downloads):
-            for gone in sweep_stale(folder):
-                ui.info(f"  removed {gone.name}, left behind by a run that was killed")
+        sweep_left_behind(ws)
         run_dir = given_run_dir(opts.run_dir) if opts.run_dir else ws.new_run_dir(Path(opts.recipe).stem, opts.label)
         ui.detail(f"workspace {ws.root}; logs in {run_dir}; project data {project.describe()}")
         try:
@@ -143,6 +144,12 @@ def open_job(opts: Options, project: ProjectRoot, needs: Needs, *, loaded: tuple
                 run_dir.rmdir()  # a run that stopped before writing anything leaves no folder
             except OSError:
                 pass
+
+
+def sweep_left_behind(ws: Workspace) -> None:
+    """What killed runs left in the workspace goes (the caller holds its lock), named."""
+    for gone in sweep_killed(ws):
+        ui.info(f"  removed {gone.name}, left behind by a run that was killed")
 
 
 COMPILER_DEFINES = ("CMAKE_C_COMPILER", "CMAKE_CXX_COMPILER")

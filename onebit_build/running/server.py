@@ -10,11 +10,9 @@ the process that started it.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import os
 import re
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -30,7 +28,7 @@ from onebit_build.running.ports import HOST, bind_error, bind_problem, client_ho
 # The spec, its command line and its environment (pure) live in server_args; their names stay
 # importable from here.
 from onebit_build.running.server_args import (  # noqa: F401
-    FIT_VARIABLE, LOAD_LOG_VERBOSITY, ServerSpec, device_args, gives_alias, server_argv, server_env)
+    FIT_VARIABLE, LOAD_LOG_VERBOSITY, ServerSpec, device_args, gives_alias, open_without_key, server_argv, server_env)
 
 if TYPE_CHECKING:  # requests is imported where a server is started: not at every start of the tool
     import requests
@@ -88,7 +86,7 @@ _ERROR_WORDS = ("error", "failed", "invalid", "cannot", "couldn't", "unable", "n
 def first_error_line(log_text: str) -> str:
     """The most telling line of a log tail: the first one that reads like an error (the
     cause; later ones tend to be its consequences), without llama.cpp's time prefix."""
-    ours = ("$ ", "# environment: ")  # the lines proc.spawn writes before the server's own
+    ours = ("$ ", "# environment: ", "# warning: ")  # the lines written before the server's own
     lines = [_LOG_PREFIX.sub("", ln.strip()) for ln in log_text.splitlines() if ln.strip() and not ln.startswith(ours)]
     for line in lines:
         if any(w in line.lower() for w in _ERROR_WORDS):
@@ -109,23 +107,6 @@ def choose_port(preferred: int | None, host: str = HOST) -> int:
 
 
 # --------------------------------------------------------------------------- the process
-
-
-_LIBC = None
-if sys.platform.startswith("linux"):
-    try:
-        _LIBC = ctypes.CDLL(None, use_errno=True)
-    except OSError:  # pragma: no cover - a libc is always there on Linux
-        _LIBC = None
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _child_setup() -> None:
-    # Runs in the child between fork and exec: die with the parent, so that even a
-    # killed onebit-build leaves no server behind.
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 _LIVE: set["Server"] = set()
@@ -268,8 +249,12 @@ def _spawn(spec: ServerSpec, port: int, *, first: bool) -> Server:
     argv = server_argv(spec, port)
     if first:
         spec.log.unlink(missing_ok=True)
-    popen = proc.spawn(argv, log=spec.log, env=server_env(spec.env, os.environ), shown_env=(FIT_VARIABLE,),
-                       preexec_fn=_child_setup if _LIBC is not None else None)
+    open_warning = open_without_key(spec, os.environ)
+    if open_warning is not None:  # the run's record says so: its server.log has it above each start
+        spec.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(spec.log, "a", encoding="utf-8") as f:
+            f.write(f"# warning: {open_warning}\n")
+    popen = proc.spawn(argv, log=spec.log, env=server_env(spec, os.environ), shown_env=(FIT_VARIABLE,))
     server = Server(spec, port, popen, argv)
     _LIVE.add(server)
     return server
@@ -429,6 +414,9 @@ def serve_foreground(spec: ServerSpec, *, has_chat_template: bool) -> int:
             raise bind_error(spec.host, spec.port, problem)
     server = start(spec)
     try:
+        open_warning = open_without_key(spec, os.environ)
+        if open_warning is not None:
+            ui.warn(open_warning)
         base = f"http://{client_host(spec.host)}:{server.port}/v1"
         named = f" as {spec.alias}" if spec.alias and not gives_alias(spec.extra_args) else ""
         ui.info(f"serving {spec.model.name}{named} on {spec.host}:{server.port} (pid {server.pid}, log {spec.log})")

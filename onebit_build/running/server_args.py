@@ -3,7 +3,8 @@ what :mod:`server` starts."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ipaddress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
@@ -32,6 +33,7 @@ class ServerSpec:
     alias: str | None = None  # the name /v1/models lists (--alias; one in extra_args wins); None: the path
     extra_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    api_key: str | None = field(default=None, repr=False)  # handed over in the environment, never on the command line
     health_timeout_s: float = 60.0
     stop_timeout_s: float = 5.0  # grace after the first SIGTERM
 
@@ -54,13 +56,70 @@ def device_args(device: str) -> list[str]:
 FIT_VARIABLE = "LLAMA_ARG_FIT"
 
 
-def server_env(spec_env: tuple[tuple[str, str], ...], environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables a server gets on top of ``environ``: the spec's, and the fit off unless
-    the environment or the spec sets it. Pure."""
-    env = dict(spec_env)
+def server_env(spec: ServerSpec, environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables a server gets on top of ``environ``: the spec's, the fit off unless the
+    environment or the spec sets it, and the API keys (``spec.api_key`` and any ``--api-key``
+    among the extra arguments) in llama-server's own variable. Pure."""
+    env = dict(spec.env)
     if FIT_VARIABLE not in environ:
         env.setdefault(FIT_VARIABLE, "off")
+    keys = [spec.api_key] if spec.api_key else []
+    keys += split_secrets(spec.extra_args)[1]
+    if keys:
+        env[API_KEY_VARIABLE] = ",".join(keys)
     return env
+
+
+# llama-server takes its keys from --api-key or from this variable (common/arg.cpp at the pin):
+# a key on the command line is in every process listing and in the log's first line, so every
+# key goes into the environment, which only the server's own user can read.
+API_KEY_VARIABLE = "LLAMA_API_KEY"
+API_KEY_OPTION = "--api-key"
+KEY_FILE_VARIABLE = "LLAMA_ARG_API_KEY_FILE"
+SERVE_KEY_VARIABLE = "ONEBIT_API_KEY"  # where 'serve' takes a key from without --api-key-file
+
+
+def split_secrets(args: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
+    """``args`` without their ``--api-key KEY`` / ``--api-key=KEY``, and those keys. Pure."""
+    kept: list[str] = []
+    keys: list[str] = []
+    it = iter(args)
+    for a in it:
+        if a == API_KEY_OPTION:
+            keys.append(next(it, ""))
+        elif a.startswith(API_KEY_OPTION + "="):
+            keys.append(a.split("=", 1)[1])
+        else:
+            kept.append(a)
+    return tuple(kept), [k for k in keys if k]
+
+
+def has_api_key(spec: ServerSpec, environ: Mapping[str, str]) -> bool:
+    """Whether the server will ask its clients for a key (from the spec, its arguments or the
+    environment it inherits). Pure."""
+    if spec.api_key or split_secrets(spec.extra_args)[1] or environ.get(API_KEY_VARIABLE):
+        return True
+    return environ.get(KEY_FILE_VARIABLE) is not None or any(
+        a == "--api-key-file" or a.startswith("--api-key-file=") for a in spec.extra_args)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only. Pure."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def open_without_key(spec: ServerSpec, environ: Mapping[str, str]) -> str | None:
+    """The warning for a server that listens beyond loopback with no API key; None when it
+    does not. Pure."""
+    if is_loopback(spec.host) or has_api_key(spec, environ):
+        return None
+    return (f"llama-server listens on {spec.host or 'every address'} without an API key: anyone who can reach this "
+            f"machine can use it; give a key with --api-key-file FILE or ${SERVE_KEY_VARIABLE}, or listen on 127.0.0.1")
 
 
 def server_argv(spec: ServerSpec, port: int) -> list[str]:
@@ -80,7 +139,7 @@ def server_argv(spec: ServerSpec, port: int) -> list[str]:
     argv += ["--alias", spec.alias] if spec.alias and not gives_alias(spec.extra_args) else []
     if spec.threads is not None:
         argv += ["-t", str(spec.threads)]
-    argv += list(spec.extra_args)
+    argv += list(split_secrets(spec.extra_args)[0])
     return argv
 
 
