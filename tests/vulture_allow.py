@@ -18,3 +18,5 @@ _.mtime  # tarfile.TarInfo's field, set for a reproducible bundle
 _.strict, _.object_hook, _.object_pairs_hook, _.parse_float, _.parse_int, _.parse_constant
 server._stop_all  # atexit stops every server left running
 bench.__getattr__  # PEP 562: the bench package loads its names when first used
+# reprlib.Repr's limits, read by its repr() (core/yamlnode.shown)
+_.maxstring, _.maxother, _.maxlist, _.maxdict, _.maxtuple, _.maxset, _.maxlevel
