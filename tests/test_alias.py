@@ -12,7 +12,7 @@ from onebit_build.core.config import load_recipe
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.model_spec import ModelSpec, served_name
 from onebit_build.core.pins import load_pins
-from onebit_build.running.server import ServerSpec, server_argv
+from onebit_build.running.server_args import ServerSpec, server_argv
 
 REPO = Path(__file__).resolve().parent.parent
 SHA = "a" * 64

@@ -22,6 +22,7 @@ import pytest
 from _redis import RedisServer, free_port
 from onebit_build.building.cache import session as cr
 from onebit_build.building.cache import compiler as cc
+from onebit_build.building.cache.request import CacheRequest, parse_url, request_from
 from onebit_build.building.cmake import find_tools
 from onebit_build.building.cache.redis_guard import RedisGuard, empty_cache_answer, split_commands
 from onebit_build.core.errors import ConfigError, ToolMissingError
@@ -64,27 +65,27 @@ needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None,
 
 
 def test_request_from_flag_then_environment_then_auto():
-    assert cc.request_from(None, None, {}) == cc.CacheRequest(mode="auto")
-    assert cc.request_from(None, None, {"ONEBIT_COMPILER_CACHE": "NONE"}).mode == "none"
-    assert cc.request_from("ccache", None, {"ONEBIT_COMPILER_CACHE": "none"}).mode == "ccache"
-    assert cc.request_from(None, None, {"ONEBIT_COMPILER_CACHE_URL": "redis://h:1"}).url == "redis://h:1"
+    assert request_from(None, None, {}) == CacheRequest(mode="auto")
+    assert request_from(None, None, {"ONEBIT_COMPILER_CACHE": "NONE"}).mode == "none"
+    assert request_from("ccache", None, {"ONEBIT_COMPILER_CACHE": "none"}).mode == "ccache"
+    assert request_from(None, None, {"ONEBIT_COMPILER_CACHE_URL": "redis://h:1"}).url == "redis://h:1"
     with pytest.raises(ConfigError, match="auto, sccache, ccache, none"):
-        cc.request_from("distcc", None, {})
+        request_from("distcc", None, {})
     with pytest.raises(ConfigError, match="drop one of them"):
-        cc.request_from("none", "redis://h:1", {})
+        request_from("none", "redis://h:1", {})
     with pytest.raises(ConfigError, match="SCCACHE_"):
-        cc.request_from(None, "s3://bucket", {})
+        request_from(None, "s3://bucket", {})
 
 
 def test_url_parsing_keeps_the_password_out_of_what_is_shown():
-    url = cc.parse_url("redis://builder:s3cret@cache.example:7000/3")
+    url = parse_url("redis://builder:s3cret@cache.example:7000/3")
     assert (url.host, url.port, url.db, url.username, url.password) == ("cache.example", 7000, 3, "builder", "s3cret")
     assert url.public == "redis://builder@cache.example:7000/3"
     assert url.endpoint() == "redis://cache.example:7000"
     assert url.endpoint("127.0.0.1", 1234) == "redis://127.0.0.1:1234"
-    assert cc.parse_url("redis://h?db=2").db == 2 and cc.parse_url("redis://h").port == 6379
+    assert parse_url("redis://h?db=2").db == 2 and parse_url("redis://h").port == 6379
     with pytest.raises(ConfigError) as err:
-        cc.parse_url("redis://u:topsecret@h:notaport")
+        parse_url("redis://u:topsecret@h:notaport")
     assert "topsecret" not in str(err.value)
 
 
@@ -104,7 +105,7 @@ def test_auto_prefers_sccache_then_ccache_then_nothing():
 
 @needs_sccache
 def test_auto_uses_the_sccache_installed_with_the_tool():
-    launcher = cc.resolve(cc.CacheRequest(), env={"PATH": "/nonexistent"})
+    launcher = cc.resolve(CacheRequest(), env={"PATH": "/nonexistent"})
     assert launcher.kind == "sccache" and launcher.program == SCCACHE
     assert launcher.version and launcher.version.startswith("0.")
 
@@ -113,7 +114,7 @@ def test_backend_from_the_users_own_variables():
     programs = {"sccache": "/b/sccache", "ccache": "/b/ccache"}
 
     def plan(env, url=None, mode="sccache"):
-        return cc.plan_launcher(cc.CacheRequest(mode=mode, url=url), programs=programs, env=env)
+        return cc.plan_launcher(CacheRequest(mode=mode, url=url), programs=programs, env=env)
 
     assert plan({}).backend == "local"
     assert plan({"SCCACHE_BUCKET": "b", "SCCACHE_REGION": "r"}).backend == "s3"
@@ -128,7 +129,7 @@ def test_backend_from_the_users_own_variables():
     assert plan({"HOME": "/home/u"}).cache_dir == "/home/u/.cache/sccache"  # per user by default
     assert plan({"SCCACHE_DIR": "/big/disk"}).cache_dir == "/big/disk"
     with pytest.raises(ToolMissingError):
-        cc.plan_launcher(cc.CacheRequest(mode="auto", url="redis://h:1"),
+        cc.plan_launcher(CacheRequest(mode="auto", url="redis://h:1"),
                          programs={"sccache": None, "ccache": None}, env={})
 
 
@@ -137,7 +138,7 @@ def test_description_records_no_secret():
            "SCCACHE_REDIS_KEY_PREFIX": "ci/",
            "SCCACHE_AZURE_CONNECTION_STRING": "AccountKey=hunter2",
            "SCCACHE_WEBDAV_ENDPOINT": "https://u:hunter2@dav.example/c"}
-    launcher = cc.plan_launcher(cc.CacheRequest(mode="sccache", url="redis://ci:hunter2@cache:6379"),
+    launcher = cc.plan_launcher(CacheRequest(mode="sccache", url="redis://ci:hunter2@cache:6379"),
                                 programs={"sccache": "/b/sccache"}, env=env, versions={"sccache": "0.16.0"})
     doc = cc.describe(launcher)
     text = json.dumps(doc)
@@ -157,7 +158,7 @@ def test_launcher_defines_cover_c_cxx_cuda_hip_and_none_clears_them():
 
 
 def test_build_environment():
-    url = cc.parse_url("redis://u:pw@cache:7000/1")
+    url = parse_url("redis://u:pw@cache:7000/1")
     sc = cc.Launcher(kind="sccache", program="/b/sccache", url=url, backend="redis", cache_dir="/c")
     env = cc.build_env(sc, socket_path=Path("/run/s.sock"), redis_endpoint="redis://127.0.0.1:5555",
                        per_build_server=True)
@@ -371,7 +372,7 @@ def launchers_in(build: Path) -> dict[str, str]:
 def sccache_launcher(url: str | None, cache_dir: Path) -> cc.Launcher:
     env = {**os.environ, "SCCACHE_DIR": str(cache_dir)}
     env.pop("SCCACHE_REDIS_ENDPOINT", None)
-    return cc.plan_launcher(cc.CacheRequest(mode="sccache", url=url), programs=cc.find_programs(env), env=env,
+    return cc.plan_launcher(CacheRequest(mode="sccache", url=url), programs=cc.find_programs(env), env=env,
                             versions={"sccache": cc.program_version(SCCACHE)})
 
 
@@ -465,7 +466,7 @@ def test_an_sccache_that_cannot_start_is_dropped_with_a_warning(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("this is not = [toml\n")
     env = {**os.environ, "SCCACHE_CONF": str(bad), "SCCACHE_DIR": str(tmp_path / "cache")}
-    launcher = cc.plan_launcher(cc.CacheRequest(mode="sccache"), programs=cc.find_programs(env), env=env)
+    launcher = cc.plan_launcher(CacheRequest(mode="sccache"), programs=cc.find_programs(env), env=env)
     old = os.environ.get("SCCACHE_CONF")
     os.environ["SCCACHE_CONF"] = str(bad)
     try:
@@ -498,7 +499,7 @@ def test_the_launcher_never_enters_the_build_key():
                        log=Path("/log"))
     tc = Toolchain(cmake="3.30", ninja="1.12", c_compiler="cc", cxx_compiler="c++")
     sc = cc.Launcher(kind="sccache", program="/b/sccache", version="0.16.0", backend="redis",
-                     url=cc.parse_url("redis://h:1"))
+                     url=parse_url("redis://h:1"))
     from dataclasses import replace
 
     assert build_key(replace(req, launcher=sc), replace(tc, launcher=sc.label)) == build_key(req, tc)
@@ -562,7 +563,7 @@ def test_tool_two_workspaces_through_the_same_redis(tmp_path, redis_server):
     out = tool(root, mirrors, ws1, *url, "plan")
     assert out.returncode == 0
     assert f"compiler cache  sccache {cc.program_version(SCCACHE)}, redis {redis_server.url}" in out.stdout
-    assert "-DCMAKE_CXX_COMPILER_LAUNCHER=" + SCCACHE in out.stdout and "-fmacro-prefix-map=" in out.stdout
+    assert "\n      CMAKE_CXX_COMPILER_LAUNCHER=" + SCCACHE + "\n" in out.stdout and "-fmacro-prefix-map=" in out.stdout
     for ws in (ws1, ws2):
         out = tool(root, mirrors, ws, *url, "build")
         assert out.returncode == 0, out.stderr
@@ -616,7 +617,8 @@ def test_tool_none_leaves_no_launcher_and_a_changed_launcher_reuses_the_folder(t
     assert out.returncode == 0, out.stderr
     comp = component_of(ws)
     assert comp["compiler_cache"]["launcher"] == "none" and comp["toolchain"]["launcher"] is None
-    assert launchers_in(Path(comp["build_dir"])) == {"C": "", "CXX": "", "CUDA": "", "HIP": ""}
+    # The launchers of the languages a CPU recipe compiles, each set to nothing.
+    assert launchers_in(Path(comp["build_dir"])) == {"C": "", "CXX": ""}
     if SCCACHE is None:
         return
     again = tool(root, mirrors, ws, "--compiler-cache", "sccache", "build")
@@ -632,7 +634,8 @@ def test_tool_none_leaves_no_launcher_and_a_changed_launcher_reuses_the_folder(t
     stamp.write_text(json.dumps({**json.loads(stamp.read_text()), "complete": False}))
     out = tool(root, mirrors, ws, "--compiler-cache", "none", "build")
     assert out.returncode == 0, out.stderr
-    assert launchers_in(Path(comp["build_dir"])) == {"C": "", "CXX": "", "CUDA": "", "HIP": ""}
+    # The launchers of the languages a CPU recipe compiles, each set to nothing.
+    assert launchers_in(Path(comp["build_dir"])) == {"C": "", "CXX": ""}
 
 
 # A project that builds a helper program as a CMake project of its own during the build, as
@@ -856,7 +859,7 @@ def test_cuda_through_nvcc_maps_host_and_device_paths(tmp_path, monkeypatch):
               'extern "C" void launch(int *x) { k<<<1, 1>>>(x); }\n')
     tools = find_tools()
     env = {**os.environ, "SCCACHE_DIR": str(tmp_path / "cache")}
-    launcher = cc.plan_launcher(cc.CacheRequest(mode="sccache"), programs=cc.find_programs(env), env=env)
+    launcher = cc.plan_launcher(CacheRequest(mode="sccache"), programs=cc.find_programs(env), env=env)
     monkeypatch.setenv("SCCACHE_DIR", env["SCCACHE_DIR"])  # the session starts the server from this environment
     results = []
     for where in (tmp_path / "a", tmp_path / "second" / "place"):
@@ -888,7 +891,7 @@ def test_ccache_hits_across_paths_with_its_base_dir(tmp_path, monkeypatch):
     """--compiler-cache ccache: base_dir set by the tool, the same path maps; the second
     workspace hits every object (ccache's preprocessed mode) and builds the same binaries."""
     monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache"))
-    launcher = cc.plan_launcher(cc.CacheRequest(mode="ccache"), programs=cc.find_programs(dict(os.environ)),
+    launcher = cc.plan_launcher(CacheRequest(mode="ccache"), programs=cc.find_programs(dict(os.environ)),
                                 env=dict(os.environ), versions={"ccache": cc.program_version(shutil.which("ccache"))})
     assert launcher.cache_dir == str(tmp_path / "ccache") and launcher.backend == "local"
     one, out1 = build_project(make_project(tmp_path / "a"), tmp_path / "a" / "build", launcher)

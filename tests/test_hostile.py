@@ -226,7 +226,8 @@ HOSTILE_HEADERS = {
 
 @pytest.mark.parametrize("what", sorted(HOSTILE_HEADERS))
 def test_hostile_gguf_header_is_a_value_error_and_an_integrity_error(tmp_path, what):
-    from onebit_build.running.model import chat_template, has_chat_template, local_model
+    from onebit_build.running.model import local_model
+    from onebit_build.running.gguf import chat_template, has_chat_template
 
     model = hostile_gguf(tmp_path / "hostile.gguf", HOSTILE_HEADERS[what])
     with pytest.raises(ValueError, match="damaged GGUF header|unknown value type"):

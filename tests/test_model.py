@@ -299,7 +299,7 @@ def _gguf(path, kvs):
 
 
 def test_chat_template_read_from_the_gguf_header(tmp_path):
-    from onebit_build.running.model import chat_template, gguf_string_value
+    from onebit_build.running.gguf import chat_template, gguf_string_value
 
     with_t = _gguf(tmp_path / "chat.gguf",
                    [("general.architecture", "llama"), ("tokenizer.ggml.tokens", ["a", "bb", "ccc"]),
@@ -314,7 +314,7 @@ def test_chat_template_read_from_the_gguf_header(tmp_path):
 
 
 def test_the_smoke_model_is_a_base_model_without_a_chat_template(gemma_model):
-    from onebit_build.running.model import chat_template, gguf_string_value
+    from onebit_build.running.gguf import chat_template, gguf_string_value
 
     assert gguf_string_value(gemma_model, "general.architecture") == "gemma3"
     assert chat_template(gemma_model) is None

@@ -11,6 +11,7 @@ import pytest
 from tiny_chat_model import LAYERS, write_tiny_model
 
 from onebit_build.running import server as srvmod
+from onebit_build.running.server_args import ServerSpec
 from onebit_build.running.offload import check_offload, parse_load_log
 
 FUNC = "load_tensors"
@@ -40,7 +41,7 @@ def cpu_log(llama_server, tmp_path_factory) -> str:
     """The real load log of the real CPU llama-server serving a real (tiny) model."""
     folder = tmp_path_factory.mktemp("offload")
     model = write_tiny_model(folder / "tiny.gguf", chat_template=None)
-    spec = srvmod.ServerSpec(binary=Path(llama_server), model=model, log=folder / "server.log", ctx_size=256, threads=2)
+    spec = ServerSpec(binary=Path(llama_server), model=model, log=folder / "server.log", ctx_size=256, threads=2)
     server = srvmod.start(spec)
     try:
         return spec.log.read_text()

@@ -14,6 +14,8 @@ from _support import serving, REPO, run_cli
 from onebit_build.core.errors import ConfigError
 from onebit_build.running import ports
 from onebit_build.running import server as srvmod
+from onebit_build.running.server_args import ServerSpec
+from onebit_build.running.ports import port_is_free
 
 
 @pytest.mark.parametrize("text, ok", [("1", 1), ("65535", 65535), ("8080", 8080)])
@@ -90,7 +92,7 @@ def test_time_wait_alone_leaves_the_port_free_as_for_a_server():
         with pytest.raises(OSError) as e:
             plain.bind(("127.0.0.1", port))
         assert e.value.errno == errno.EADDRINUSE  # what the old probe met
-    assert ports.bind_problem("127.0.0.1", port) is None and srvmod.port_is_free(port)
+    assert ports.bind_problem("127.0.0.1", port) is None and port_is_free(port)
 
 
 def test_an_address_not_of_this_machine_is_named():
@@ -115,7 +117,7 @@ def test_a_chosen_port_is_never_swapped_and_time_wait_does_not_block_it(llama_se
     stop, the same port serves again at once (before: 'port is in use')."""
     with _listener("127.0.0.2") as s:
         port = s.getsockname()[1]
-        spec = srvmod.ServerSpec(binary=llama_server, model=gemma_model, log=tmp_path / "a.log", host="0.0.0.0",
+        spec = ServerSpec(binary=llama_server, model=gemma_model, log=tmp_path / "a.log", host="0.0.0.0",
                                  port=port, fixed_port=True, threads=1, ctx_size=512)
         with pytest.raises(ConfigError, match=f"port {port} is in use on some address"):
             srvmod.serve_foreground(spec, has_chat_template=False)
@@ -124,7 +126,7 @@ def test_a_chosen_port_is_never_swapped_and_time_wait_does_not_block_it(llama_se
             srvmod.start(spec)
         assert "couldn't bind" in spec.log.read_text()
     port = ports.free_port()
-    spec = srvmod.ServerSpec(binary=llama_server, model=gemma_model, log=tmp_path / "b.log", port=port, fixed_port=True,
+    spec = ServerSpec(binary=llama_server, model=gemma_model, log=tmp_path / "b.log", port=port, fixed_port=True,
                              threads=1, ctx_size=512)
     with serving(spec) as server:
         assert requests.get(server.url + "/health", timeout=5).status_code == 200

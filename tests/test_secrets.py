@@ -120,7 +120,7 @@ def _latest_serve_log() -> Path:
 @pytest.mark.slow
 @pytest.mark.shared_workspace
 def test_serve_takes_keys_from_a_file_and_after_the_dash_and_shows_them_nowhere(llama_server, gemma_model, tmp_path):
-    from onebit_build.running.server import free_port
+    from onebit_build.running.ports import free_port
 
     key_file = tmp_path / "key"
     key_file.write_text(f"# the test's key\n{KEY}\n")
@@ -146,7 +146,7 @@ def test_serve_takes_keys_from_a_file_and_after_the_dash_and_shows_them_nowhere(
 @pytest.mark.slow
 @pytest.mark.shared_workspace
 def test_serve_open_to_the_network_without_a_key_warns_on_start_and_in_its_log(llama_server, gemma_model):
-    from onebit_build.running.server import free_port
+    from onebit_build.running.ports import free_port
 
     port = free_port()
     p, text = _serve(["--model", str(gemma_model), "serve", "--host", "0.0.0.0", "--port", str(port)], {})

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.shared_workspace]
 
 
 def _free_port() -> int:
-    from onebit_build.running.server import free_port
+    from onebit_build.running.ports import free_port
 
     return free_port()
 

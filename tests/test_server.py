@@ -18,16 +18,10 @@ import pytest
 import requests
 
 from onebit_build.running import server as srvmod
+from onebit_build.running.ports import port_is_free
 from onebit_build.core.errors import SmokeError
-from onebit_build.running.server import (
-    ServerSpec,
-    device_args,
-    health_state,
-    is_bind_failure,
-    first_error_line,
-    server_argv,
-    server_env,
-)
+from onebit_build.running.server import health_state, is_bind_failure, first_error_line
+from onebit_build.running.server_args import ServerSpec, device_args, server_argv, server_env
 from onebit_build.running.devices import missing_devices, parse_list_devices
 from _support import serving
 
@@ -135,9 +129,9 @@ def test_choose_port_avoids_a_taken_port():
         s.bind(("127.0.0.1", 0))
         s.listen()
         taken = s.getsockname()[1]
-        assert not srvmod.port_is_free(taken)
+        assert not port_is_free(taken)
         assert srvmod.choose_port(taken) != taken
-    assert srvmod.port_is_free(taken)
+    assert port_is_free(taken)
     assert srvmod.choose_port(taken) == taken
 
 
@@ -320,7 +314,8 @@ def test_server_dies_with_a_killed_parent(llama_server, gemma_model, tmp_path):
     script = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from onebit_build.running.server import ServerSpec, start
+        from onebit_build.running.server import start
+        from onebit_build.running.server_args import ServerSpec
         s = start(ServerSpec(binary=Path({str(llama_server)!r}), model=Path({str(gemma_model)!r}),
                              log=Path({str(tmp_path / 'orphan.log')!r}), ctx_size=512, threads=1))
         print(s.pid, flush=True)

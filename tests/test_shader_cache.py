@@ -17,7 +17,8 @@ from _support import REPO, run_cli
 from onebit_build.building.cache import glslc as gl
 from onebit_build.building.cache import glslc_json as gj
 from onebit_build.building.cache import shaders
-from onebit_build.building.cache.compiler import Launcher, parse_url
+from onebit_build.building.cache.compiler import Launcher
+from onebit_build.building.cache.request import parse_url
 from onebit_build.running.report import _cache_section
 
 needs_glslc = pytest.mark.skipif(shutil.which("glslc") is None,

@@ -14,6 +14,7 @@ from conftest import workspace_for_tests
 from tiny_chat_model import write_tiny_model
 
 from onebit_build.running import server as srvmod
+from onebit_build.running.server_args import ServerSpec
 from onebit_build.running.smoke_checks import CHAT_EXPECT, chat_reply, chat_request, check_chat
 
 QWEN3_TEMPLATE = "models/templates/Qwen-Qwen3-0.6B.jinja"
@@ -90,7 +91,7 @@ def pinned_qwen3_template() -> Path:
 def qwen3_server(llama_server, tmp_path_factory):
     folder = tmp_path_factory.mktemp("qwen3-template")
     model = write_tiny_model(folder / "tiny-qwen3-template.gguf", chat_template=pinned_qwen3_template().read_text())
-    spec = srvmod.ServerSpec(binary=Path(llama_server), model=model, log=folder / "server.log", ctx_size=512, threads=2)
+    spec = ServerSpec(binary=Path(llama_server), model=model, log=folder / "server.log", ctx_size=512, threads=2)
     server = srvmod.start(spec)
     yield server
     server.stop()

@@ -18,9 +18,10 @@ from onebit_build.job.run import run
 from onebit_build.job.smoke import resolve_model, with_runtime_env
 from onebit_build.job.stage import Stage
 from onebit_build.options import Options
-from onebit_build.running.model import has_chat_template
+from onebit_build.running.gguf import has_chat_template
 from onebit_build.running.ports import bind_error, bind_problem
-from onebit_build.running.server import ServerSpec, serve_foreground
+from onebit_build.running.server import serve_foreground
+from onebit_build.running.server_args import ServerSpec
 from onebit_build.running.server_args import SERVE_KEY_VARIABLE
 
 

@@ -44,7 +44,7 @@ from onebit_build.building.toolchain import (ToolchainSettings, resolve_toolchai
 from onebit_build.core.workspace import Workspace
 from onebit_build.running.devices import parse_list_devices
 from onebit_build.requirements import Check, download_checks, gather, requirement_checks
-from onebit_build.doctor.gpu_tools import cuda_checks, vulkan_checks, vulkan_header_version, vulkan_minimum  # noqa: F401
+from onebit_build.doctor.gpu_tools import cuda_checks, vulkan_checks
 from onebit_build.building.cmake import CMAKE_MIN, NINJA_MIN, find_tools
 
 LIST_DEVICES_TIMEOUT_S = 120.0

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Mapping
 
 from onebit_build.building.builder import resolve_refs
-from onebit_build.building.cache.compiler import NO_LAUNCHER, Launcher, describe
+from onebit_build.building.cache.compiler import NO_LAUNCHER, Launcher, describe, launcher_defines
 from onebit_build.building.cache.shaders import ShaderCache, plan_shader_cache, wants_shaders
 from onebit_build.building.cmake import build_argv, configure_argv, find_tools
 from onebit_build.building.downloads import places, unpacked_tree
@@ -70,6 +70,7 @@ class ComponentPlan:
     build: tuple[str, ...]
     defines: tuple[tuple[str, str], ...]  # as CMakeInit.txt sets them (the path maps included)
     requested: tuple[tuple[str, str], ...]  # the recipe's and -D's, references and lists resolved
+    launchers: tuple[tuple[str, str], ...] = ()  # the compiler launchers CMakeInit.txt sets besides
     targets: tuple[str, ...]
     outputs: tuple[tuple[str, str], ...]
     assemble: tuple[str, ...]
@@ -202,7 +203,7 @@ def _component_plan(cb: ComponentBuild, *, workspace: Workspace, mirror_dirs: tu
     return ComponentPlan(
         name=comp.name, source=comp.source, key=cb.key, build_dir=bdir, init_cache=cb.init_cache, unknown=cb.unknown,
         configure=configure, build=tuple(build_argv(tools, Path(bdir), comp.targets, None)), defines=cb.defines,
-        requested=cb.request.defines,
+        requested=cb.request.defines, launchers=launcher_defines(cb.request.launcher, cb.request.languages),
         targets=comp.targets, outputs=outputs, assemble=_assemble_lines(comp, prefix), artifacts=comp.artifacts,
         env=cb.request.env, downloads=_download_plans(comp, workspace, mirror_dirs, offline),
     )
@@ -364,8 +365,8 @@ def _component_lines(plan: Plan) -> list[str]:
         out.append(f"    build dir  {c.build_dir}")
         out.append("    configure")
         out += _cmd(c.configure, "      ")
-        out.append("    initial cache (CMakeInit.txt; the compiler launchers besides)")
-        for name, value in c.defines:
+        out.append("    initial cache (CMakeInit.txt)")
+        for name, value in (*c.defines, *c.launchers):
             out += wrap_define(name, value, "      ")
         out.append("    build")
         out += _cmd(c.build, "      ")

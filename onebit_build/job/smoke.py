@@ -17,7 +17,7 @@ from onebit_build.running import model as model_mod
 from onebit_build.running import report as report_mod
 from onebit_build.running import smoke as smoke_mod
 from onebit_build.running import speed_ref
-from onebit_build.running.model import has_chat_template
+from onebit_build.running.gguf import has_chat_template
 from onebit_build.running.devices import pick_devices
 from onebit_build.running.server import list_devices
 from onebit_build.verification.junit import smoke_cases, write_junit

@@ -26,8 +26,7 @@ from onebit_build.core.model_spec import pinned
 from onebit_build.core.errors import ConfigError, FetchError, IntegrityError, SpaceError, is_disk_full
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
 from onebit_build.core.names import member_problem, plain_name
-# The GGUF header reader was part of this module: its names stay importable from here.
-from onebit_build.running.gguf import chat_template, gguf_string_value, has_chat_template, header_problem  # noqa: F401
+from onebit_build.running.gguf import header_problem
 
 STAMP_KIND = "onebit-model-stamp"
 STAMP_SCHEMA = 1

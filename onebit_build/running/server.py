@@ -23,12 +23,9 @@ from onebit_build.core.errors import CommandError, SmokeError
 from onebit_build.core.fsutil import tail_lines
 from onebit_build.running.devices import parse_list_devices
 from onebit_build.running.measure import Completion
-# The port helpers were part of this module: their names stay importable from here.
 from onebit_build.running.ports import HOST, bind_error, bind_problem, client_host, free_port, port_is_free
-# The spec, its command line and its environment (pure) live in server_args; their names stay
-# importable from here.
-from onebit_build.running.server_args import (  # noqa: F401
-    FIT_VARIABLE, LOAD_LOG_VERBOSITY, ServerSpec, device_args, gives_alias, open_without_key, server_argv, server_env)
+from onebit_build.running.server_args import (
+    FIT_VARIABLE, ServerSpec, gives_alias, open_without_key, server_argv, server_env)
 
 if TYPE_CHECKING:  # requests is imported where a server is started: not at every start of the tool
     import requests

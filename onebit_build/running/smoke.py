@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 
 from onebit_build.running import server as srvmod
+from onebit_build.running.server_args import ServerSpec
 from onebit_build.running.devices import missing_devices
 from onebit_build.core import ui
 from onebit_build.core.config import PromptCheck, Recipe, SmokeSpec
@@ -28,7 +29,8 @@ from onebit_build.core.errors import SmokeError
 from onebit_build.core.model_spec import served_name
 from onebit_build.core.names import label_part
 from onebit_build.running.measure import Completion, Sample
-from onebit_build.running.model import ModelFile, has_chat_template
+from onebit_build.running.model import ModelFile
+from onebit_build.running.gguf import has_chat_template
 from onebit_build.running.offload import check_offload
 from onebit_build.running.speed_ref import SpeedReference, pick, smoke_workload
 from onebit_build.running.smoke_checks import (
@@ -230,7 +232,7 @@ class _DeviceRun:
 def _smoke_device(run: _DeviceRun, *, server_bin: Path, log: Path, threads: int | None) -> DeviceResult:
     t0 = time.monotonic()
     device, spec = run.device, run.spec
-    sspec = srvmod.ServerSpec(
+    sspec = ServerSpec(
         binary=server_bin, model=run.model.path, log=log, device=device, ctx_size=spec.ctx_size,
         env=spec.env, health_timeout_s=spec.health_timeout_s, threads=threads, alias=run.alias,
     )
@@ -307,7 +309,7 @@ def measure_speed(*, server_bin: Path, model: ModelFile, spec: SmokeSpec, device
     """The smoke stage's speed measurement alone, on one device: the first prompt's greedy
     answer is checked, then timed as in :func:`run_smoke` (no reference: the figure is what
     a box adopts). SmokeError when the server does not start or a request misses its deadline."""
-    sspec = srvmod.ServerSpec(binary=server_bin, model=model.path, log=log, device=device, ctx_size=spec.ctx_size,
+    sspec = ServerSpec(binary=server_bin, model=model.path, log=log, device=device, ctx_size=spec.ctx_size,
                               env=spec.env, health_timeout_s=spec.health_timeout_s, threads=threads,
                               extra_args=extra_args)
     deadlines = Deadlines(spec=spec, t0=time.monotonic())

@@ -18,7 +18,7 @@ from typing import Any
 from onebit_build.core.config import SmokeSpec
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.fsutil import StateError, read_state, sha256_bytes, write_state
-from onebit_build.running import server as srvmod
+from onebit_build.running.server_args import device_args
 
 REF_KIND = "onebit-smoke-speed-reference"
 REF_SCHEMA = 1
@@ -85,7 +85,7 @@ def smoke_workload(
     """The workload of the smoke stage's speed measurement on ``device`` (a server run with
     ``-t threads`` when given)."""
     first = spec.prompts[0]
-    args = [*srvmod.device_args(device), "-np", "1", "-c", str(spec.ctx_size)]
+    args = [*device_args(device), "-np", "1", "-c", str(spec.ctx_size)]
     if threads is not None:
         args += ["-t", str(threads)]
     return Workload(

@@ -37,6 +37,7 @@ from onebit_build.core.errors import SmokeError, VerifyError
 from onebit_build.core.fsutil import atomic_write_text, sha256_file
 from onebit_build.core.model_spec import served_name
 from onebit_build.running import server as srvmod
+from onebit_build.running.server_args import ServerSpec
 from onebit_build.running.bench.plan import Prompt
 from onebit_build.running.bench.settings import DEFAULTS as BENCH_DEFAULTS
 from onebit_build.running.model import ModelFile
@@ -218,9 +219,9 @@ def devices_to_compare(req: RunRequest) -> tuple[tuple[str, ...], dict[str, str]
     return devices, {dev: why for dev, why in left_out.items() if any(dev in names for names in listed.values())}
 
 
-def _spec(req: RunRequest, side: Side, device: str, log: Path) -> srvmod.ServerSpec:
+def _spec(req: RunRequest, side: Side, device: str, log: Path) -> ServerSpec:
     spec = req.recipe.smoke
-    return srvmod.ServerSpec(binary=side.build.server, model=req.model.path, log=log, device=device,
+    return ServerSpec(binary=side.build.server, model=req.model.path, log=log, device=device,
                              ctx_size=spec.ctx_size, threads=spec.threads, extra_args=side.args, env=req.env,
                              health_timeout_s=spec.health_timeout_s,
                              alias=served_name(req.recipe.model, sha256=req.model.sha256, file=req.model.path))

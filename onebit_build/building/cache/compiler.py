@@ -38,10 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-# What was asked (mode and URL, checked at the edge) lives in cache.request, which the
-# command line imports without this module; its names stay importable from here.
-from onebit_build.building.cache.request import (  # noqa: F401
-    ENV_MODE, ENV_URL, MODES, URL_SCHEMES, CacheRequest, RedisUrl, _host, _redact_url, parse_url, request_from)
+from onebit_build.building.cache.request import (
+    CacheRequest, RedisUrl, _host, _redact_url, parse_url)
 from onebit_build.core.errors import ConfigError, ToolMissingError
 from onebit_build.core.proc import version_line
 from onebit_build.core.usercache import cache_home

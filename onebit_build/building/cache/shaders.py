@@ -23,7 +23,8 @@ from typing import Any, Mapping, Sequence
 from onebit_build.building.cache import glslc as launcher_module
 from onebit_build.building.cache import glslc_json as json_module
 from onebit_build.building.cache import glslc_redis as redis_module
-from onebit_build.building.cache.compiler import Launcher, RedisUrl
+from onebit_build.building.cache.compiler import Launcher
+from onebit_build.building.cache.request import RedisUrl
 from onebit_build.building.cache.session import CacheStats
 from onebit_build.core.proc import capture
 from onebit_build.core.usercache import cache_home

@@ -20,6 +20,7 @@ from onebit_build.core.errors import BoxLockError, SmokeError
 from onebit_build.core.names import label_part
 from onebit_build.core.workspace import FileLock
 from onebit_build.running import server as srvmod
+from onebit_build.running.server_args import ServerSpec
 from onebit_build.running.bench.judge import Expectation, common_prefix, judge_answer, steps_from_probs
 from onebit_build.running.bench.plan import REQUEST_FLAGS, Prompt, Variant, completion_body
 from onebit_build.running.bench.settings import DEFAULTS, TEXT_KEPT
@@ -201,8 +202,8 @@ class _Live:
     parts: list[str] = field(default_factory=list)
 
 
-def _spec(req: BenchRequest, v: Variant, log: Path) -> srvmod.ServerSpec:
-    return srvmod.ServerSpec(
+def _spec(req: BenchRequest, v: Variant, log: Path) -> ServerSpec:
+    return ServerSpec(
         binary=v.server, model=req.model.path, log=log, device=v.device, ctx_size=req.ctx_size,
         extra_args=v.args, env=req.env, health_timeout_s=req.health_timeout_s, alias=req.alias,
     )
