@@ -164,7 +164,7 @@ def test_an_unknown_command_is_one_line_with_the_closest_ones():
     import subprocess
     import sys
 
-    from onebit_build.cli import unknown_command
+    from onebit_build.commands.parser import unknown_command
 
     assert unknown_command("list", ["recipes", "builds"]).startswith("'list' is not a command; did you mean 'recipes'?")
     assert "did you mean 'build' or 'builds'?" in unknown_command("biuld", ["build", "builds", "plan"])

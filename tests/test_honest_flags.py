@@ -9,7 +9,7 @@ import shlex
 import pytest
 
 from _support import REPO, run_cli
-from onebit_build.cli import make_parser
+from onebit_build.commands.parser import make_parser
 from onebit_build.commands import TABLE
 
 DRY_RUN_USERS = [c.name for c in TABLE if c.dry_run]

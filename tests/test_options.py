@@ -70,7 +70,7 @@ def test_define_for_an_unknown_component_names_the_known_ones():
 
 
 def test_from_args_is_the_one_place_arguments_become_options(tmp_path):
-    from onebit_build.cli import make_parser
+    from onebit_build.commands.parser import make_parser
 
     ns = make_parser().parse_args(["--workspace", str(tmp_path), "-D", "X=1", "build", "-j", "3", "-D", "Y=2",
                                    "--offline"])
@@ -86,7 +86,7 @@ def test_from_args_is_the_one_place_arguments_become_options(tmp_path):
 
 
 def test_dry_run_only_where_it_means_something():
-    from onebit_build.cli import make_parser
+    from onebit_build.commands.parser import make_parser
 
     for cmd in ("build", "smoke", "fetch", "patch", "all", "verify"):
         assert make_parser().parse_args([cmd, "--dry-run"]).dry_run

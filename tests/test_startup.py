@@ -100,14 +100,14 @@ def parsed(parser, argv: list[str]) -> tuple:
 @pytest.mark.parametrize("argv", ARGVS + [[c] for c in ("fetch", "verify-run", "patches", "pins", "model", "install")],
                          ids=lambda a: " ".join(a) or "(none)")
 def test_the_parser_built_for_an_argv_parses_it_as_the_whole_parser_does(argv):
-    from onebit_build.cli import make_parser
+    from onebit_build.commands.parser import make_parser
 
     assert parsed(make_parser(argv), argv) == parsed(make_parser(), argv)
 
 
 def test_the_parser_built_for_an_argv_leaves_the_other_commands_bare():
     """So that the check above compares two different parsers (and start-up saves the work)."""
-    from onebit_build.cli import make_parser
+    from onebit_build.commands.parser import make_parser
 
     def sizes(parser) -> dict[str, int]:
         (sub,) = [a for a in parser._actions if a.dest == "command"]

@@ -193,7 +193,7 @@ def completion_script(shell: str) -> str:
     # cli builds the parser and imports this module when the command runs: imported here.
     import shtab  # and shtab only for this command
 
-    from onebit_build.cli import make_parser
+    from onebit_build.commands.parser import make_parser
 
     return shtab.complete(completable(make_parser()), shell=shell)
 
