@@ -28,7 +28,7 @@
 # EXPLORE_SHAPES (MxK list for the explore timing, default the timing's), ON_TOP (NAME=PATCH,...:
 # candidates, each applied on top of the patch, built, checked and timed beside it), KNOWN_BAD
 # (default 1: the patch plus known-bad.patch is built too, and the checker must exit 1 on it),
-# VARIANT_BUILDS (space-separated NAME=CANDIDATE:VAR=VALUE: more builds that run a candidate's library
+# CHECK_EXTRA=0 (candidates and variant builds are timed but not checked), VARIANT_BUILDS (space-separated NAME=CANDIDATE:VAR=VALUE: more builds that run a candidate's library
 # with an environment variable set, checked and timed like the candidates; with it the candidates
 # themselves are checked and timed only when listed here too), CHECK_ARGS (more checker arguments),
 # NCU_SHAPES (MxKxN list: Nsight Compute speed-of-light, occupancy, memory and warp-state sections of
@@ -197,8 +197,10 @@ export PYTHONUNBUFFERED=1
 GROUPS_ARG=()
 [ "$MODE" = explore1 ] && GROUPS_ARG=(--groups base40,oddrows)
 [ -n "${CHECK_GROUPS:-}" ] && GROUPS_ARG=(--groups "$CHECK_GROUPS")
+CHECK_EXTRA_BUILDS=("${EXTRA_BUILDS[@]}")
+[ "${CHECK_EXTRA:-1}" = 0 ] && CHECK_EXTRA_BUILDS=() # CHECK_EXTRA=0: candidates and variant builds are timed, not checked
 run_stage check 60 python3 "$HERE/check_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" --build "$RT" \
-    "${EXTRA_BUILDS[@]}" "${EXPLORE_BUILDS[@]}" "${GROUPS_ARG[@]}" ${CHECK_ARGS:-} --workdir "$W" --table "$OUT/check.md" "${SEED_ARG[@]}"
+    "${CHECK_EXTRA_BUILDS[@]}" "${EXPLORE_BUILDS[@]}" "${GROUPS_ARG[@]}" ${CHECK_ARGS:-} --workdir "$W" --table "$OUT/check.md" "${SEED_ARG[@]}"
 tail -3 "$LOGS/check.log"
 if [ "${KNOWN_BAD:-1}" = 1 ]; then
     run_stage known-bad 30 python3 "$HERE/check_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" \
