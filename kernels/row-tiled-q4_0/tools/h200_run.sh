@@ -28,7 +28,7 @@
 # EXPLORE_SHAPES (MxK list for the explore timing, default the timing's), ON_TOP (NAME=PATCH,...:
 # candidates, each applied on top of the patch, built, checked and timed beside it), KNOWN_BAD
 # (default 1: the patch plus known-bad.patch is built too, and the checker must exit 1 on it),
-# CHECK_EXTRA=0 (candidates and variant builds are timed but not checked), VARIANT_BUILDS (space-separated NAME=CANDIDATE:VAR=VALUE: more builds that run a candidate's library
+# CHECK=0 (no check), CHECK_EXTRA=0 (candidates and variant builds are timed but not checked), VARIANT_BUILDS (space-separated NAME=CANDIDATE:VAR=VALUE: more builds that run a candidate's library
 # with an environment variable set, checked and timed like the candidates; with it the candidates
 # themselves are checked and timed only when listed here too), CHECK_ARGS (more checker arguments),
 # NCU_SHAPES (MxKxN list: Nsight Compute speed-of-light, occupancy, memory and warp-state sections of
@@ -199,7 +199,7 @@ GROUPS_ARG=()
 [ -n "${CHECK_GROUPS:-}" ] && GROUPS_ARG=(--groups "$CHECK_GROUPS")
 CHECK_EXTRA_BUILDS=("${EXTRA_BUILDS[@]}")
 [ "${CHECK_EXTRA:-1}" = 0 ] && CHECK_EXTRA_BUILDS=() # CHECK_EXTRA=0: candidates and variant builds are timed, not checked
-run_stage check 60 python3 "$HERE/check_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" --build "$RT" \
+[ "${CHECK:-1}" = 1 ] && run_stage check 60 python3 "$HERE/check_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" --build "$RT" \
     "${CHECK_EXTRA_BUILDS[@]}" "${EXPLORE_BUILDS[@]}" "${GROUPS_ARG[@]}" ${CHECK_ARGS:-} --workdir "$W" --table "$OUT/check.md" "${SEED_ARG[@]}"
 tail -3 "$LOGS/check.log"
 if [ "${KNOWN_BAD:-1}" = 1 ]; then
