@@ -101,6 +101,22 @@ def build_cases() -> list[Case]:
     for mode in MODES:
         for rows, blocks, n in weak3:
             cases.append(Case("weak3", rows, blocks, n, mode))
+    # round 4, shapes no earlier round used, on every form of the dispatch (rows >= 4096): register form
+    # (rows of 4096 and 11008 values at 5..7 columns below 32M weights, 896-value rows), shared-memory
+    # form (rows of 16384, 16640 = 16 steps + 8 blocks, and 18432 values at 5 and 6 columns), tensor-core
+    # form (rows of 4096, 4352 = 4 steps + 8 blocks, 5120 and 14336 values; row counts = 1, 2, 3 mod 4
+    # and 3 mod 16; 7 columns from 32M weights), and rows whose length is not a multiple of 256 values
+    # at 7 and 8 columns (28, 90, 161, 163, 170 and 449 blocks: odd block counts leave every other row
+    # 2 bytes off a 4-byte boundary; 449 blocks end in a step of 1 block); 1 and 4 columns as controls
+    r4 = ([(6144, 128, n) for n in (5, 6, 7)] + [(4097, 344, 5), (4867, 28, 6)]
+          + [(4101, 512, 5), (4103, 576, 6), (4098, 520, 5)]
+          + [(12291, 128, 8), (4113, 160, 8), (4098, 136, 8), (4100, 448, 7), (16384, 128, 7)]
+          + [(4864, 28, 8), (5123, 161, 8), (4100, 163, 8), (4097, 449, 7), (8195, 90, 8), (4101, 170, 7),
+             (12289, 90, 7)]
+          + [(4101, 161, 1), (4101, 161, 4)])
+    for mode in MODES:
+        for rows, blocks, n in r4:
+            cases.append(Case("r4", rows, blocks, n, mode))
     # the timed shapes, every column count
     for mode in MODES:
         for rows, blocks in ((4096, 128), (4096, 448), (14336, 128), (5120, 544)):
@@ -109,14 +125,18 @@ def build_cases() -> list[Case]:
     return cases
 
 
-def kernel_path(rows: int, blocks: int, n: int, min_rows: int) -> str:
+def kernel_path(rows: int, blocks: int, n: int, min_rows: int, ua_mma: bool = False) -> str:
     """Which kernel the patch runs for a MUL_MAT of this shape (data from ggml's allocator, so 16-byte
-    aligned): the dispatch of mul_mat_vec_q4_0_q8_1_rt_switch, for labelling only."""
+    aligned): the dispatch of mul_mat_vec_q4_0_q8_1_rt_switch, for labelling only. ua_mma: the dispatch
+    sends rows of any length to the tensor-core form (4-byte copies where rows are not 16-byte aligned)."""
     if n < 5 or rows < min_rows:
         return "unpatched"
     aligned = blocks % 8 == 0
-    if aligned and (n == 8 or (n == 7 and rows * blocks * QK >= 4096 * 8192)):
+    big = n == 8 or (n == 7 and rows * blocks * QK >= 4096 * 8192)
+    if aligned and big:
         return "tensor-core"
+    if ua_mma and big:
+        return "tensor-core-4B"
     if aligned and n <= 6 and blocks * QK >= 16384:
         return "shared-mem"
     return "registers"
@@ -235,7 +255,9 @@ def main() -> int:
                          "(0 for builds without it)")
     ap.add_argument("--q8-model", choices=("q8_1", "none"), default="q8_1",
                     help="activation quantization to emulate for the tight check (none: backends that use another)")
-    ap.add_argument("--groups", default="base40,oddrows,tailrows,tail2,weak3,perfshape")
+    ap.add_argument("--ua-mma", action="store_true",
+                    help="only labels: the dispatch sends unaligned rows to the tensor-core form (round 4)")
+    ap.add_argument("--groups", default="base40,oddrows,tailrows,tail2,weak3,r4,perfshape")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--table", default=None, help="also write the table (markdown) here")
     args = ap.parse_args()
@@ -304,7 +326,7 @@ def main() -> int:
         outs = {}
         for name, _, _ in builds:
             outs[name] = np.fromfile(work / f"o{ci}-{name}.bin", dtype=np.float32).reshape(c.ncols, c.rows)
-        path = kernel_path(c.rows, c.blocks, c.ncols, args.min_rows)
+        path = kernel_path(c.rows, c.blocks, c.ncols, args.min_rows, args.ua_mma)
         row = [c.group, str(c.rows), str(c.k), str(c.ncols), c.mode, path]
         base_bits = outs[ref_name].view(np.uint32)
         for name, _, _ in builds[1:]:

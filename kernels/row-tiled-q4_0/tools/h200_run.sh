@@ -28,6 +28,9 @@
 # EXPLORE_SHAPES (MxK list for the explore timing, default the timing's), ON_TOP (NAME=PATCH,...:
 # candidates, each applied on top of the patch, built, checked and timed beside it), KNOWN_BAD
 # (default 1: the patch plus known-bad.patch is built too, and the checker must exit 1 on it),
+# CHECK=0 (no check), CHECK_EXTRA=0 (candidates and variant builds are timed but not checked), VARIANT_BUILDS (space-separated NAME=CANDIDATE:VAR=VALUE: more builds that run a candidate's library
+# with an environment variable set, checked and timed like the candidates; with it the candidates
+# themselves are checked and timed only when listed here too), CHECK_ARGS (more checker arguments),
 # NCU_SHAPES (MxKxN list: Nsight Compute speed-of-light, occupancy, memory and warp-state sections of
 # the mat-vec kernel of the builds named in NCU_BUILD_NAMES, default base,patched, into ncu.txt). A WORKDIR kept from an earlier call is reused: the
 # ggml build is then only checked by ninja.
@@ -120,7 +123,7 @@ link = [l for l in subprocess.run(["ninja", "-C", build, "-t", "commands", "ggml
         text=True, check=True).stdout.splitlines() if "-soname,libggml-cuda.so" in l][0]
 for v in variants:
     cmd = entry["command"].replace(entry["file"], f"{var}/mmvq-{v}.cu").replace(f" -o {obj}", f" -o {var}/mmvq-{v}.o")
-    if v == "rt":  # the ptxas report (registers, stack, spills) for the resource audit; same code
+    if v not in ("base", "bad"):  # the ptxas report (registers, stack, spills) for the resource audit; same code
         cmd += " -Xptxas -v"
     open(f"{var}/compile-{v}.sh", "w").write(f"cd {shlex.quote(entry['directory'])} && {cmd} -I{cudadir}\n")
     lk = link.replace(obj, f"{var}/mmvq-{v}.o")
@@ -152,9 +155,17 @@ nm -C "$W/var/lib-rt/libggml-cuda.so.0" | grep -c "mul_mat_vec_q4_0_q8_1_rt<" \
 BASE="base=$B/bin"
 RT="patched=$W/var/lib-rt"
 EXTRA_BUILDS=()
-for name in "${EXTRA_NAMES[@]}"; do
-    EXTRA_BUILDS+=(--build "$name=$W/var/lib-$name")
-done
+if [ -n "${VARIANT_BUILDS:-}" ]; then
+    for spec in $VARIANT_BUILDS; do # NAME=CANDIDATE:VAR=VALUE
+        name=${spec%%=*}; rest=${spec#*=}; cand=${rest%%:*}; envs=${rest#*:}
+        [ "$envs" = "$rest" ] && envs=""
+        EXTRA_BUILDS+=(--build "$name=$W/var/lib-$cand${envs:+,$envs}")
+    done
+else
+    for name in "${EXTRA_NAMES[@]}"; do
+        EXTRA_BUILDS+=(--build "$name=$W/var/lib-$name")
+    done
+fi
 NVAR=0
 EXPLORE_BUILDS=()
 if [ "$MODE" = explore3 ]; then
@@ -186,12 +197,14 @@ export PYTHONUNBUFFERED=1
 GROUPS_ARG=()
 [ "$MODE" = explore1 ] && GROUPS_ARG=(--groups base40,oddrows)
 [ -n "${CHECK_GROUPS:-}" ] && GROUPS_ARG=(--groups "$CHECK_GROUPS")
-run_stage check 60 python3 "$HERE/check_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" --build "$RT" \
-    "${EXTRA_BUILDS[@]}" "${EXPLORE_BUILDS[@]}" "${GROUPS_ARG[@]}" --workdir "$W" --table "$OUT/check.md" "${SEED_ARG[@]}"
+CHECK_EXTRA_BUILDS=("${EXTRA_BUILDS[@]}")
+[ "${CHECK_EXTRA:-1}" = 0 ] && CHECK_EXTRA_BUILDS=() # CHECK_EXTRA=0: candidates and variant builds are timed, not checked
+[ "${CHECK:-1}" = 1 ] && run_stage check 60 python3 "$HERE/check_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" --build "$RT" \
+    "${CHECK_EXTRA_BUILDS[@]}" "${EXPLORE_BUILDS[@]}" "${GROUPS_ARG[@]}" ${CHECK_ARGS:-} --workdir "$W" --table "$OUT/check.md" "${SEED_ARG[@]}"
 tail -3 "$LOGS/check.log"
 if [ "${KNOWN_BAD:-1}" = 1 ]; then
     run_stage known-bad 30 python3 "$HERE/check_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" \
-        --build "known-bad=$W/var/lib-bad" --groups base40 --workdir "$W" --table "$OUT/known-bad.md" "${SEED_ARG[@]}"
+        --build "known-bad=$W/var/lib-bad" --groups "${KNOWN_BAD_GROUPS:-base40}" --workdir "$W" --table "$OUT/known-bad.md" "${SEED_ARG[@]}"
     rc=$?
     tail -3 "$LOGS/known-bad.log"
     if [ "$rc" = 1 ]; then log "known-bad build: the checker exits 1, as it must"; else log "KNOWN-BAD NOT CAUGHT: checker exit $rc"; fi
@@ -200,6 +213,11 @@ fi
 # resources of the patched file's row-tiled instantiations (exit 1 on spills, stack or local memory)
 run_stage audit 10 python3 "$HERE/resource_audit.py" "$W/var/lib-rt/libggml-cuda.so.0" "$LOGS/compile-rt.log" "$OUT/resources.md"
 tail -1 "$LOGS/audit.log"
+for name in "${EXTRA_NAMES[@]}"; do # the candidates' too (resources-NAME.md)
+    run_stage "audit-$name" 10 python3 "$HERE/resource_audit.py" "$W/var/lib-$name/libggml-cuda.so.0" "$LOGS/compile-$name.log" \
+        "$OUT/resources-$name.md"
+    tail -1 "$LOGS/audit-$name.log"
+done
 
 run_stage bandwidth 20 python3 "$HERE/copy_bandwidth.py" 2 20
 BW=$(awk '/^bandwidth_gbs/ {print $2}' "$LOGS/bandwidth.log")
@@ -207,7 +225,7 @@ head -1 "$LOGS/bandwidth.log"
 BW_ARG=()
 [ -n "$BW" ] && BW_ARG=(--bandwidth-gbs "$BW")
 
-ROUNDS=3
+ROUNDS=${ROUNDS:-3}
 [ "$MODE" = explore1 ] && ROUNDS=2
 PERF_SHAPES=${PERF_SHAPES:-4096x4096,4096x14336,14336x4096,5120x17408,4096x11008}
 if [ "${PERF:-1}" = 1 ]; then
@@ -226,7 +244,7 @@ fi
 
 # Nsight Compute on the mat-vec kernel of each build (one launch each, after 20 warm-up launches)
 if [ -n "${NCU_SHAPES:-}" ] && command -v ncu > /dev/null; then
-    NCU_BUILDS=("$BASE" "$RT" "${EXPLORE_BUILDS[@]/#--build/}")
+    NCU_BUILDS=("$BASE" "$RT" "${EXTRA_BUILDS[@]/#--build/}" "${EXPLORE_BUILDS[@]/#--build/}")
     for shape in ${NCU_SHAPES//,/ }; do
         IFS=x read -r m k n <<< "$shape"
         for spec in "${NCU_BUILDS[@]}"; do

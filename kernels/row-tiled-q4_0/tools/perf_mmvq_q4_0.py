@@ -80,7 +80,12 @@ def main() -> int:
                     elif f and f[0] == "backend" and rnd == 0:
                         print(f"[{name}] {line}")
             print(f"round {rnd + 1}/{args.rounds} {m}x{k} done", flush=True)
+        # the table so far (all shapes of the rounds done), so that a run cut short keeps its rounds
+        write_results(args, builds, shapes, ns, samples, final=rnd + 1 == args.rounds)
+    return 0
 
+
+def write_results(args, builds, shapes, ns, samples, final: bool) -> None:
     ref = builds[0][0]
     header = ["M", "K", "n"]
     for name, _, _ in builds:
@@ -109,13 +114,14 @@ def main() -> int:
                            "rounds_us": {b: samples[(b, m, k, n)] for b, _, _ in builds}})
 
     table = md_table(header, rows)
-    print(table)
+    nrounds = len(next(iter(samples.values())))
+    if final:
+        print(table)
     if args.table:
-        Path(args.table).write_text(table + "\n")
+        Path(args.table).write_text(table + "\n" + ("" if final else f"\n(after {nrounds} of {args.rounds} rounds)\n"))
     if args.json:
-        Path(args.json).write_text(json.dumps({"reps": args.reps, "rounds": args.rounds,
+        Path(args.json).write_text(json.dumps({"reps": args.reps, "rounds": args.rounds, "rounds_done": nrounds,
                                                "bandwidth_gbs": args.bandwidth_gbs, "results": result}, indent=1))
-    return 0
 
 
 if __name__ == "__main__":
