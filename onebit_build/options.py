@@ -17,7 +17,7 @@ from onebit_build.building.cache.request import CacheRequest, request_from
 from onebit_build.core.names import CMAKE_NAME, is_cmake_name
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.safepath import resolved
-from onebit_build.core.workspace import default_workspace, mirror_dirs_from
+from onebit_build.core.workspace import Workspace, default_workspace, mirror_dirs_from
 
 HRX_RECIPE = "strix-halo"
 DEFAULT_RECIPE = "default"
@@ -119,6 +119,11 @@ class Options:
     run_dir: Path | None = None  # --run-dir: this invocation's run folder (new or empty)
     junit: Path | None = None  # --junit: the checks as JUnit XML (smoke, verify-run)
     compiler_cache: CacheRequest = field(default_factory=CacheRequest)  # --compiler-cache, --compiler-cache-url
+
+    @property
+    def ws(self) -> Workspace:
+        """The workspace these options name: the one place a Workspace is made from them."""
+        return Workspace(root=self.workspace)
 
     @property
     def recipe_is_file(self) -> bool:

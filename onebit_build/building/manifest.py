@@ -21,6 +21,7 @@ from onebit_build.building.fetch import FetchResult
 from onebit_build.building.objects import object_digests
 from onebit_build.building.patch import PreparedTree
 from onebit_build.core.config import Recipe
+from onebit_build.core.errors import NotAvailableError, VerifyError
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
 from onebit_build.core.proc import version_line
 from onebit_build.core.workspace import Workspace
@@ -29,6 +30,7 @@ KIND = "onebit-build/build-manifest"
 SCHEMA = 1
 MANIFEST_NAME = "build-manifest.json"  # in each build folder: the build it holds
 LATEST_DIR = "manifests"  # in the workspace: <recipe>.json, the manifest of its latest build
+SERVER_OUTPUT = "llama-server"  # the output that is the server, in every recipe that builds one
 
 
 # --------------------------------------------------------------------------- the typed view
@@ -309,3 +311,26 @@ def load_latest(ws: Workspace, recipe: str) -> Manifest | None:
         return load_manifest(latest_path(ws, recipe))
     except FileNotFoundError:
         return None
+
+
+def latest_server(ws: Workspace, recipe: str) -> Path:
+    """The llama-server of the recipe's latest build in the workspace (nothing is built);
+    NotAvailableError naming what is missing and the fix."""
+    try:
+        man = load_latest(ws, recipe)
+    except (StateError, VerifyError) as exc:
+        raise NotAvailableError(f"the manifest of the latest {recipe} build is damaged "
+                                f"({latest_path(ws, recipe)}: {exc})",
+                                hint=f"run 'onebit-build --recipe {recipe} build' to write it again") from None
+    if man is None:
+        raise NotAvailableError(f"no build of recipe {recipe} in {ws.root} "
+                                f"(no {latest_path(ws, recipe).name} manifest)",
+                                hint=f"run 'onebit-build --recipe {recipe} build' first")
+    out = man.output(SERVER_OUTPUT)
+    if out is None:
+        raise NotAvailableError(f"the {recipe} build lists no {SERVER_OUTPUT} output ({latest_path(ws, recipe)})",
+                                hint=f"add '{SERVER_OUTPUT}: bin/{SERVER_OUTPUT}' to the recipe's outputs")
+    if not Path(out.path).is_file():
+        raise NotAvailableError(f"the {recipe} build's {SERVER_OUTPUT} is gone ({out.path})",
+                                hint=f"run 'onebit-build --recipe {recipe} build' again")
+    return Path(out.path)

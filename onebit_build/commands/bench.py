@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
-from onebit_build.building.manifest import latest_path, load_latest
+from onebit_build.building.manifest import latest_server
 from onebit_build.commands import Command
 from onebit_build.core import ui
-from onebit_build.core.errors import NotAvailableError, SmokeError, VerifyError
-from onebit_build.core.fsutil import StateError
+from onebit_build.core.errors import SmokeError
 from onebit_build.core.model_spec import served_name
 from onebit_build.core.project import ProjectRoot
-from onebit_build.core.workspace import Workspace, check_target_folder
+from onebit_build.core.workspace import check_target_folder
 from onebit_build.job.model import load_pins_and_recipe
 from onebit_build.job.smoke import resolve_model, with_runtime_env
 from onebit_build.options import Options
@@ -24,7 +22,7 @@ def bench(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     assert bo is not None  # the parser makes it for bench
     if bo.out is not None:
         check_target_folder(bo.out, "--out")
-    ws = Workspace(root=opts.workspace)
+    ws = opts.ws
     configs = b.parse_configs(list(bo.configs))
     builds = b.parse_builds(list(bo.builds))
     prompts = b.load_prompts(bo.prompts or project.prompts)
@@ -62,23 +60,3 @@ def bench(opts: Options, project: ProjectRoot, cmd: Command) -> int:
                 f"{bad[0].variant} {bad[0].prompt}: {bad[0].reason}")
         return SmokeError.exit_code
     return 0
-
-
-def latest_server(ws: Workspace, recipe: str) -> Path:
-    """The llama-server of the recipe's latest build in the workspace (no build is started)."""
-    try:
-        man = load_latest(ws, recipe)
-    except (StateError, VerifyError) as exc:
-        raise NotAvailableError(f"the manifest of the latest {recipe} build is damaged "
-                                f"({latest_path(ws, recipe)}: {exc})",
-                                hint=f"run 'onebit-build --recipe {recipe} build' to write it "
-                                     "again, or pass --build DIR") from None
-    if man is None:
-        raise NotAvailableError(f"no build of recipe {recipe} in {ws.root}"
-                                f" (no {latest_path(ws, recipe).name} manifest)",
-                                hint=f"run 'onebit-build --recipe {recipe} build' first, or pass --server PATH")
-    out = man.output("llama-server")
-    if out is None:
-        raise NotAvailableError(f"the {recipe} build lists no llama-server output ({latest_path(ws, recipe)})",
-                                hint="pass --server PATH")
-    return Path(out.path)

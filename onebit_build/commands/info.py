@@ -17,7 +17,6 @@ from onebit_build.commands import Command
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, ToolMissingError
 from onebit_build.core.project import ProjectRoot, pins_digest
-from onebit_build.core.workspace import Workspace
 
 if TYPE_CHECKING:
     from onebit_build.options import Options
@@ -44,7 +43,7 @@ def resolved_plan(opts: Options, project: ProjectRoot, pins, recipe):
     from onebit_build.building.cache.compiler import resolve as resolve_cache
     from onebit_build.job.plan import make_plan
 
-    return make_plan(recipe, pins, workspace=Workspace(root=opts.workspace), patches_dir=project.patches,
+    return make_plan(recipe, pins, workspace=opts.ws, patches_dir=project.patches,
                      recipes_dir=project.recipes, mirror_dirs=opts.mirror_dirs, offline=opts.offline,
                      toolchain_root=opts.toolchain_root, launcher=resolve_cache(opts.compiler_cache))
 
@@ -73,7 +72,7 @@ def built_state(opts: Options, project: ProjectRoot, recipe: str, pins) -> dict:
     ones, why they would be rebuilt). ``-D`` overrides give a build of their own."""
     from onebit_build.building.inventory import find_builds
 
-    found = [b for b in find_builds(Workspace(root=opts.workspace), recipes_dir=project.recipes,
+    found = [b for b in find_builds(opts.ws, recipes_dir=project.recipes,
                                     patches_dir=project.patches, pins=pins) if b.recipe == recipe]
     fresh = [b for b in found if not b.stale]
     if opts.defines:
@@ -145,7 +144,7 @@ def doctor(opts: Options, project: ProjectRoot, cmd: Command) -> int:
 
     pins, recipe = load_pins_and_recipe(project, opts.recipe, defines=opts.defines)
     planned = {c.name: c.requested for c in resolved_plan(opts, project, pins, recipe).components}
-    report = run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=Workspace(root=opts.workspace),
+    report = run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=opts.ws,
                                       mirror_dirs=opts.mirror_dirs, offline=opts.offline,
                                       toolchain_root=opts.toolchain_root, patch_root=project.patches,
                                       planned=planned))

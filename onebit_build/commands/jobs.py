@@ -7,7 +7,8 @@ from pathlib import Path
 from onebit_build.commands import Command
 from onebit_build.core import ui
 from onebit_build.core.project import ProjectRoot
-from onebit_build.job.build import Built, build_part
+from onebit_build.core.errors import NotAvailableError
+from onebit_build.job.build import Built, build_part, server_of
 from onebit_build.job.model import Job, Needs, open_job
 from onebit_build.job.run import run
 from onebit_build.job.stage import Stage
@@ -32,7 +33,10 @@ def job(opts: Options, project: ProjectRoot, cmd: Command) -> int:
 
 def built_answer(job: Job, built: Built) -> Path:
     """What ``build`` answers: the llama-server it built (the manifest for a recipe without one)."""
-    return next((o.path for b in reversed(built.builds) for o in b.outputs if o.name == "llama-server"), built.manifest)
+    try:
+        return server_of(built.builds, job.recipe)
+    except NotAvailableError:
+        return built.manifest
 
 
 def verify(opts: Options, project: ProjectRoot, cmd: Command) -> int:

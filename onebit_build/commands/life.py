@@ -10,11 +10,10 @@ import time
 from pathlib import Path
 
 from onebit_build.building.inventory import find_builds, folder_size, plan_removals, processes_using
-from onebit_build.building.manifest import latest_path, load_latest
+from onebit_build.building.manifest import latest_server
 from onebit_build.commands import Command
 from onebit_build.core import ui
-from onebit_build.core.errors import NotAvailableError
-from onebit_build.core.fsutil import StateError, remove_entry
+from onebit_build.core.fsutil import remove_entry
 from onebit_build.core.project import ProjectRoot
 from onebit_build.core.workspace import Workspace, WorkspaceLock, check_usable, kept_by_tests, sweep_killed
 from onebit_build.job.model import load_for, load_pins_and_recipe, sweep_left_behind
@@ -24,7 +23,7 @@ from onebit_build.options import Options
 
 def _entries(opts: Options, project: ProjectRoot):
     pins, _ = load_pins_and_recipe(project, opts.recipe)
-    ws = Workspace(root=opts.workspace)
+    ws = opts.ws
     return ws, find_builds(ws, recipes_dir=project.recipes, patches_dir=project.patches, pins=pins)
 
 
@@ -58,25 +57,14 @@ def builds(opts: Options, project: ProjectRoot, cmd: Command) -> int:
 def location(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """The latest build's llama-server, for scripts: ``$(onebit-build location)``."""
     _, recipe = load_pins_and_recipe(project, opts.recipe)
-    ws = Workspace(root=opts.workspace)
-    try:
-        man = load_latest(ws, recipe.name)
-    except StateError as exc:
-        raise NotAvailableError(f"the manifest of the latest {recipe.name} build is damaged ({exc})",
-                                hint=f"run 'onebit-build --recipe {recipe.name} build' to write it again") from None
-    out = man.output("llama-server") if man is not None else None
-    if out is None or not Path(out.path).exists():
-        raise NotAvailableError(f"no built llama-server of recipe {recipe.name} in {ws.root} "
-                                f"({latest_path(ws, recipe.name)})",
-                                hint=f"run 'onebit-build --recipe {recipe.name} build' first")
-    ui.answer(str(out.path))
+    ui.answer(str(latest_server(opts.ws, recipe.name)))
     return 0
 
 
 def gc(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Remove what is stale, holding the workspace lock (a build in progress holds it too),
     never a folder a running process's program lives in."""
-    ws = Workspace(root=opts.workspace)
+    ws = opts.ws
     if not ws.root.is_dir():
         ui.answer(f"nothing to remove: {ws.root} does not exist")
         return 0
@@ -142,7 +130,7 @@ def _killed_runs_leftovers(ws: Workspace, *, dry_run: bool) -> tuple[int, int]:
 def model_pull(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Fetch and verify the recipe's model into the workspace, and print where it is."""
     _, recipe = load_for(opts, project)
-    ws = Workspace(root=opts.workspace)
+    ws = opts.ws
     check_usable(ws.root)
     t0 = time.monotonic()
     with WorkspaceLock(ws.lock_file, "onebit-build model pull"):

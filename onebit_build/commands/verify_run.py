@@ -10,7 +10,6 @@ from onebit_build.commands import Command
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.project import ProjectRoot
-from onebit_build.core.workspace import Workspace
 from onebit_build.job.model import Job, Needs, load_for, open_job
 from onebit_build.job.run import run
 from onebit_build.job.smoke import resolve_model, with_runtime_env
@@ -61,7 +60,7 @@ def check_request(opts: Options, recipe) -> Asked:
                  decode_tokens=vo.decode_tokens or BENCH_DEFAULTS.decode_tokens, measure_speed=not vo.no_speed,
                  new_args=parse_config(f"new={vo.new_args}").args,
                  working_args=parse_config(f"working={vo.working_args}").args,
-                 lock=vo.lock or Workspace(root=opts.workspace).root / "bench.lock")
+                 lock=vo.lock or opts.ws.root / "bench.lock")
 
 
 def check_speed_options(vo: VerifyRunOptions) -> None:

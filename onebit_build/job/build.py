@@ -16,7 +16,8 @@ from onebit_build.building.cmake import Tools, find_tools
 from onebit_build.building.downloads import check_against_lock, provide_all
 from onebit_build.building.cache.compiler import Launcher, resolve as resolve_launcher
 from onebit_build.building.fetch import FetchRequest, FetchResult, fetch
-from onebit_build.building.manifest import MANIFEST_NAME, latest_path, make_manifest, read_manifest, write_manifest
+from onebit_build.building.manifest import (MANIFEST_NAME, SERVER_OUTPUT, latest_path, make_manifest, read_manifest,
+                                            write_manifest)
 from onebit_build.building.patch import PrepareRequest, PreparedTree, list_patches, prepare
 from onebit_build.building.toolchain import component_fields, resolve_toolchain
 from onebit_build.core import ui
@@ -256,7 +257,7 @@ def server_of(builds: list, recipe: Recipe) -> Path:
     """The llama-server the builds produced."""
     for b in reversed(builds):
         for o in b.outputs:
-            if o.name == "llama-server":
+            if o.name == SERVER_OUTPUT:
                 return o.path
-    raise NotAvailableError(f"recipe {recipe.name} builds no llama-server output",
-                            hint="add 'llama-server: bin/llama-server' to the component's outputs")
+    raise NotAvailableError(f"recipe {recipe.name} builds no {SERVER_OUTPUT} output",
+                            hint=f"add '{SERVER_OUTPUT}: bin/{SERVER_OUTPUT}' to the component's outputs")

@@ -131,7 +131,7 @@ def open_job(opts: Options, project: ProjectRoot, needs: Needs, *, loaded: tuple
     pins, recipe = loaded or load_for(opts, project)
     if needs.compiles:
         check_compiler(recipe, opts)
-    ws = Workspace(root=opts.workspace)
+    ws = opts.ws
     check_usable(ws.root)
     with WorkspaceLock(ws.lock_file, f"onebit-build {opts.label}"):
         sweep_left_behind(ws)
