@@ -41,7 +41,7 @@ def test_vulkan_verify_against_committed_reference(vulkan_build):
     assert aset["kind"] == "spirv" and aset["count"] > 1000
     out = _cli(ws, "verify")
     if "no committed reference" in out.stderr:
-        assert out.returncode == 11
+        assert out.returncode == 0 and "verify   UNVERIFIED" in out.stderr  # as the default job's verify says it
         pytest.skip(f"no committed reference for this toolchain ({aset['facts'].get('glslc')}): "
                     f"{out.stderr.strip().splitlines()[-1]}")
     assert out.returncode == 0, out.stderr
