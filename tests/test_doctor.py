@@ -13,8 +13,8 @@ from _support import REPO, cuda_wheel_bin, make_repo, run_cli
 from onebit_build.core.config import load_recipe
 from onebit_build.core.pins import load_pins
 from onebit_build.core.proc import capture
-from onebit_build.doctor import (DoctorRequest, listed_versions, render, run_doctor, same_cmake_value, stale_defines,
-                                 vulkan_header_version, vulkan_minimum)
+from onebit_build.doctor import DoctorRequest, listed_versions, render, run_doctor, same_cmake_value, stale_defines
+from onebit_build.doctor.gpu_tools import vulkan_header_version, vulkan_minimum
 from onebit_build.building.fetch import _sdist_dir
 from onebit_build.building.manifest import write_manifest
 from onebit_build.core.workspace import Workspace

@@ -91,14 +91,19 @@ def compare_sets(component: str, cur: ArtifactSet, ref: ArtifactSet) -> SetCompa
 
 
 def compare_outputs(cur: list[dict[str, Any]], ref: list[dict[str, Any]]) -> SetComparison:
-    """Output binaries of two builds (for --rebuild), compared like an artifact set."""
+    """Output binaries of two builds, compared like an artifact set. One the reference has and
+    this build does not make (its recipe leaves it out) is said, not a difference: nothing of
+    it ships. Every output the build makes must be the reference's."""
     def as_set(outputs: list[dict[str, Any]]) -> ArtifactSet:
         return ArtifactSet(kind="outputs", root="",
                            items=tuple(Artifact(name=o["name"], size=int(o["size"]), sha256=o["sha256"])
                                        for o in outputs))
 
     res = compare_sets("", as_set(cur), as_set(ref))
-    return SetComparison(**{**res.__dict__, "label": "output binaries"})
+    built = len(cur) - len(res.extra)
+    notes = (f"not built here: {', '.join(n for n, _ in res.missing)}",) if res.missing else ()
+    return SetComparison(**{**res.__dict__, "label": "output binaries", "missing": (), "reference_count": built,
+                            "warnings": res.warnings + notes})
 
 
 def first_spirv_diff(ref_file: Path, cur_file: Path, lines: int = 12) -> str | None:

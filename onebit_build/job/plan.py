@@ -255,12 +255,12 @@ def _cmd(argv: tuple[str, ...], indent: str) -> list[str]:
 
 
 def fold(line: str, width: int = PLAN_WIDTH, indent: str | None = None) -> list[str]:
-    """A line of at most ``width`` columns where it can be cut (after '; ', then ', '), the
-    rest indented under it; a path is never cut. Pure."""
+    """A line of at most ``width`` columns where it can be cut (after '; '), the rest indented
+    under it; a path is never cut. Pure."""
     if len(line) <= width:
         return [line]
     indent = " " * (len(line) - len(line.lstrip()) + 4) if indent is None else indent
-    for sep in ("; ", ", "):
+    for sep in ("; ",):
         cut = line.rfind(sep, 0, width - len(sep) + 1)
         if cut > len(indent):
             head = line[:cut + len(sep)].rstrip()
@@ -404,7 +404,8 @@ def _runtime_lines(plan: Plan) -> list[str]:
         if m.path_env:
             out.append(f"           supplied by the user: --model PATH or ${m.path_env}")
         if m.pypi:
-            out.append(f"           from pypi: {', '.join(m.requirements)}")
+            out.append("           from pypi:")
+            out += [f"             {r}" for r in m.requirements]
         out.append(f"           sha256 {m.sha256 or '(not pinned: recorded in models.lock on first use)'}")
     for p in sm.prompts:
         out.append(f"  check    {p.name}: answer to {p.prompt!r} contains {p.expect!r}")
