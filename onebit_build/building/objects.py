@@ -166,6 +166,9 @@ def misnamed_objects(build_dir: Path, ninja: Path | None = None) -> list[tuple[s
     for e in compile_entries(build_dir, ninja):
         if not isinstance(e, dict) or "output" not in e or "file" not in e:
             continue
+        # Ninja's database lists the link steps too (an object as their "file"): compiles only.
+        if Path(str(e["output"])).suffix not in OBJECT_SUFFIXES or Path(str(e["file"])).suffix in OBJECT_SUFFIXES:
+            continue
         obj = Path(str(e.get("directory", build_dir))) / str(e["output"])
         source = Path(str(e["file"])).name
         found = file_symbol(obj) if obj.is_file() else None
