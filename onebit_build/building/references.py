@@ -184,6 +184,16 @@ def reference_files(refs_dir: Path) -> list[Path]:
     return out
 
 
+def _readable(refs_dir: Path, described: list[str]):
+    """Each committed reference that loads, as (path, reference); an unreadable one is added
+    to ``described`` with why."""
+    for p in reference_files(refs_dir):
+        try:
+            yield p, load_reference(p)
+        except VerifyError as exc:
+            described.append(f"{p.name} (unreadable: {exc.message})")
+
+
 def find_reference(refs_dir: Path, manifest: Manifest) -> tuple[Path | None, list[str]]:
     """The committed reference whose toolchain fingerprint is this build's. Returns (path or
     None, descriptions of the candidates)."""
@@ -191,12 +201,7 @@ def find_reference(refs_dir: Path, manifest: Manifest) -> tuple[Path | None, lis
     if not refs_dir.is_dir():
         return None, described
     want = fingerprint(manifest)
-    for p in reference_files(refs_dir):
-        try:
-            ref = load_reference(p)
-        except VerifyError as exc:
-            described.append(f"{p.name} (unreadable: {exc.message})")
-            continue
+    for p, ref in _readable(refs_dir, described):
         described.append(f"{p.name} ({fingerprint_text(ref.fingerprint) if ref.fingerprint else 'no fingerprint'})")
         if ref.fingerprint == want:
             return p, described
@@ -210,12 +215,7 @@ def find_matching_reference(refs_dir: Path, sets: dict[tuple[str, str], Artifact
     described = []
     if not refs_dir.is_dir() or not sets:
         return None, described
-    for p in reference_files(refs_dir):
-        try:
-            ref = load_reference(p)
-        except VerifyError as exc:
-            described.append(f"{p.name} (unreadable: {exc.message})")
-            continue
+    for p, ref in _readable(refs_dir, described):
         same = all(
             key in ref.sets and ({k: v for k, v in ref.sets[key].facts.items() if k not in PATH_FACTS}
                                  == {k: v for k, v in cur.facts.items() if k not in PATH_FACTS})
