@@ -2,26 +2,63 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from onebit_build.building.manifest import load_manifest
 from onebit_build.commands import Command
-from onebit_build.core import ui
-from onebit_build.core.errors import ConfigError
-from onebit_build.core.project import ProjectRoot
-from onebit_build.job.model import Job, Needs, load_for, open_job
-from onebit_build.job.run import run
-from onebit_build.job.smoke import resolve_model, with_runtime_env
 from onebit_build.job.stage import Stage
-from onebit_build.job.verify import references_dir
-from onebit_build.options import Options, VerifyRunOptions
-from onebit_build.running.bench import BenchLock, load_prompts, parse_config
-from onebit_build.running.bench.settings import DEFAULTS as BENCH_DEFAULTS
-from onebit_build.verification import run as vrun
-from onebit_build.verification.speed import check_rounds
-from onebit_build.verification.speed_rounds import DECODE_MAX_TOKENS, DECODE_MIN_TOKENS
-from onebit_build.verification.working import ResolvedBuild, resolve_new, resolve_working, same_build
+
+if TYPE_CHECKING:
+    from onebit_build.core.project import ProjectRoot
+    from onebit_build.job.model import Job
+    from onebit_build.options import Options, VerifyRunOptions
+    from onebit_build.verification import run as vrun
+    from onebit_build.verification.working import ResolvedBuild
+
+COMMAND = Command(name="verify-run", help="compare this recipe's new build with a working build: kernel artifacts,"
+                  " answers, speed and provenance; VERIFIED (exit 0) or NOT VERIFIED (exit 11)", rank=30,
+                  until=Stage.BUILD, git=True, takes_model=True)
+
+
+def arguments(vp: argparse.ArgumentParser) -> None:
+    from onebit_build.commands.arguments import fraction, positive_int, run_folder_options, seconds
+    from onebit_build.running.bench.settings import DEFAULTS as D
+
+    vp.add_argument("--working", metavar="PATH", required=True,
+                    help="the working build: its build folder, its llama-server, an install prefix, or a run folder "
+                         "holding build-manifest.json")
+    vp.add_argument("--adopt", action="store_true",
+                    help="when the artifacts agree, record the working build's as the reference in "
+                         "references/<recipe>/ (named after the toolchain); and measure the working build with the "
+                         "smoke workload, adopting those speeds as this box's smoke references "
+                         "(references/<recipe>/smoke-speed.json) where none of that workload exists")
+    vp.add_argument("--rounds", type=positive_int, metavar="N",
+                    help="interleaved speed rounds per device before the first look (default: the recipe's, 5; at least"
+                         " 5); then one more at a time until the speed is decided or the budget is spent")
+    vp.add_argument("--speed-budget", type=seconds, metavar="SECONDS",
+                    help="seconds of speed rounds per device before 'too noisy' is the answer (default: the recipe's"
+                         " verification.budget_s, 900)")
+    vp.add_argument("--tolerance", type=fraction, metavar="FRACTION",
+                    help="speed 'on par' within this fraction (default: the recipe's, 0.03)")
+    vp.add_argument("--decode-tokens", type=positive_int, metavar="N",
+                    help=f"tokens generated per timed request of the speed rounds (default {D.decode_tokens};"
+                         " 16 to 1024)")
+    vp.add_argument("--no-speed", action="store_true",
+                    help="run no speed rounds (for machines whose timings mean nothing, such as shared CI"
+                         " runners): artifacts, answers and provenance are still checked; the verdict says speed"
+                         " was not measured")
+    vp.add_argument("--new-args", metavar="ARGS",
+                    help="extra llama-server arguments for the new build's servers (the report names them)")
+    vp.add_argument("--working-args", metavar="ARGS",
+                    help="extra llama-server arguments for the working build's servers")
+    vp.add_argument("--lock", metavar="FILE", dest="bench_lock",
+                    help="the bench lock file (default: bench.lock in the workspace)")
+    vp.add_argument("--wait", metavar="SECONDS", type=float, nargs="?", const=D.lock_wait_s, default=0.0,
+                    help="when a benchmark holds the lock, wait for it (default: fail at once; "
+                         "--wait alone: up to an hour)")
+    run_folder_options(vp, junit=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +80,12 @@ class Asked:
 def check_request(opts: Options, recipe) -> Asked:
     """A bad working path, a build of another recipe, too few rounds, --adopt without
     artifacts, speed options with --no-speed: one line each, before anything runs."""
+    from onebit_build.core.errors import ConfigError
+    from onebit_build.running.bench import parse_config
+    from onebit_build.running.bench.settings import DEFAULTS as BENCH_DEFAULTS
+    from onebit_build.verification.speed import check_rounds
+    from onebit_build.verification.working import resolve_working
+
     vo = opts.verify_run
     assert vo is not None  # the parser makes it for verify-run
     working = resolve_working(vo.working, recipe=recipe.name)
@@ -66,6 +109,9 @@ def check_request(opts: Options, recipe) -> Asked:
 def check_speed_options(vo: VerifyRunOptions) -> None:
     """--no-speed with an option that only shapes the speed rounds is refused (it would do
     nothing); a number of decode tokens out of range too."""
+    from onebit_build.core.errors import ConfigError
+    from onebit_build.verification.speed_rounds import DECODE_MAX_TOKENS, DECODE_MIN_TOKENS
+
     if vo.no_speed:
         given = [name for name, value in (("--rounds", vo.rounds), ("--speed-budget", vo.budget_s),
                                           ("--tolerance", vo.tolerance), ("--decode-tokens", vo.decode_tokens))
@@ -80,9 +126,14 @@ def check_speed_options(vo: VerifyRunOptions) -> None:
                           hint=f"give --decode-tokens {span}")
 
 
-def verify_run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Everything the user gave is checked first; then, holding the workspace and the bench
     lock, build the recipe, compare, and give the verdict."""
+    from onebit_build.core import ui
+    from onebit_build.job.model import Needs, load_for, open_job
+    from onebit_build.running.bench import BenchLock, load_prompts
+    from onebit_build.verification import run as vrun
+
     loaded = load_for(opts, project)
     asked = check_request(opts, loaded[1])
     prompts = load_prompts(project.prompts)
@@ -103,7 +154,16 @@ def verify_run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
 
 def compare(job: Job, asked: Asked, prompts) -> vrun.RunOutcome:
     """Build the recipe (if needed), then compare the new build with the working one."""
-    built = run(job, Stage.BUILD).built
+    from onebit_build.building.manifest import load_manifest
+    from onebit_build.core import ui
+    from onebit_build.core.errors import ConfigError
+    from onebit_build.job.run import run as run_job
+    from onebit_build.job.smoke import resolve_model, with_runtime_env
+    from onebit_build.job.verify import references_dir
+    from onebit_build.verification import run as vrun
+    from onebit_build.verification.working import resolve_new, same_build
+
+    built = run_job(job, Stage.BUILD).built
     assert built is not None  # a job run up to the build has built
     new = resolve_new(built.manifest, load_manifest(built.manifest))
     if same_build(new, asked.working):
