@@ -107,8 +107,8 @@ def test_report_markdown_reads_as_a_table_per_device(tmp_path):
     md = md_path.read_text()
     assert md.startswith("# Smoke report: recipe `default`: FAIL")
     assert "4 of 6 checks passed" in md
-    assert "| device | result | prompt tok/s | decode tok/s | speed note | log |" in md
-    assert "| CPU | ✅ pass | 150.0 | 29.0 | no reference | [log](logs/server-CPU.log) |" in md
+    assert "| device | result | prompt tok/s | decode tok/s | first token s | speed note | log |" in md
+    assert "| CPU | ✅ pass | 150.0 | 29.0 | — | no reference | [log](logs/server-CPU.log) |" in md
     assert "| HRX20 | ❌ FAIL |" in md
     assert "## CPU: pass (12.5 s)" in md and "## HRX20: FAIL (0.0 s)" in md
     assert "| devices | ❌ FAIL | --list-devices lacks HRX20 (lists: none) |" in md
@@ -117,6 +117,19 @@ def test_report_markdown_reads_as_a_table_per_device(tmp_path):
     for line in md.splitlines():
         if line.startswith("| start |") or line.startswith("| answer:capital |"):
             assert line.replace("\\|", "").count("|") == 4
+
+
+def test_the_time_to_the_first_token_stands_beside_the_decode_speed(tmp_path):
+    result = make_result(tmp_path, with_missing=False)
+    cpu = result.device("CPU")
+    stream = SmokeCheck(name="stream", device="CPU", passed=True, summary="stream: 12 chunks",
+                        evidence={"first_token_s": 0.4321})
+    result = replace(result, device_results=(replace(cpu, checks=(*cpu.checks, stream),
+                                                     speed=replace(cpu.speed, first_token_s=0.4321)),))
+    json_path, md_path = write_report(tmp_path, recipe=recipe(), smoke=result, manifest=None)
+    assert "| CPU | ✅ pass | 150.0 | 29.0 | 0.43 | no reference |" in md_path.read_text()
+    assert read_state(json_path, REPORT_KIND, REPORT_SCHEMA)["devices"][0]["speed"]["first_token_s"] == 0.4321
+    assert "decode 29.0 tok/s, prompt 150.0 tok/s, first token 0.43 s" in "\n".join(summary_lines(result))
 
 
 def test_invalid_speed_shows_as_invalid_not_as_a_number(tmp_path):

@@ -212,7 +212,12 @@ def test_default_recipe_passes_on_cpu(default_run):
     cpu = result.device("CPU")
     names = [c.name for c in cpu.checks]
     assert names == ["start", "offload", "health", "catalog", "props", "answer:capital", "answer:landmark",
-                     "answer:counting", "speed"]
+                     "answer:counting", "stream", "speed"]
+    stream = next(c for c in cpu.checks if c.name == "stream")
+    assert stream.evidence["chunks"] > 3 and stream.evidence["streamed_text"] == stream.evidence["whole_text"]
+    # The time to the first token stands beside the decode speed.
+    assert cpu.speed is not None and cpu.speed.first_token_s == stream.evidence["first_token_s"] > 0
+    assert "first token" in next(c for c in cpu.checks if c.name == "speed").summary
     capital = next(c for c in cpu.checks if c.name == "answer:capital")
     assert "Paris" in capital.evidence["answer"]
     assert len(recipe.smoke.prompts) >= 3
@@ -247,6 +252,8 @@ def test_default_run_report(default_run):
     assert doc["devices"][0]["speed"]["decode_tok_s"] == result.device("CPU").speed.decode_tok_s
     md = md_path.read_text()
     assert "PASS" in md.splitlines()[0] and "[log](logs/server-CPU.log)" in md and "❌" not in md
+    assert "| decode tok/s | first token s |" in md
+    assert doc["devices"][0]["speed"]["first_token_s"] == result.device("CPU").speed.first_token_s
     assert (run_dir / json.loads(json_path.read_text())["devices"][0]["log"]).is_file()
 
 
@@ -267,7 +274,7 @@ def test_wrong_answer_and_wrong_commit_fail_and_invalidate_the_speed(llama_serve
     assert not result.passed
     verdicts = {c.name: c.passed for c in result.device("CPU").checks}
     assert verdicts == {
-        "start": True, "offload": True, "health": True, "catalog": True, "props": False,
+        "start": True, "offload": True, "health": True, "catalog": True, "props": False, "stream": True,
         "answer:capital": False, "answer:landmark": True, "speed": False,
     }
     capital = next(c for c in result.device("CPU").checks if c.name == "answer:capital")

@@ -50,6 +50,10 @@ def test_smoke_junit_has_real_times_recipe_device_classes_and_evidence(smoke_cli
     assert '"ids": [\n    "gemma-3-270m-q4_k_m"\n  ]' in by_name[("default.CPU", "catalog")].system_out
     evidence = json.loads(speed.system_out.split("\n", 1)[1])
     assert evidence["decode_tok_s"] > 1.0 and evidence["valid"] is True
+    # The streamed chat is a case of its own; its time to the first token stands beside the decode speed.
+    stream = json.loads(by_name[("default.CPU", "stream")].system_out.split("\n", 1)[1])
+    assert stream["chunks"] > 3 and stream["ends_with_done"] and stream["streamed_text"] == stream["whole_text"]
+    assert evidence["first_token_s"] == stream["first_token_s"] > 0 and "first token" in speed.system_out
 
 
 @pytest.mark.slow
@@ -58,7 +62,7 @@ def test_smoke_shows_each_check_and_fits_the_terminal(smoke_cli):
     lines = out.stderr.splitlines()
     # stderr is no terminal here: one line per finished check, in order, before the stage line.
     shown = [line for line in lines if line.startswith("  CPU pass ") or line.startswith("  pass ")]
-    assert len(shown) == 10, out.stderr
+    assert len(shown) == 11, out.stderr
     assert shown[0].startswith("  pass --list-devices") and "healthy on port" in shown[1]
     assert lines.index(shown[-1]) < next(i for i, line in enumerate(lines) if line.startswith("smoke    ok"))
     # The build is up to date: no output is listed, one line names the manifest.
@@ -142,5 +146,5 @@ def test_on_a_terminal_the_running_check_is_named_while_it_runs(llama_server, ge
     for running in ("CPU start: loading gemma-3-270m-q4_k_m.gguf ...", "CPU answer:capital ...", "CPU speed ..."):
         assert running in text, running
     # ...and each finished check stays as its own line.
-    assert "CPU pass /v1/models lists only gemma-3-270m-q4_k_m" in text and "smoke PASS: 10/10" in text
+    assert "CPU pass /v1/models lists only gemma-3-270m-q4_k_m" in text and "smoke PASS: 11/11" in text
     assert "s in all (verify NOT RUN); logs: " in text  # the job's total time, last

@@ -63,6 +63,7 @@ def _speed_doc(s: Speed | None) -> dict[str, Any] | None:
         "reason": s.reason,
         "prompt_tok_s": s.prompt_tok_s,
         "decode_tok_s": s.decode_tok_s,
+        "first_token_s": s.first_token_s,
         "reference_tok_s": s.reference_tok_s,
         "tolerance": s.tolerance,
         "on_par": s.on_par,
@@ -189,6 +190,12 @@ def _fmt(v: float | None) -> str:
     return "—" if v is None else f"{v:.1f}"
 
 
+def _first_token(d: DeviceResult) -> str:
+    """The streamed chat's time to its first token, in seconds, from its check."""
+    found = next((c.evidence.get("first_token_s") for c in d.checks if c.name == "stream" and c.passed), None)
+    return "—" if found is None else f"{found:.2f}"
+
+
 def _speed_cells(d: DeviceResult) -> tuple[str, str, str]:
     s = d.speed
     if s is None:
@@ -223,12 +230,12 @@ def render_markdown(run_dir: Path, *, recipe: Recipe, smoke: SmokeResult, manife
     out.append("")
     out.append("## Devices")
     out.append("")
-    out.append("| device | result | prompt tok/s | decode tok/s | speed note | log |")
-    out.append("|---|---|---:|---:|---|---|")
+    out.append("| device | result | prompt tok/s | decode tok/s | first token s | speed note | log |")
+    out.append("|---|---|---:|---:|---:|---|---|")
     for d in smoke.device_results:
         pps, dps, note = _speed_cells(d)
         log = f"[log]({_rel(d.log, run_dir)})" if d.log is not None else "—"
-        out.append(f"| {md_cell(d.device)} | {_mark(d.passed)} | {pps} | {dps} | {note} | {log} |")
+        out.append(f"| {md_cell(d.device)} | {_mark(d.passed)} | {pps} | {dps} | {_first_token(d)} | {note} | {log} |")
     out.append("")
     out.append("## Run checks")
     out.append("")
@@ -302,6 +309,7 @@ def summary_lines(smoke: SmokeResult) -> list[str]:
         s = d.speed
         if s is not None and s.valid:
             speed = f"decode {s.decode_tok_s:.1f} tok/s, prompt {s.prompt_tok_s:.1f} tok/s"
+            speed += f", first token {_first_token(d)} s" if _first_token(d) != "—" else ""
         elif s is not None:
             speed = "speed invalid"
         else:

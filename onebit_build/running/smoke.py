@@ -33,6 +33,7 @@ from onebit_build.running.model import ModelFile
 from onebit_build.running.gguf import has_chat_template
 from onebit_build.running.offload import check_offload
 from onebit_build.running.speed_ref import SpeedReference, pick, smoke_workload
+from onebit_build.running.stream import STREAM_MAX_TOKENS, stream_check
 from onebit_build.running.smoke_checks import (
     CHAT_MIN_TOKENS,
     SmokeCheck,
@@ -151,6 +152,21 @@ def _complete(server: srvmod.Server, deadlines: Deadlines, prompt: str, *, n_pre
         raise SmokeError(f"no answer within {timeout:.0f} s, {rule}; no more requests go to this server",
                          hint="raise it in the recipe's smoke section if the device is this slow, "
                               "else read the server log") from None
+
+
+def _stream_on(server: srvmod.Server, run: _DeviceRun) -> SmokeCheck:
+    """The streamed chat check, under the same deadlines as a completion of its tokens."""
+    if server.port in run.deadlines.hung:
+        raise SmokeError("not asked: the server missed an earlier deadline")
+    timeout, rule = run.deadlines.for_request(STREAM_MAX_TOKENS)
+    t0 = time.monotonic()
+    try:
+        return stream_check(server.url, run.device, timeout=timeout)
+    except SmokeError as exc:
+        if time.monotonic() - t0 >= timeout:
+            run.deadlines.hung.add(server.port)
+            raise SmokeError(f"{exc} ({rule}); no more requests go to this server") from None
+        raise
 
 
 def _failed(name: str, device: str | None, exc: BaseException, server: srvmod.Server | None = None) -> SmokeCheck:
@@ -289,6 +305,8 @@ def _checks_on(server: srvmod.Server, run: _DeviceRun) -> tuple[list[SmokeCheck]
             answers[prompt.name] = (got.text, check.passed)
             return check
         checks.append(_guarded(f"answer:{prompt.name}", run, server, ask))
+    checks.append(_guarded("stream", run, server, lambda: _stream_on(server, run)))
+    first_token_s = checks[-1].evidence.get("first_token_s") if checks[-1].passed else None
     if not spec.prompts:
         checks.append(SmokeCheck(name="answer", device=device, passed=False,
                                  summary="the recipe lists no smoke prompts", evidence={}))
@@ -298,7 +316,7 @@ def _checks_on(server: srvmod.Server, run: _DeviceRun) -> tuple[list[SmokeCheck]
     measured: list[Speed] = []
 
     def timed() -> SmokeCheck:
-        measured.append(_speed_on(server, run, answers))
+        measured.append(replace(_speed_on(server, run, answers), first_token_s=first_token_s))
         return check_speed(measured[0])
     checks.append(_guarded("speed", run, server, timed))
     return checks, (measured[0] if measured else None)

@@ -48,6 +48,7 @@ class Speed:
     on_par: bool | None = None  # None without a reference or without a valid figure
     workload: dict[str, Any] | None = None  # what was measured (speed_ref.Workload.to_dict())
     reference_note: str = ""  # which reference was used, or why none was
+    first_token_s: float | None = None  # the streamed chat's time to its first token, when it passed
 
     @property
     def decode_tok_s(self) -> float | None:
@@ -340,12 +341,15 @@ def check_speed(speed: Speed) -> SmokeCheck:
         "samples_answer_ok": [s.valid for s in speed.samples],
         "workload": speed.workload,
         "reference_note": speed.reference_note,
+        "first_token_s": speed.first_token_s,
     }
     if not speed.valid:
         return SmokeCheck(name="speed", device=speed.device, passed=False, summary=f"speed invalid: {speed.reason}",
                           evidence=evidence)
     figures = (f"decode {speed.decode_tok_s:.1f} tok/s, prompt {speed.prompt_tok_s:.1f} tok/s (median of "
                f"{len(speed.samples)} x {speed.tokens} tokens)")
+    if speed.first_token_s is not None:
+        figures += f", first token {speed.first_token_s:.2f} s (streamed chat)"
     if speed.on_par is False:
         assert speed.reference_tok_s is not None and speed.decode_tok_s is not None
         floor = speed.reference_tok_s * (1 - speed.tolerance)
