@@ -74,7 +74,10 @@ def _try_fetch(bare: Git, source: str, pin: Pin, *, is_bundle: bool) -> tuple[bo
             if r.status == 0 and bare.has_commit(pin.commit):
                 return True, ""
             complaint = last_line(r.err) or complaint
-    r = bare.run("fetch", "--no-tags", source, f"+refs/*:refs/onebit/from/{file_part(pin.name)}/*", check=False)
+    # --update-shallow: a shallow mirror's refs come with their shallow roots, else git keeps the
+    # objects but rejects the refs, and a later "cached" commit would lack its boundary.
+    r = bare.run("fetch", "--no-tags", "--update-shallow", source, f"+refs/*:refs/onebit/from/{file_part(pin.name)}/*",
+                 check=False)
     _raise_if_disk_full(bare, r.err, pin)
     if r.status != 0:
         return False, last_line(r.err) or complaint

@@ -102,3 +102,51 @@ def remove_entry(path: Path) -> None:
         path.unlink(missing_ok=True)
     else:
         shutil.rmtree(path)
+
+
+def replace_files(changes: dict[Path, bytes | None]) -> None:
+    """Write every file of ``changes`` (None: remove it), all of them or none.
+
+    Each new content is written beside its target first; then the targets are switched one
+    after another (a reader sees the old file or the new one), each old file kept as a hard
+    link until all are switched. When one switch fails, every file switched so far gets its
+    old bytes back (a file that was new is removed again) and the error is raised."""
+    staged: dict[Path, str | None] = {}
+    kept: dict[Path, Path | None] = {}  # target -> hard link to its old bytes (None: it was new)
+    try:
+        for path, data in changes.items():
+            staged[path] = None
+            if data is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+                staged[path] = tmp
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+        for path, tmp in staged.items():
+            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            old.unlink(missing_ok=True)
+            if path.exists() or path.is_symlink():
+                os.link(path, old, follow_symlinks=False)
+                kept[path] = old
+            else:
+                kept[path] = None
+            if tmp is not None:
+                os.replace(tmp, path)
+            elif kept[path] is not None:
+                path.unlink()
+    except BaseException:
+        for path, old in reversed(list(kept.items())):
+            if old is not None:
+                os.replace(old, path)
+            else:
+                path.unlink(missing_ok=True)
+        raise
+    finally:
+        for tmp in staged.values():
+            if tmp is not None and os.path.lexists(tmp):
+                os.unlink(tmp)
+        for old in kept.values():
+            if old is not None and os.path.lexists(old):
+                os.unlink(old)

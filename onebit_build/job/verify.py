@@ -209,7 +209,7 @@ def verify_command(job: Job, built: Built) -> int:
         ui.info(f"wrote reference {write_reference(vo.write_reference, manifest)}")
         return 0
     if vo.rebuild:
-        return _rebuild_and_compare(job, built)
+        return rebuild_and_compare(job, built)
     if vo.reference is None:
         _committed(job, built.manifest)
         return 0
@@ -221,7 +221,7 @@ def verify_command(job: Job, built: Built) -> int:
     return 0
 
 
-def _rebuild_and_compare(job: Job, built: Built) -> int:
+def rebuild_and_compare(job: Job, built: Built) -> int:
     root, trees = rebuild_places(job.workspace, built.trees, job.recipe)
     with ui.stage("rebuild") as st:
         # Everything compiled again (no compiler cache), from sources at another path.

@@ -1,0 +1,43 @@
+"""The bench gate of ``pins bump``: the old pin's llama-server against the new one, side by
+side, as ``onebit-build bench --build old=... --build new=...`` measures them (interleaved
+rounds, a fresh server each, greedy answers checked against the old build's), under the
+bench lock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from onebit_build.core import ui
+from onebit_build.core.errors import SmokeError
+from onebit_build.core.model_spec import served_name
+from onebit_build.job.model import Job
+from onebit_build.job.smoke import resolve_model, with_runtime_env
+from onebit_build.running import bench as b
+
+
+def bench_old_new(job: Job, *, old: Path, new: Path, rounds: int, out: Path) -> tuple[str, str]:
+    """The table of old against new on the recipe's smoke devices, and a one-line note;
+    SmokeError when an answer of either did not hold (its figure would mean nothing)."""
+    recipe, opts, ws = job.recipe, job.opts, job.workspace
+    out.mkdir(parents=True, exist_ok=True)
+    builds = (b.Build(name="old", server=old), b.Build(name="new", server=new))
+    env = with_runtime_env(recipe, opts.toolchain_root).smoke.env
+    lock = ws.root / "bench.lock"
+    with b.BenchLock(lock, "onebit-build pins bump (bench)"):
+        mf = resolve_model(recipe, opts, models_dir=ws.models, log=out / "model.log", lock=job.project.models_lock)
+        devices = b.resolve_devices(builds, recipe.smoke.devices, env=env, log_dir=out / "logs")
+        variants = b.make_variants(b.parse_configs(()), builds, devices)
+        ui.info(f"  bench: {len(variants)} variants x {rounds} rounds, old first (the baseline)")
+        result = b.run_bench(b.BenchRequest(
+            variants=variants, model=mf, prompts=b.load_prompts(job.project.prompts), run_dir=out, rounds=rounds,
+            env=env, lock=lock, alias=served_name(recipe.model, sha256=mf.sha256, file=mf.path)))
+        b.write_outputs(result, out)
+    table = b.render_table(result)
+    for line in table.splitlines():
+        ui.info(f"  {line}")
+    bad = [c for c in result.cells if not c.valid]
+    if bad:
+        raise SmokeError(f"bench: {len(bad)} of {len(result.cells)} figures are invalid (their answers did not hold); "
+                         f"first: {bad[0].variant} {bad[0].prompt}: {bad[0].reason}",
+                         hint=f"see {out / 'bench.md'}: the new build answers otherwise than the old one")
+    return table, f"{len(result.cells)} figures, every answer held; table in bench/bench.md"
