@@ -43,7 +43,8 @@ def test_bash_completes_recipe_names_commands_and_sub_actions():
     assert bash_complete(["onebit-build", "--recipe", ""]) == RECIPES
     assert bash_complete(["onebit-build", "build", "--recipe", "v"]) == ["vulkan"]
     assert set(bash_complete(["onebit-build", "bu"])) == {"build", "builds"}
-    assert bash_complete(["onebit-build", "pins", ""]) == ["lock"]
+    assert bash_complete(["onebit-build", "pins", ""]) == ["lock", "bump"]
+    assert "--to-sdist" in bash_complete(["onebit-build", "pins", "bump", "--"])
     assert bash_complete(["onebit-build", "patches", ""]) == ["export"]
     assert "--prefix" in bash_complete(["onebit-build", "install", "--"])
     assert "--prefix" not in bash_complete(["onebit-build", "serve", "--"])

@@ -8,20 +8,21 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from _support import REPO, bare_mirror, git, make_patch, make_repo, project_tree, run_cli, sources_from_workspaces
 
-CMAKE = """\
+CMAKE = textwrap.dedent("""\
     cmake_minimum_required(VERSION 3.20)
     project(tiny C)
     set(GREETING "hello" CACHE STRING "what hello prints")
     add_executable(hello hello.c)
     target_compile_definitions(hello PRIVATE GREETING="${GREETING}")
-    """
-HELLO = """\
+    """)
+HELLO = textwrap.dedent("""\
     #include <stdio.h>
 
     static const char *word(void) {
@@ -32,7 +33,7 @@ HELLO = """\
         puts(word());
         return 0;
     }
-    """
+    """)
 RECIPE = """\
     schema: 1
     name: tiny
@@ -43,7 +44,7 @@ RECIPE = """\
         source: tiny
         targets: [hello]
         outputs:
-          hello: hello
+          llama-server: hello  # the output a bump smoke-tests (this one cannot serve a model)
       - name: other
         source: other
         targets: [hello]
@@ -72,8 +73,8 @@ def tiny(tmp_path_factory):
             ("ok", HELLO.replace("return 0;", "return 0; /* upstream */"), CMAKE),
             ("conflict", HELLO.replace("return GREETING;", 'return "up " GREETING;'), CMAKE),
             ("broken", HELLO.replace("#include <stdio.h>\n", "#include <stdio.h>\n#error upstream broke it\n"), CMAKE),
-            ("random", HELLO.replace("return 0;", "puts(NONCE);\n        return 0;"),
-             CMAKE + '    string(RANDOM LENGTH 16 NONCE)\n    target_compile_definitions(hello PRIVATE NONCE="${NONCE}")\n')):
+            ("random", HELLO.replace("return 0;", "puts(NONCE);\n    return 0;"),
+             CMAKE + 'string(RANDOM LENGTH 16 NONCE)\ntarget_compile_definitions(hello PRIVATE NONCE="${NONCE}")\n')):
         git(src, "checkout", "-q", "--detach", old)
         new[name] = make_repo(src, {"hello.c": text, "CMakeLists.txt": cmake}, f"upstream {name}")
     mirrors = tmp / "mirrors"
@@ -178,6 +179,7 @@ def test_towards_an_older_sdist_a_conflicting_patch_is_named_and_pins_stay(tmp_p
     """The real project, its llama.cpp pin (llama-cpp-python 0.3.36) towards 0.3.35's commit
     (from PyPI): patch 0003 conflicts in tests/CMakeLists.txt; refused, pins.yaml byte-identical."""
     root = tmp_path / "project"
+    root.mkdir()
     for item in ("pins.yaml", "pins.lock", "recipes", "patches", "references", "smoke"):
         (shutil.copytree if (REPO / item).is_dir() else shutil.copy2)(REPO / item, root / item)
     text, lock = (root / "pins.yaml").read_bytes(), (root / "pins.lock").read_bytes()

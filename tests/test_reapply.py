@@ -97,8 +97,8 @@ def test_a_conflict_names_the_hunk_even_without_a_merge_base(tmp_path):
     make_repo(other, {"f.txt": lines(10, l5="five elsewhere")})
     patch = make_patch(other, "", {"f.txt": lines(10, l5="five patched")}, "elsewhere", tmp_path / "p" / "s", 1)
     bare = bare_mirror(repo, tmp_path / "mirrors", "s")
-    got = reapply(ReapplyRequest(source="s", bare_repo=bare, old=old, new=new, patches=list_patches(tmp_path / "p", "s"),
-                                 work=tmp_path / "work"))
+    got = reapply(ReapplyRequest(source="s", bare_repo=bare, old=old, new=new,
+                                 patches=list_patches(tmp_path / "p", "s"), work=tmp_path / "work"))
     (o,) = got.outcomes
     assert o.status == CONFLICTS and o.patch == patch.name
     assert o.detail[0] == "f.txt hunk 1/1 (@@ -2,7 +2,7 @@ line 1)"

@@ -15,7 +15,7 @@ import pytest
 
 from onebit_build.running import server as srvmod
 from onebit_build.running.server_args import ServerSpec
-from onebit_build.running.stream import (DONE, STREAM_QUESTION, StreamFacts, Streamed, check_stream, sse_events,
+from onebit_build.running.stream import (DONE, STREAM_QUESTION, SSEReader, StreamFacts, Streamed, check_stream,
                                          stream_body, stream_check)
 
 WHOLE = "One, two, three, four, five."
@@ -43,6 +43,13 @@ def streamed(evs, status: int = 200, content_type: str = "text/event-stream") ->
 
 
 # --------------------------------------------------------------------------- pure judges
+
+
+def sse_events(lines: list[str]) -> list[str]:
+    reader = SSEReader()
+    found = [d for d in (reader.feed(line) for line in lines) if d is not None]
+    last = reader.end()
+    return found + ([last] if last is not None else [])
 
 
 def test_sse_events_are_read_as_the_format_says():

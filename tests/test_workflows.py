@@ -37,7 +37,7 @@ def steps(doc: dict) -> list[dict]:
     return [s for job in doc["jobs"].values() for s in job.get("steps", [])]
 
 
-@pytest.mark.parametrize("name", ["ci.yml", "strix-halo.yml"])
+@pytest.mark.parametrize("name", ["ci.yml", "strix-halo.yml", "bump.yml"])
 def test_actionlint_passes(name):
     if shutil.which("shellcheck") is None:
         pytest.fail("shellcheck is not installed (apt-get install shellcheck): actionlint needs it "
@@ -63,7 +63,7 @@ def test_actionlint_config_names_the_runner_label():
     assert "strix-halo" in labels and "strix-halo" in runs_on
 
 
-@pytest.mark.parametrize("name", ["ci.yml", "strix-halo.yml"])
+@pytest.mark.parametrize("name", ["ci.yml", "strix-halo.yml", "bump.yml"])
 def test_cached_and_uploaded_paths_have_no_dot_dot_segment(name):
     """actions/cache and actions/upload-artifact refuse a path with a '..' segment."""
     seen = 0
@@ -75,7 +75,7 @@ def test_cached_and_uploaded_paths_have_no_dot_dot_segment(name):
     assert seen
 
 
-@pytest.mark.parametrize("name", ["ci.yml", "strix-halo.yml"])
+@pytest.mark.parametrize("name", ["ci.yml", "strix-halo.yml", "bump.yml"])
 def test_permissions_are_read_only(name):
     assert load(name)["permissions"] == {"contents": "read"}
 
@@ -94,6 +94,20 @@ def test_strix_halo_is_a_verification_run():
     # and no step looks for the newest folder among older runs.
     assert "steps.report.outputs.bundle" in bundle["if"]
     assert "ls -t" not in text and "runs/*" not in text
+
+
+def test_bump_opens_a_pull_request_only_when_the_bump_passed():
+    doc = load("bump.yml")
+    assert set(doc[True]) == {"schedule", "workflow_dispatch"}  # YAML 1.1 reads the key "on" as true
+    job = doc["jobs"]["bump"]
+    assert job["permissions"] == {"contents": "write", "pull-requests": "write"}
+    by_name = {s.get("name"): s for s in job["steps"]}
+    bump, pr = by_name["Bump"], by_name["Pull request"]
+    assert "onebit-build pins bump llama.cpp --to-sdist" in bump["run"] and "--run-dir" in bump["run"]
+    assert pr["if"] == "steps.bump.outcome == 'success'" and "gh pr create" in pr["run"]
+    assert "bump-report.md" in pr["run"]
+    # What comes from outside (the index's version) reaches the scripts through the environment only.
+    assert all("${{" not in str(s.get("run", "")) for s in job["steps"])
 
 
 def test_ci_writes_junit_and_the_smoke_verdict():
@@ -215,7 +229,7 @@ def test_cheap_checks_come_before_install_and_doctor_and_the_run_is_locked():
 USES = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<action>[\w.-]+/[\w./-]+)@(?P<ref>\S+)(?P<rest>.*)$")
 
 
-@pytest.mark.parametrize("name", ["ci.yml", "strix-halo.yml"])
+@pytest.mark.parametrize("name", ["ci.yml", "strix-halo.yml", "bump.yml"])
 def test_every_action_is_pinned_by_its_full_commit_sha(name):
     """A tag can be moved to other code; a commit cannot. The release stays readable in a comment."""
     lines = [m for m in map(USES.match, (WORKFLOWS / name).read_text().splitlines()) if m]
@@ -228,7 +242,7 @@ def test_every_action_is_pinned_by_its_full_commit_sha(name):
 
 def test_one_action_is_one_commit_in_every_workflow():
     seen: dict[str, set[str]] = {}
-    for name in ("ci.yml", "strix-halo.yml"):
+    for name in ("ci.yml", "strix-halo.yml", "bump.yml"):
         for m in filter(None, map(USES.match, (WORKFLOWS / name).read_text().splitlines())):
             seen.setdefault(m["action"], set()).add(m["ref"] + m["rest"].strip())
     assert all(len(refs) == 1 for refs in seen.values()), seen

@@ -30,7 +30,6 @@ OFFSET = "applies with offset"
 THREE_WAY = "applied three-way"
 EMPTY = "now empty: upstream has it, proposed for removal"
 CONFLICTS = "conflicts"
-OUTCOMES = (APPLIES, OFFSET, THREE_WAY, EMPTY, CONFLICTS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +101,7 @@ def offsets(git_err: str) -> list[str]:
 class PatchOutcome:
     source: str
     patch: str
-    status: str  # one of OUTCOMES
+    status: str  # APPLIES, OFFSET, THREE_WAY, EMPTY or CONFLICTS
     detail: tuple[str, ...] = ()  # the offsets, or the failing files and hunks
 
     @property

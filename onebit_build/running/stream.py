@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from onebit_build.core.errors import SmokeError
 from onebit_build.running.smoke_checks import SmokeCheck, chat_reply, chat_request, short
@@ -65,14 +65,6 @@ class SSEReader:
     def end(self) -> str | None:
         """The data of an event the stream did not close with a blank line."""
         return self.feed("")
-
-
-def sse_events(lines: Iterable[str]) -> list[str]:
-    """The data of every event in ``lines``. Pure."""
-    reader = SSEReader()
-    found = [d for d in (reader.feed(line) for line in lines) if d is not None]
-    last = reader.end()
-    return found + ([last] if last is not None else [])
 
 
 def chunk_text(chunk: Any) -> str | None:
