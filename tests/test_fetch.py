@@ -51,6 +51,28 @@ def test_fetch_from_bundle(tmp_path, upstream):
     assert res.commit == second and res.mirror_used.endswith("src.bundle")
 
 
+def test_a_shallow_mirror_without_the_pin_leaves_the_store_whole(tmp_path, upstream):
+    """A shallow mirror (as an sdist's git store is) that lacks the pin gives all its refs;
+    they must come with their shallow roots, or a later pin of one of them finds its commit
+    "cached" without its boundary and the store reads as damaged."""
+    from onebit_build.building.fetch import store_damage
+    from onebit_build.core.gitops import Git
+
+    repo, first, second = upstream
+    shallow = tmp_path / "m1" / "src.git"
+    git(tmp_path, "clone", "-q", "--bare", "--depth=1", f"file://{repo}", str(shallow))
+    other = tmp_path / "other"
+    third = make_repo(other, {"b.txt": "three\n"}, "elsewhere")
+    bare_mirror(other, tmp_path / "m2", "src")
+    ws = Workspace(root=tmp_path / "ws")
+    res = fetch(FetchRequest(pin=pin_for("src", third), workspace=ws, mirror_dirs=(tmp_path / "m1", tmp_path / "m2"),
+                             offline=True))
+    assert res.mirror_used.endswith("m2/src.git")
+    again = fetch(FetchRequest(pin=pin_for("src", second), workspace=ws, offline=True))
+    assert again.mirror_used == "cache"
+    assert store_damage(Git(res.bare_repo, bare=True)) is None
+
+
 def test_bundle_of_a_shallow_clone_is_explained(tmp_path, upstream):
     repo, _, second = upstream
     shallow = tmp_path / "shallow"
