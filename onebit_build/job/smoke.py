@@ -11,7 +11,7 @@ from onebit_build.building.toolchain import resolve_toolchain, runtime_env
 from onebit_build.core import model_lock, ui
 from onebit_build.core.config import Recipe
 from onebit_build.core.errors import ConfigError, IntegrityError, NotAvailableError, SmokeError
-from onebit_build.job.model import Job
+from onebit_build.job.model import Job, Settings
 from onebit_build.options import Options
 from onebit_build.running import model as model_mod
 from onebit_build.running import report as report_mod
@@ -32,7 +32,8 @@ def with_runtime_env(recipe: Recipe, toolchain_root: str | None) -> Recipe:
     return replace(recipe, smoke=replace(recipe.smoke, env=env))
 
 
-def resolve_model(recipe: Recipe | None, opts: Options, *, models_dir: Path, log: Path, lock: Path | None = None):
+def resolve_model(recipe: Recipe | None, opts: Settings | Options, *, models_dir: Path, log: Path,
+                  lock: Path | None = None):
     """The model to serve: ``--model``, the user's file the recipe names, or the recipe's
     registry model (downloaded and checked). A recipe model without a pinned sha256 is
     checked against ``lock`` (models.lock), and recorded there on first use."""
@@ -117,7 +118,7 @@ def smoke_devices(recipe: Recipe, server: Path, log_dir: Path) -> tuple[tuple[st
 
 def smoke_stage(job: Job, *, server: Path, manifest_file: Path | None, verified: dict | None = None) -> int:
     """Start the server on every smoke device, check it, write the report."""
-    recipe, opts = job.recipe, job.opts
+    recipe, opts = job.recipe, job.settings
     with ui.stage("model") as st:
         mf = resolve_model(recipe, opts, models_dir=job.workspace.models, log=job.log("model.log"),
                            lock=job.project.models_lock)
