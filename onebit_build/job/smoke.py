@@ -17,7 +17,6 @@ from onebit_build.running import model as model_mod
 from onebit_build.running import report as report_mod
 from onebit_build.running import smoke as smoke_mod
 from onebit_build.running import speed_ref
-from onebit_build.running.gguf import has_chat_template
 from onebit_build.running.devices import pick_devices
 from onebit_build.running.server import list_devices
 from onebit_build.verification.junit import smoke_cases, write_junit
@@ -95,10 +94,10 @@ def speed_references(project, recipe: Recipe):
     return (*adopted, *speed_ref.recipe_references(recipe.smoke, recipe.name))
 
 
-def chat_note(model: Path) -> str | None:
+def chat_note(model: model_mod.ModelFile) -> str | None:
     """What a user of the chat endpoint must know about this model (None: nothing)."""
-    if has_chat_template(model) is False:
-        return (f"{model.name} has no chat template of its own (a base model): "
+    if model.has_chat_template is False:
+        return (f"{model.path.name} has no chat template of its own (a base model): "
                 "llama-server answers /v1/chat/completions"
                 " through a generic template this model does not follow, so chat replies are junk; use /v1/completions")
     return None
@@ -141,7 +140,7 @@ def smoke_stage(job: Job, *, server: Path, manifest_file: Path | None, verified:
         st["note"] = "all checks passed" if result.passed else "CHECKS FAILED"
         if not result.passed:
             st["status"] = "FAILED"
-    chat = chat_note(mf.path)
+    chat = chat_note(mf)
     if chat:
         ui.warn(chat)
     json_path, md_path = report_mod.write_report(job.run_dir, recipe=recipe, smoke=result, manifest=manifest,
