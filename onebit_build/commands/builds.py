@@ -25,15 +25,8 @@ def entries(opts: Options, project: ProjectRoot):
     return ws, find_builds(ws, recipes_dir=project.recipes, patches_dir=project.patches, pins=pins)
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
-
-
 def size_text(n: int) -> str:
+    """A byte count for a person: B, KiB, MiB or GiB. Pure."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -46,7 +39,7 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     from onebit_build.core import ui
 
     ws, found = entries(opts, project)
-    rows = [{"recipe": b.recipe, "key": b.key, "folder": str(b.folder), "created": b.manifest.created,
+    rows = [{"recipe": b.recipe, "key": b.key, "folder": str(b.folder), "built": utc_text(b.built_at()),
              "bytes": sum(folder_size(f) for f in b.folders), "up_to_date": not b.stale, "stale": list(b.stale)}
             for b in found]
     if opts.json:
@@ -56,8 +49,22 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     if not rows:
         ui.answer(f"no builds in {ws.root}")
         return 0
+    lines = [("recipe", "key", "built (UTC)", "size", "state", "folder")]
     for r in rows:
         state = "up to date" if r["up_to_date"] else "stale: " + ", ".join(r["stale"])
-        ui.answer(f"{r['recipe']:<12} {r['key']}  {r['created'] or '?':<25} "
-                  f"{size_text(r['bytes']):>10}  {state}  {r['folder']}")
+        lines.append((r["recipe"], r["key"], r["built"] or "?", size_text(r["bytes"]), state, r["folder"]))
+    widths = [max(len(line[i]) for line in lines) for i in range(5)]
+    for line in lines:
+        cells = [line[0].ljust(widths[0]), line[1].ljust(widths[1]), line[2].ljust(widths[2]),
+                 line[3].rjust(widths[3]), line[4].ljust(widths[4]), line[5]]
+        ui.answer("  ".join(cells))
     return 0
+
+
+def utc_text(when: float | None) -> str | None:
+    """A time as ISO 8601 in UTC, to the second. Pure."""
+    import datetime
+
+    if when is None:
+        return None
+    return datetime.datetime.fromtimestamp(when, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
