@@ -39,6 +39,7 @@ from onebit_build.core.project import CHECKOUT, ProjectRoot
 from onebit_build.job.build import Built, build_part, run_fetch, server_of
 from onebit_build.job.bump_report import BumpRecord, gate, patch_table, write_report
 from onebit_build.job.model import Job, load_pins_and_recipe
+from onebit_build.job.plan import plan_of
 
 STAGED_PROJECT = "project"  # the staged copy of the project's files, in the run folder
 
@@ -200,9 +201,10 @@ def staged_job(job: Job, record: BumpRecord) -> Job:
             target.unlink() if data is None else target.write_bytes(data)
     staged = ProjectRoot(path=root, data_from=CHECKOUT, found_by="pins bump")
     check_moved(before, load_pins(staged.pins), record.moves)
-    pins, recipe = load_pins_and_recipe(staged, job.opts.recipe, defines=job.opts.defines)
+    pins, recipe = load_pins_and_recipe(staged, job.settings.recipe, defines=job.settings.defines)
     (job.run_dir / "new").mkdir(exist_ok=True)
-    return replace(job, project=staged, pins=pins, recipe=recipe, run_dir=job.run_dir / "new")
+    return replace(job, project=staged, pins=pins, recipe=recipe, run_dir=job.run_dir / "new",
+                   plan=plan_of(job.settings, staged, pins, recipe, job.workspace))
 
 
 # --------------------------------------------------------------------------- build, verify, smoke, bench

@@ -18,13 +18,13 @@ from onebit_build.running import bench as b
 def bench_old_new(job: Job, *, old: Path, new: Path, rounds: int, out: Path) -> tuple[str, str]:
     """The table of old against new on the recipe's smoke devices, and a one-line note;
     SmokeError when an answer of either did not hold (its figure would mean nothing)."""
-    recipe, opts, ws = job.recipe, job.opts, job.workspace
+    recipe, settings, ws = job.recipe, job.settings, job.workspace
     out.mkdir(parents=True, exist_ok=True)
     builds = (b.Build(name="old", server=old), b.Build(name="new", server=new))
-    env = with_runtime_env(recipe, opts.toolchain_root).smoke.env
+    env = with_runtime_env(recipe, settings.toolchain_root).smoke.env
     lock = ws.root / "bench.lock"
     with b.BenchLock(lock, "onebit-build pins bump (bench)"):
-        mf = resolve_model(recipe, opts, models_dir=ws.models, log=out / "model.log", lock=job.project.models_lock)
+        mf = resolve_model(recipe, settings, models_dir=ws.models, log=out / "model.log", lock=job.project.models_lock)
         devices = b.resolve_devices(builds, recipe.smoke.devices, env=env, log_dir=out / "logs")
         variants = b.make_variants(b.parse_configs(()), builds, devices)
         ui.info(f"  bench: {len(variants)} variants x {rounds} rounds, old first (the baseline)")

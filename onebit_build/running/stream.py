@@ -21,7 +21,7 @@ from onebit_build.running.smoke_checks import SmokeCheck, chat_reply, chat_reque
 # Counting asks for several tokens of any chat model; a base model answers junk, but greedy
 # junk all the same, so the streamed and the whole answer must still agree.
 STREAM_QUESTION = "Count from one to five."
-STREAM_MAX_TOKENS = 32
+STREAM_MAX_TOKENS = 16
 MIN_CHUNKS = 4  # "more than 3 chunks": a role chunk, a text chunk and a closing one are not a stream
 DONE = "[DONE]"
 EVENT_STREAM = "text/event-stream"
