@@ -38,6 +38,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
                     help="move another pin with it, as a coupled pair (repeatable)")
     bp.add_argument("--rounds", dest="bump_rounds", metavar="N", type=positive_int, default=3,
                     help="bench rounds of old against new (default 3)")
+    bp.add_argument("--tie-margin", dest="bump_tie_margin", metavar="NATS", type=float,
+                    help="the bench excuses a greedy token of the new build that was the old build's runner-up within"
+                         " this many nats (default 0.25: two commits may sum in another order)")
     bp.add_argument("--json", action="store_true", help="print the report as JSON (schema 1)")
     run_folder_options(bp, junit=False)
 
@@ -49,6 +52,7 @@ class BumpOptions:
     sdist: tuple[str, str] | None
     coupled: tuple[tuple[str, str], ...]
     rounds: int
+    tie_margin: float
 
 
 def _commit(text: str, what: str) -> str:
@@ -89,8 +93,13 @@ def bump_options(args: Mapping[str, Any]) -> BumpOptions:
             raise ConfigError(f"--with {item!r} is not OTHER=COMMIT naming another source once",
                               hint="e.g. --with hrx-system=<40-hex commit>")
         coupled.append((other, _commit(commit, f"--with {other}")))
+    from onebit_build.job.bump import TIE_MARGIN
+
+    margin = TIE_MARGIN if args.get("bump_tie_margin") is None else float(args["bump_tie_margin"])
+    if not 0 <= margin <= 5:  # nan and inf too
+        raise ConfigError(f"--tie-margin {margin!r} is not between 0 and 5 nats", hint="e.g. --tie-margin 0.25")
     return BumpOptions(source=source, to=to, sdist=sdist, coupled=tuple(coupled), rounds=int(args.get("bump_rounds")
-                                                                                              or 3))
+                                                                                              or 3), tie_margin=margin)
 
 
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
@@ -134,7 +143,7 @@ def bump(opts: Options, project: ProjectRoot) -> int:
             job.pins.get(t.source)
         record = BumpRecord(recipe=job.recipe.name)
         try:
-            run_bump(job, BumpRequest(targets=targets, rounds=bo.rounds), record)
+            run_bump(job, BumpRequest(targets=targets, rounds=bo.rounds, tie_margin=bo.tie_margin), record)
         except OnebitError as exc:
             if opts.json:
                 ui.answer_block(json.dumps(report_doc(record), indent=2) + "\n")

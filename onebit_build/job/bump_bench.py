@@ -1,23 +1,28 @@
 """The bench gate of ``pins bump``: the old pin's llama-server against the new one, side by
 side, as ``onebit-build bench --build old=... --build new=...`` measures them (interleaved
 rounds, a fresh server each, greedy answers checked against the old build's), under the
-bench lock."""
+bench lock.
+
+Two upstream commits may sum in another order, so a greedy token may flip where the old
+build's two likeliest tokens were close: the bump excuses a flip within ``tie_margin`` nats
+(``job.bump.TIE_MARGIN`` by default, wider than the bench's default, which is for one build on two devices).
+Any other departure makes the new build's figure invalid, and the gate fails."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from onebit_build.core import ui
-from onebit_build.core.errors import SmokeError
 from onebit_build.core.model_spec import served_name
 from onebit_build.job.model import Job
 from onebit_build.job.smoke import resolve_model, with_runtime_env
 from onebit_build.running import bench as b
 
 
-def bench_old_new(job: Job, *, old: Path, new: Path, rounds: int, out: Path) -> tuple[str, str]:
-    """The table of old against new on the recipe's smoke devices, and a one-line note;
-    SmokeError when an answer of either did not hold (its figure would mean nothing)."""
+def bench_old_new(job: Job, *, old: Path, new: Path, rounds: int, out: Path,
+                  tie_margin: float) -> tuple[str, list[str]]:
+    """The table of old against new on the recipe's smoke devices, and the figures whose
+    answers did not hold (each with why; none when the gate passes)."""
     recipe, settings, ws = job.recipe, job.settings, job.workspace
     out.mkdir(parents=True, exist_ok=True)
     builds = (b.Build(name="old", server=old), b.Build(name="new", server=new))
@@ -30,14 +35,10 @@ def bench_old_new(job: Job, *, old: Path, new: Path, rounds: int, out: Path) -> 
         ui.info(f"  bench: {len(variants)} variants x {rounds} rounds, old first (the baseline)")
         result = b.run_bench(b.BenchRequest(
             variants=variants, model=mf, prompts=b.load_prompts(job.project.prompts), run_dir=out, rounds=rounds,
-            env=env, lock=lock, alias=served_name(recipe.model, sha256=mf.sha256, file=mf.path)))
+            env=env, lock=lock, tie_margin=tie_margin,
+            alias=served_name(recipe.model, sha256=mf.sha256, file=mf.path)))
         b.write_outputs(result, out)
     table = b.render_table(result)
     for line in table.splitlines():
         ui.info(f"  {line}")
-    bad = [c for c in result.cells if not c.valid]
-    if bad:
-        raise SmokeError(f"bench: {len(bad)} of {len(result.cells)} figures are invalid (their answers did not hold); "
-                         f"first: {bad[0].variant} {bad[0].prompt}: {bad[0].reason}",
-                         hint=f"see {out / 'bench.md'}: the new build answers otherwise than the old one")
-    return table, f"{len(result.cells)} figures, every answer held; table in bench/bench.md"
+    return table, [f"{c.variant} {c.prompt}: {c.reason}" for c in result.cells if not c.valid]
