@@ -199,3 +199,25 @@ def test_towards_an_older_sdist_a_conflicting_patch_is_named_and_pins_stay(tmp_p
     conflict = doc["patches"][2]["detail"]
     assert conflict[0] == "tests/CMakeLists.txt hunk 1/2 (@@ -193,6 +193,7 @@ if (NOT WIN32 OR NOT BUILD_SHARED_LIBS))"
     assert "0003-ggml-backend-defines-private.patch (tests/CMakeLists.txt hunk 1/2" in out.stderr
+
+
+def test_the_bench_gate_runs_old_against_new_on_real_servers(llama_server, gemma_model, tmp_path):
+    """The gate's bench on the real llama-server (the same build on both sides here): both
+    variants measured, every answer held, the table and bench.md written."""
+    from onebit_build.commands.parser import make_parser
+    from onebit_build.core.project import find_root
+    from onebit_build.job.bump_bench import bench_old_new
+    from onebit_build.job.model import Needs, open_job
+    from onebit_build.options import from_args
+
+    argv = ["--workspace", str(tmp_path / "ws"), "--model", str(gemma_model), "pins", "bump", "llama.cpp",
+            "--to", "a" * 40]
+    opts = from_args(make_parser(argv).parse_args(argv))
+    with open_job(opts, find_root(given=str(REPO), env={}, cwd=REPO), Needs()) as job:
+        table, bad = bench_old_new(job, old=Path(llama_server), new=Path(llama_server), rounds=1,
+                                   out=tmp_path / "bench", tie_margin=0.25)
+    assert bad == [], bad
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert sorted((r.split(" | ")[0].strip("| "), r.split(" | ")[1]) for r in rows) == sorted(
+        (p, v) for p in ("code", "prose", "short") for v in ("old", "new"))
+    assert "baseline" in table and (tmp_path / "bench" / "bench.md").is_file()

@@ -102,6 +102,7 @@ def test_the_build_number_follows_the_committer_date_in_its_own_zone():
     ({"bump_source": "../x", "bump_to": "a" * 40}, "is not a source name"),
     ({"bump_source": "a", "bump_to": "a" * 40, "bump_with": ["a=" + "b" * 40]}, "naming another source once"),
     ({"bump_source": "a", "bump_to": "a" * 40, "bump_with": ["b=; rm -rf /"]}, "not a full commit SHA"),
+    ({"bump_source": "a", "bump_to": "a" * 40, "bump_tie_margin": float("inf")}, "not between 0 and 5 nats"),
 ])
 def test_bump_options_are_checked(args, why):
     with pytest.raises(ConfigError, match=why):
