@@ -118,7 +118,8 @@ class Options:
     verify_run: VerifyRunOptions | None = None
     run_dir: Path | None = None  # --run-dir: this invocation's run folder (new or empty)
     junit: Path | None = None  # --junit: the checks as JUnit XML (smoke, verify-run)
-    compiler_cache: CacheRequest = field(default_factory=CacheRequest)  # --compiler-cache, --compiler-cache-url
+    # --compiler-cache, --compiler-cache-url, --compiler-cache-dist
+    compiler_cache: CacheRequest = field(default_factory=CacheRequest)
 
     @property
     def ws(self) -> Workspace:
@@ -224,7 +225,8 @@ def from_args(ns: argparse.Namespace) -> Options:
         bench=_bench_options(get) if command == "bench" else None,
         verify_run=_verify_run_options(get) if command == "verify-run" else None,
         run_dir=_path(get("run_dir"), "--run-dir"), junit=_path(get("junit"), "--junit"),
-        compiler_cache=request_from(get("compiler_cache"), get("compiler_cache_url"), os.environ),
+        compiler_cache=request_from(get("compiler_cache"), get("compiler_cache_url"), os.environ,
+                                    dist=get("compiler_cache_dist")),
     )
 
 

@@ -10,6 +10,8 @@ neither the key nor the defines depend on that head.
 
 from __future__ import annotations
 
+import os
+
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,6 +24,7 @@ from onebit_build.building.builder import (BuildRequest, Toolchain, build_dir_fo
 from onebit_build.building.cache.compiler import Launcher, compile_languages
 from onebit_build.building.cmake import Tools
 from onebit_build.building.downloads import cmake_defines
+from onebit_build.building.cache.dist import dist_defines
 from onebit_build.building.patch import PreparedTree, canonical_path, list_patches, patch_digest
 from onebit_build.building.toolchain import join_lists
 from onebit_build.core.config import Component, Recipe
@@ -131,6 +134,8 @@ def _resolve_component(recipe: Recipe, comp: Component, pinned: Mapping[str, Pin
                     for k, v in comp.defines)
     missing = [d.name for d in comp.downloads if d.name not in inp.downloaded]
     defines += cmake_defines(comp, {**{n: Path(f"<{n} unpacked>") for n in missing}, **inp.downloaded})
+    defines = dist_defines(defines, comp.build_type, inp.launcher.dist,  # -g: -gno-column-info
+                           os.environ if inp.environ is None else inp.environ)
     env = tuple((k, resolve_refs(v, pins=pinned, components=fields)) for k, v in comp.env)
     req = BuildRequest(
         recipe=recipe.name, component=comp, source_dir=tree.path, source_commit=tree.commit, source_head=tree.head,
