@@ -234,3 +234,57 @@ def test_two_build_servers_compile_and_every_object_is_the_local_one(cluster, tm
         assert cluster.token_file.read_text().strip() not in text
     again, _ = build(root, tmp_path, "ws-dist2", "--compiler-cache-dist", cluster.url, env=env)
     assert again.returncode == 0 and "probed" in json.dumps(_["components"][0]["compiler_cache"]["dist"]["probes"])
+
+
+def local_objects(root: Path, tmp_path: Path) -> dict[str, str]:
+    """The same configuration built here, without any cache: -gno-column-info as the distributed
+    build has it (the recipe is a -g build)."""
+    out, man = build(root, tmp_path, "ws-local", "--compiler-cache", "none", "-D", "CMAKE_C_FLAGS=-gno-column-info",
+                     "-D", "CMAKE_CXX_FLAGS=-gno-column-info")
+    assert out.returncode == 0, out.stderr
+    return objects(man)
+
+
+def test_an_object_that_differs_stops_distribution_and_is_compiled_again_here(cluster, tmp_path):
+    """The sources ask for column info after the tool's -gno-column-info (a target's own option):
+    the build servers' objects differ from local ones (they compile preprocessed source). The
+    probe, with the tool's flags, passes; the spot-check finds the first such object."""
+    root = project(tmp_path, many_files(column_info=True))
+    out, man = build(root, tmp_path, "ws-dist", "--compiler-cache-dist", cluster.url,
+                     env={dist.ENV_TOKEN: cluster.token_file.read_text().strip()})
+    assert out.returncode == 0, out.stderr
+    info = man["components"][0]["compiler_cache"]["dist"]
+    assert info["probes"] == {"C": "identical", "CXX": "identical"}
+    assert info["stopped"] and "differs from the one compiled here" in info["stopped"], info
+    assert info["spot_checks"]["differ"] and info["compiled_again_here"], info
+    assert info["cache_entries_removed"], info  # the local cache no longer holds what a server made differently
+    warnings = [ln for ln in out.stderr.splitlines() if "warning" in ln.lower()]
+    assert len(warnings) == 1 and "compiling here without distribution" in warnings[0], out.stderr
+    assert objects(man) == local_objects(root, tmp_path)
+
+
+def test_an_unreachable_scheduler_is_one_warning_and_a_local_build(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there
+    root = project(tmp_path, many_files())
+    t0 = time.monotonic()
+    out, man = build(root, tmp_path, "ws", "--compiler-cache-dist", f"http://127.0.0.1:{port}",
+                     env={dist.ENV_TOKEN: TOKEN})
+    assert out.returncode == 0, out.stderr
+    warnings = [ln for ln in out.stderr.splitlines() if "warning" in ln.lower()]
+    assert len(warnings) == 1 and f"the scheduler http://127.0.0.1:{port} is not usable" in warnings[0], out.stderr
+    info = man["components"][0]["compiler_cache"]["dist"]
+    assert info["dist_compiles"] == {} and info["stopped"] and info["status"].startswith("not-connected")
+    assert man["components"][0]["compiler_cache"]["stats"]["misses"] == 9
+    assert time.monotonic() - t0 < 120
+    assert objects(man) == local_objects(root, tmp_path)
+    assert TOKEN not in out.stderr + json.dumps(man)
+
+
+def test_without_a_token_the_build_stops_before_it_starts(tmp_path):
+    root = project(tmp_path, many_files())
+    out, _ = build(root, tmp_path, "ws", "--compiler-cache-dist", "http://127.0.0.1:9")
+    assert out.returncode == 2 and "needs the scheduler's token" in out.stderr and "Traceback" not in out.stderr

@@ -99,7 +99,7 @@ class SpotCheck:
         self.reader = LogReader()
         self.checked: list[Checked] = []
         self.stopped_at: int | None = None  # how many remote objects there were when distribution stopped
-        self._offset, self._rest, self._todo = 0, "", []
+        self._offset, self._rest, self._todo = _size(log), "", []  # what the log holds now: the probes
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="dist-spot-check", daemon=True)
 
@@ -155,3 +155,10 @@ class SpotCheck:
             return []
         same = {c.name for c in self.checked if c.same}
         return [n for n in self.reader.remote if n not in same] + self.reader.unclear
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
