@@ -5,14 +5,13 @@ checked object by object against builds made here."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import pytest
 
 from _dist import DistCluster, why_not
-from _support import REPO, bare_mirror, make_repo, project_tree, run_cli, shared_from_user, user_workspace
+from _support import REPO, bare_mirror, make_repo, project_tree, run_cli
 from onebit_build.building.cache import dist
 from onebit_build.building.cache.compiler import plan_launcher
 from onebit_build.building.cache.dist_watch import LogReader, output_of
@@ -119,22 +118,23 @@ def test_status_and_counts_as_sccache_prints_them():
 
 
 LOG = """\
-[t DEBUG sccache::compiler::compiler] [f2.c.o]: get_cached_or_compile: ["-O3", "-o", "CMakeFiles/tl.dir/f2.c.o", "-c", "/s/f2.c"]
-[t DEBUG sccache::compiler::compiler] [f1.c.o]: get_cached_or_compile: ["-DX=\\"a b\\"", "-o", "CMakeFiles/tl.dir/f1.c.o", "-c", "/s/f1.c"]
-[t DEBUG sccache::compiler::compiler] [f2.c.o]: Running job
-[t DEBUG sccache::compiler::compiler] [f1.c.o]: Running job
-[t DEBUG sccache::compiler::compiler] [f1.c.o]: Could not perform distributed compile, falling back to local: x
-[t DEBUG sccache::compiler::compiler] [f2.c.o]: Compiled in 5.806 s, storing in cache
-[t DEBUG sccache::compiler::compiler] [f1.c.o]: Compiled in 1.000 s, storing in cache
-[t DEBUG sccache::compiler::compiler] [a.o]: get_cached_or_compile: ["-o", "x/a.o", "-c", "x/a.c"]
-[t DEBUG sccache::compiler::compiler] [a.o]: get_cached_or_compile: ["-o", "y/a.o", "-c", "y/a.c"]
-[t DEBUG sccache::compiler::compiler] [a.o]: Running job
-[t DEBUG sccache::compiler::compiler] [a.o]: Compiled in 1.0 s, storing in cache
-[t DEBUG sccache::compiler::compiler] [a.o]: Compiled in 1.0 s, storing in cache
+[t DEBUG C] [f2.c.o]: get_cached_or_compile: ["-O3", "-o", "CMakeFiles/tl.dir/f2.c.o", "-c", "/s/f2.c"]
+[t DEBUG C] [f1.c.o]: get_cached_or_compile: ["-DX=\\"a b\\"", "-o", "CMakeFiles/tl.dir/f1.c.o", "-c", "/s/f1.c"]
+[t DEBUG C] [f2.c.o]: Running job
+[t DEBUG C] [f1.c.o]: Running job
+[t DEBUG C] [f1.c.o]: Could not perform distributed compile, falling back to local: x
+[t DEBUG C] [f2.c.o]: Compiled in 5.806 s, storing in cache
+[t DEBUG C] [f1.c.o]: Compiled in 1.000 s, storing in cache
+[t DEBUG C] [a.o]: get_cached_or_compile: ["-o", "x/a.o", "-c", "x/a.c"]
+[t DEBUG C] [a.o]: get_cached_or_compile: ["-o", "y/a.o", "-c", "y/a.c"]
+[t DEBUG C] [a.o]: Running job
+[t DEBUG C] [a.o]: Compiled in 1.0 s, storing in cache
+[t DEBUG C] [a.o]: Compiled in 1.0 s, storing in cache
 """
 
 
 def test_the_log_says_which_objects_build_servers_compiled():
+    """As sccache 0.16 logs (module name shortened)."""
     assert output_of('["-DX=\\"a b\\"", "-o", "CMakeFiles/x.dir/a b.c.o", "-c"]') == "CMakeFiles/x.dir/a b.c.o"
     reader = LogReader()
     written = [w for line in LOG.splitlines() if (w := reader.feed(line))]
@@ -288,3 +288,29 @@ def test_without_a_token_the_build_stops_before_it_starts(tmp_path):
     root = project(tmp_path, many_files())
     out, _ = build(root, tmp_path, "ws", "--compiler-cache-dist", "http://127.0.0.1:9")
     assert out.returncode == 2 and "needs the scheduler's token" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.slow
+def test_the_default_recipe_on_two_build_servers_is_its_reference_byte_for_byte(cluster, tmp_path):
+    """A cold distributed build of llama-server (an empty compiler cache, so that every compile
+    goes to the scheduler), then verify: every output and object against the committed reference
+    of this toolchain (references/default/), which local builds made."""
+    from _support import sources_from_workspaces
+
+    ws = tmp_path / "ws"
+    t0 = time.monotonic()
+    out = run_cli(REPO, "--workspace", str(ws), *sources_from_workspaces(ws), "--compiler-cache-dist", cluster.url,
+                  "verify", env={"SCCACHE_DIR": str(tmp_path / "sccache"), "XDG_CACHE_HOME": str(tmp_path / "xdg"),
+                                 dist.ENV_TOKEN_FILE: str(cluster.token_file)}, timeout=5400)
+    seconds = time.monotonic() - t0
+    said = out.stderr + out.stdout
+    ref = next((REPO / "references" / "default").glob("*.json")).name
+    assert out.returncode == 0 and f"against {ref}" in said and "UNVERIFIED" not in said, out.stderr[-4000:]
+    man = json.loads((ws / "manifests" / "default.json").read_text())
+    info = man["components"][0]["compiler_cache"]["dist"]
+    per_server = info["dist_compiles"]
+    assert set(per_server) == {cluster.server_addr(1), cluster.server_addr(2)} and min(per_server.values()) > 0, info
+    assert info["stopped"] is None and info["spot_checks"]["differ"] == [] and info["spot_checks"]["checked"] >= 2
+    assert man["components"][0]["compiler_cache"]["stats"]["hits"] == 0  # nothing came from a cache
+    print(f"\ncold distributed build and verify of the default recipe: {seconds:.0f} s; {per_server}, "
+          f"{info['dist_errors']} remote failures, {info['spot_checks']['checked']} spot-checked")
