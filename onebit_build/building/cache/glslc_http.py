@@ -65,10 +65,10 @@ class S3Store:
     def _url(self, key: str) -> str:
         return self.conf["base"].rstrip("/") + "/" + quote(self.prefix + key, safe="/-_.~")
 
-    def _headers(self, method: str, url: str, payload: bytes) -> dict:
+    def _headers(self, method: str, url: str, payload: bytes, now: float | None = None) -> dict:
         c = self.conf
         digest = hashlib.sha256(payload).hexdigest() if payload else EMPTY_SHA256
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
         headers = {"host": _host(url), "x-amz-content-sha256": digest, "x-amz-date": stamp}
         if not c.get("access_key"):
             return headers
