@@ -314,3 +314,29 @@ def test_the_default_recipe_on_two_build_servers_is_its_reference_byte_for_byte(
     assert man["components"][0]["compiler_cache"]["stats"]["hits"] == 0  # nothing came from a cache
     print(f"\ncold distributed build and verify of the default recipe: {seconds:.0f} s; {per_server}, "
           f"{info['dist_errors']} remote failures, {info['spot_checks']['checked']} spot-checked")
+
+
+def doctor_line(out) -> str:
+    (line,) = [ln for ln in out.stdout.splitlines() if "distributed compiles" in ln]
+    return line
+
+
+def test_doctor_shows_the_schedulers_status(cluster, tmp_path):
+    root = project(tmp_path, many_files())
+    env = {dist.ENV_TOKEN_FILE: str(cluster.token_file), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    out = run_cli(root, "--mirror-dir", str(tmp_path / "mirrors"), "--recipe", "many", "--compiler-cache-dist",
+                  cluster.url, "doctor", env=env)
+    line = doctor_line(out)
+    assert line.split()[0] == "ok" and f"{cluster.url}: 2 build server(s)" in line, out.stdout
+    assert cluster.token_file.read_text().strip() not in out.stdout + out.stderr
+
+
+def test_doctor_names_an_unreachable_scheduler_and_the_fix(tmp_path):
+    root = project(tmp_path, many_files())
+    out = run_cli(root, "--mirror-dir", str(tmp_path / "mirrors"), "--recipe", "many", "--compiler-cache-dist",
+                  "http://127.0.0.1:9", "doctor", env={dist.ENV_TOKEN: TOKEN, "XDG_CACHE_HOME": str(tmp_path / "x")})
+    line = doctor_line(out)
+    assert out.returncode != 0 and line.split()[0] == "FAIL" and "not-connected" in line, out.stdout
+    assert "docs/distributed.md" in out.stdout and TOKEN not in out.stdout + out.stderr
+    plain = run_cli(root, "--mirror-dir", str(tmp_path / "mirrors"), "--recipe", "many", "doctor")
+    assert "not configured" in doctor_line(plain)

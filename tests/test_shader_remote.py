@@ -205,3 +205,16 @@ def test_s3_requests_are_signed_as_botocore_signs_them():
     theirs = auth.signature(auth.string_to_sign(req, auth.canonical_request(req)), req)
     assert ours["authorization"].endswith(f"Signature={theirs}")
     assert ours["x-amz-date"] == "20260101T000000Z" and ours["host"] == "127.0.0.1:9000"
+
+
+def test_doctor_says_whether_the_store_answers(store):
+    from onebit_build.doctor.caches import shader_store_check
+
+    ln = Launcher(kind="sccache", program="/usr/bin/sccache", backend=store.kind)
+    good = shader_store_check(ln, store.env())
+    assert good.ok is True and good.detail.startswith(store.kind) and good.detail.endswith("answers")
+    env = {**store.env(), "SCCACHE_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+           "SCCACHE_WEBDAV_ENDPOINT": f"http://127.0.0.1:{free_port()}/"}
+    bad = shader_store_check(ln, env)
+    assert bad.ok is False and bad.fix and "secret" not in bad.detail
+    assert shader_store_check(Launcher(kind="sccache", program="/x", backend="local"), {}).ok is None

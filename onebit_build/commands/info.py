@@ -147,7 +147,7 @@ def doctor(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     report = run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=opts.ws,
                                       mirror_dirs=opts.mirror_dirs, offline=opts.offline,
                                       toolchain_root=opts.toolchain_root, patch_root=project.patches,
-                                      planned=planned))
+                                      planned=planned, cache=opts.compiler_cache))
     if opts.json:
         doc = {"kind": "onebit-build-doctor", "schema": 1, "recipe": report.recipe, "ok": report.ok,
                "project": project.describe(),

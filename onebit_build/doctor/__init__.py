@@ -10,6 +10,8 @@ For a recipe it checks, in order:
 - for CUDA: nvcc, and cuobjdump and nvdisasm where the recipe lists cubin artifacts;
 - each pinned source: in a mirror dir, cached, its sdist mirror cached or listed by the
   package index, or its git URL reachable;
+- the caches beyond this machine: the sccache-dist scheduler ``--compiler-cache-dist`` names
+  (``sccache --dist-status``) and the shared store of the shader cache (S3, WebDAV or Redis);
 - once the recipe is built: each component's CMake cache holds the recipe's fixed defines
   (a build made before the recipe changed, e.g. without ``IREE_HAL_DRIVER_AMDGPU=ON``, is
   named), and ``llama-server --list-devices`` shows every smoke device and the recipe's
@@ -44,7 +46,9 @@ from onebit_build.building.toolchain import (ToolchainSettings, resolve_toolchai
 from onebit_build.core.workspace import Workspace
 from onebit_build.running.devices import parse_list_devices
 from onebit_build.requirements import Check, download_checks, gather, requirement_checks
+from onebit_build.doctor.caches import cache_checks
 from onebit_build.doctor.gpu_tools import cuda_checks, vulkan_checks
+from onebit_build.building.cache.request import CacheRequest
 from onebit_build.building.cmake import CMAKE_MIN, NINJA_MIN, find_tools
 
 LIST_DEVICES_TIMEOUT_S = 120.0
@@ -63,6 +67,7 @@ class DoctorRequest:
     # Each component's defines as the plan resolves them (job.plan.ComponentPlan.requested):
     # what a build in effect must hold. None: the built components are not checked.
     planned: Mapping[str, tuple[tuple[str, str], ...]] | None = None
+    cache: CacheRequest | None = None  # --compiler-cache*: the scheduler and the shader cache's store
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -393,6 +398,7 @@ def run_doctor(req: DoctorRequest) -> DoctorReport:
     checks += download_checks(recipe, req.workspace, req.mirror_dirs, req.offline)
     checks += built_checks(req)
     checks += gpu_checks(req, tc, environ)
+    checks += cache_checks(req.cache, environ)
     return DoctorReport(recipe=recipe.name, checks=tuple(checks))
 
 

@@ -257,7 +257,7 @@ class LocalStore:
 # --------------------------------------------------------------------------- one call
 
 
-def _remote_store(conf: dict):
+def remote_store(conf: dict):
     """The shared store (its module only when a build has one): beside this file in a build
     folder, else this package's."""
     prefix = f"onebit-glslc/{SCHEMA}/"
@@ -283,7 +283,7 @@ class Launch:
         self.glslc = conf["glslc"]
         self.stats = conf["stats"]
         self.local = LocalStore(conf["local"])
-        self.remote = _remote_store(conf["remote"]) if conf.get("remote") else None
+        self.remote = remote_store(conf["remote"]) if conf.get("remote") else None
         self.kind = conf["remote"]["kind"] if conf.get("remote") else ""
         self.remote_down = os.path.join(os.path.dirname(self.stats), "remote-down")
 
