@@ -142,6 +142,23 @@ def test_the_log_says_which_objects_build_servers_compiled():
     assert reader.unclear == ["x/a.o", "y/a.o"]  # two objects named a.o at once: not sampled, never trusted
 
 
+def test_the_report_and_the_build_line_say_what_the_servers_did():
+    from onebit_build.job.build import cache_note
+    from onebit_build.running.report import _cache_section
+
+    d = {"scheduler": "http://10.1.1.1:10600", "dist_compiles": {"10.0.1.2:10501": 120, "10.0.2.2:10501": 92},
+         "dist_errors": 1, "spot_checks": {"checked": 12, "identical": 11}, "stopped": "an object differs (x.o)",
+         "compiled_again_here": ["a.o", "b.o"]}
+    cache = {"launcher": "sccache", "version": "0.16.0", "backend": "local", "dist": d,
+             "stats": {"requests": 212, "hits": 0, "misses": 212, "errors": 0, "not_cacheable": 0, "hit_rate": 0}}
+    lines = _cache_section({"components": [{"name": "llama", "compiler_cache": cache}]})
+    assert ("| llama | sccache-dist | scheduler http://10.1.1.1:10600 | — | — | — | — | 120 on 10.0.1.2:10501, 92 on "
+            "10.0.2.2:10501; 1 failed remotely; 11/12 spot-checked objects identical; stopped: an object differs "
+            "(x.o); 2 compiled again here |") in lines
+    build = type("B", (), {"compiler_cache": cache})()
+    assert cache_note(build) == ", 0/212 compiler cache hits, 212 compiled on 2 build server(s)"
+
+
 # --------------------------------------------------------------------------- a real cluster
 
 

@@ -250,6 +250,9 @@ def cache_note(build) -> str:
         note += f", {stats['hits']}/{looked} {what} cache hits" if looked else ""
         if what == "compiler" and looked and doc.get("stats_shared_with_builds"):
             note += f" (counted with {doc['stats_shared_with_builds']} other build(s) on the same cache server)"
+        if what == "compiler" and (doc.get("dist") or {}).get("dist_compiles"):
+            servers = doc["dist"]["dist_compiles"]
+            note += f", {sum(servers.values())} compiled on {len(servers)} build server(s)"
     return note
 
 
