@@ -3,7 +3,6 @@ configuration, with ninja's progress shown and the full log kept."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -56,7 +55,8 @@ class Toolchain:
     launcher: str | None = None
 
     def as_dict(self) -> dict[str, str | None]:
-        return dataclasses.asdict(self)
+        return {"cmake": self.cmake, "ninja": self.ninja, "c_compiler": self.c_compiler,
+                "cxx_compiler": self.cxx_compiler, "launcher": self.launcher}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -294,10 +294,13 @@ def _cache_lines(plan: Plan) -> list[str]:
         out.append(f"  passed through  {k}={v}")
     sc = plan.shader_cache
     if sc is not None:
-        where = (sc.url.public if sc.url else sc.local) if sc.active else ""
+        where = (sc.remote.public if sc.remote else sc.local) if sc.active else ""
         label = f"glslc launcher, {sc.describe()['backend']} {where}" if sc.active else "none"
         out.append(f"shader cache  {label}  ({sc.reason}; Vulkan_GLSLC_EXECUTABLE for the Vulkan shaders;"
                    " not part of the build key)")
+    if ln.dist:
+        out.append(f"  distributed to {ln.dist}: probed and spot-checked against local compiles; the token from"
+                   " $ONEBIT_COMPILER_CACHE_DIST_TOKEN_FILE or $ONEBIT_COMPILER_CACHE_DIST_TOKEN")
     out.append("path maps  source and build folders mapped to '.' in every object")
     out.append("  (-Xpreprocessor -f{macro,debug}-prefix-map; in the build key)")
     return out

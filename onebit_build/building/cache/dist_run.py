@@ -41,12 +41,12 @@ class DistRun:
     """Distribution for one build: made before its sccache server starts (the configuration
     file), begun once it answers, ended after the build."""
 
-    def __init__(self, launcher: Launcher, *, folder: Path, build_dir: Path, source_dir: Path,
+    def __init__(self, launcher: Launcher, *, folder: Path, build_dir: Path,
                  defines: Sequence[tuple[str, str]] = (), build_type: str = "Release", ninja: Path | None = None,
                  environ: Mapping[str, str] | None = None):
         environ = os.environ if environ is None else environ
         assert launcher.dist and launcher.program
-        self.launcher, self.folder, self.build_dir, self.source_dir = launcher, folder, build_dir, source_dir
+        self.launcher, self.folder, self.build_dir = launcher, folder, build_dir
         self.defines, self.build_type, self.ninja = tuple(defines), build_type, ninja
         self.debug = dist.debug_build(self.defines, build_type, environ)
         self.conf = folder / "sccache.conf"

@@ -310,8 +310,7 @@ class CacheSession:
         self.env = build_env(ln, socket_path=sock, redis_endpoint=endpoint, per_build_server=self._per_build)
         self.report.server = "per-build" if self._per_build else "shared"
         if ln.dist and self._sock_dir is not None:
-            self.dist = DistRun(ln, folder=self._sock_dir, build_dir=self.build_dir, source_dir=self.source_dir,
-                                **self._build)
+            self.dist = DistRun(ln, folder=self._sock_dir, build_dir=self.build_dir, **self._build)
             self.env["SCCACHE_CONF"] = str(self.dist.conf)
         why = start_server(ln.program, self._server_env())
         if why is not None:
