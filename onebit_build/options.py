@@ -13,6 +13,8 @@ import shlex
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
 from onebit_build.building.cache.request import CacheRequest, request_from
 from onebit_build.core.names import CMAKE_NAME, is_cmake_name
 from onebit_build.core.errors import ConfigError
@@ -120,6 +122,9 @@ class Options:
     junit: Path | None = None  # --junit: the checks as JUnit XML (smoke, verify-run)
     # --compiler-cache, --compiler-cache-url, --compiler-cache-dist
     compiler_cache: CacheRequest = field(default_factory=CacheRequest)
+    # Every parsed argument, read-only: a command module reads its own options from it (and
+    # checks them there) rather than growing this class by a field.
+    args: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def ws(self) -> Workspace:
@@ -227,6 +232,7 @@ def from_args(ns: argparse.Namespace) -> Options:
         run_dir=_path(get("run_dir"), "--run-dir"), junit=_path(get("junit"), "--junit"),
         compiler_cache=request_from(get("compiler_cache"), get("compiler_cache_url"), os.environ,
                                     dist=get("compiler_cache_dist")),
+        args=MappingProxyType(dict(vars(ns))),
     )
 
 
