@@ -64,6 +64,7 @@ class DistRun:
         self.warnings: list[str] = []  # one at most: distribution stopped, and why
         self.baseline: dist.DistCounts | None = None  # the server's counts when the build began
         self.probe_compiles = dist.DistCounts()
+        self._restart: Callable[[], None] = lambda: None  # the session's, given to begin()
 
     def server_env(self) -> dict[str, str]:
         """What the build's sccache server gets besides the build's environment: its log."""
@@ -89,11 +90,11 @@ class DistRun:
         if not self.status.usable:
             return self._stop(f"the scheduler {self.launcher.dist} is not usable ({self.status.line})")
         for lang, kind in (("C", "c"), ("CXX", "cxx")):
-            compiler = compiler_path(kind, self.defines, env)
-            if compiler and shutil.which(compiler, path=env.get("PATH")):
-                why = self._probe(lang, shutil.which(compiler, path=env.get("PATH")) or compiler, env)
-                if why:
-                    return self._stop(why)
+            named = compiler_path(kind, self.defines, env)
+            compiler = shutil.which(named, path=env.get("PATH")) if named else None
+            why = self._probe(lang, compiler, env) if compiler else None
+            if why:
+                return self._stop(why)
         self.watch = SpotCheck(self.log, self.build_dir, launchers=(self.launcher.program,), ninja=self.ninja,
                                env=env, on_mismatch=self._mismatch).start()
 
