@@ -69,7 +69,7 @@ REAL_BUILD_FIXTURES = {"llama_server", "gemma_model", "default_build", "second_b
 BUILDING_MODULES = {"test_build", "test_cubin", "test_compiler_cache", "test_downloads", "test_elfdeps", "test_fresh",
                     "test_hostile", "test_hrx_requirements", "test_hrx_standins", "test_install", "test_leftovers",
                     "test_life", "test_poisoned_cache", "test_rebuild", "test_reliability", "test_sdist_mirror",
-                    "test_shader_cache", "test_verify"}
+                    "test_shader_cache", "test_verify", "test_dist_compile", "test_shader_remote"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups, and before -m deselects
