@@ -23,7 +23,7 @@ from typing import Callable, Mapping
 from onebit_build.building.objects import recompile
 from onebit_build.core.fsutil import sha256_file
 
-SAMPLE_FIRST = 2  # the first remote objects of a build are all checked...
+SAMPLE_FIRST = 2  # the first remote objects of each source language (.c, .cpp...) are all checked...
 SAMPLE_EVERY = 20  # ...and then one in this many
 POLL_S = 0.5
 LINE = re.compile(r"\] \[(?P<tag>[^\]\n]+)\]: (?P<what>.*)$")
@@ -100,6 +100,7 @@ class SpotCheck:
         self.checked: list[Checked] = []
         self.stopped_at: int | None = None  # how many remote objects there were when distribution stopped
         self._offset, self._rest, self._todo = _size(log), "", []  # what the log holds now: the probes
+        self._seen: dict[str, int] = {}  # remote objects by source language
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="dist-spot-check", daemon=True)
 
@@ -124,9 +125,15 @@ class SpotCheck:
         *lines, self._rest = (self._rest + data.decode("utf-8", "replace")).split("\n")
         for line in lines:
             written = self.reader.feed(line)
-            n = len(self.reader.remote)
-            if written and self.stopped_at is None and (n <= SAMPLE_FIRST or n % SAMPLE_EVERY == 0):
+            if written and self.stopped_at is None and self._sampled(written):
                 self._todo.append(written)
+
+    def _sampled(self, name: str) -> bool:
+        """The first objects of each source language (CMake names an object after its source:
+        ``x.cpp.o``), then one in ``SAMPLE_EVERY``."""
+        language = Path(name).with_suffix("").suffix
+        self._seen[language] = self._seen.get(language, 0) + 1
+        return self._seen[language] <= SAMPLE_FIRST or len(self.reader.remote) % SAMPLE_EVERY == 0
 
     def _check(self, name: str) -> None:
         path = self.build_dir / name
