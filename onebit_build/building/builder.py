@@ -131,6 +131,11 @@ def resolve_refs(value: str, *, pins: Mapping[str, Pin], components: Mapping[str
 
 def build_key(req: BuildRequest, toolchain: Toolchain) -> str:
     """Everything that shapes the build goes into its key; a change in any of it gives a new dir."""
+    return hashlib.sha256(json.dumps(key_doc(req, toolchain), sort_keys=True).encode()).hexdigest()
+
+
+def key_doc(req: BuildRequest, toolchain: Toolchain) -> dict:
+    """What the build key is the hash of (the binary cache maps the workspace out of it). Pure."""
     doc = {
         "schema": STAMP_SCHEMA,
         "recipe": req.recipe,
@@ -152,7 +157,7 @@ def build_key(req: BuildRequest, toolchain: Toolchain) -> str:
         doc["inputs"] = list(req.inputs)
     # The assembly is not part of the key: a changed rule re-assembles the prefix in the
     # same build dir (the stamp records the assembly digest) instead of recompiling.
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+    return doc
 
 
 def build_dir_for(req: BuildRequest, key: str) -> Path:

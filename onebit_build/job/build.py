@@ -182,6 +182,11 @@ def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
     recipe, toolchain_root = job.recipe, job.opts.toolchain_root
     if until >= Stage.BUILD:  # every requirement the build will meet, named at once before anything starts
         check_before_build(recipe, job.pins, job.workspace, toolchain_root=toolchain_root)
+        from onebit_build.job.binary_cache import from_binary_cache  # it builds on this module
+
+        pulled = from_binary_cache(job)
+        if pulled is not None:
+            return pulled
     with ui.stage("fetch") as st:
         fetched = run_fetch(job, recipe_sources(recipe))
         st["note"] = ", ".join(f"{n}@{f.commit[:12]} ({f.mirror_used.split(':')[0]})" for n, f in fetched.items())
