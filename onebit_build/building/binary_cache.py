@@ -16,6 +16,7 @@ above this floor, in ``job/binary_cache.py``.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Sequence
 
 from onebit_build import __version__
+from onebit_build.building.manifest import MANIFEST_NAME
 from onebit_build.building.oci import MANIFEST_MEDIA, Registry, sha256_digest
 from onebit_build.building.oci_ref import DIGEST, tag_part
 from onebit_build.core.errors import FetchError, IntegrityError
@@ -162,10 +164,15 @@ def _entry(layer: object, bad: Callable[[str], FetchError]) -> Entry:
 
 
 def path_ok(rel: str) -> bool:
-    """A path the artifact may hold: plain file names under one of :data:`FOLDERS`. Pure."""
+    """A path the artifact may hold: a plain file name under ``bin/``, or the build manifest
+    or a provenance or SBOM file under ``share/onebit-build/``. Pure."""
     path = PurePosixPath(rel)
-    folder = str(path.parent)
-    return folder in FOLDERS and str(path) == rel and is_file_name(path.name, max_len=255)
+    if str(path) != rel or not is_file_name(path.name, max_len=255):
+        return False
+    if str(path.parent) == "bin":
+        return True
+    return str(path.parent) == FOLDERS[1] and (path.name == MANIFEST_NAME
+                                               or any(fnmatch.fnmatchcase(path.name, p) for p in CARRIED))
 
 
 def pull_into(registry: Registry, artifact: Artifact, dest: Path, progress: Callable[[int], None] | None = None

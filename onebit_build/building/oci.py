@@ -68,6 +68,13 @@ class Registry:
 
     # ----------------------------------------------------------------------- reading
 
+    def ping(self) -> str:
+        """The API version the registry answers ``/v2/`` with (after logging in where it asks)."""
+        base = self.ref.base_url.rsplit("/v2/", 1)[0]
+        r = self._request("GET", f"{base}/v2/", "the API root", absolute=True, expect=(200,))
+        r.close()
+        return r.headers.get("Docker-Distribution-Api-Version", "no version named")[:40]
+
     def resolve(self, tag: str) -> str | None:
         """The digest the tag names now; None when the repository has no such tag."""
         r = self._request("HEAD", f"manifests/{tag}", f"the tag {tag}", headers={"Accept": MANIFEST_MEDIA})
