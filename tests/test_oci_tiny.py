@@ -4,6 +4,7 @@ other workspaces and prefixes, and every way a pulled build is refused or not re
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -50,7 +51,8 @@ def tiny(tmp_path_factory, registry) -> Tiny:
                                             f"    commit: {commit}\n", recipes={"tiny": tiny_recipe()})
     t = Tiny(root=root, mirrors=base / "mirrors", ws=base / "ws", digest="", tag="")
     assert t.cli(t.ws, "--recipe", "tiny", "build").returncode == 0
-    out = t.cli(t.ws, "--recipe", "tiny", "verify", "--write-reference", str(root / "references" / "tiny" / "here.json"))
+    reference = root / "references" / "tiny" / "here.json"
+    out = t.cli(t.ws, "--recipe", "tiny", "verify", "--write-reference", str(reference))
     assert out.returncode == 0, out.stderr
     out = t.cli(t.ws, "--recipe", "tiny", "publish", registry.ref("tiny", "v1"))
     assert out.returncode == 0, out.stderr
@@ -73,14 +75,15 @@ def snapshot(folder: Path) -> dict[str, str]:
 def test_a_published_build_comes_back_byte_identical_without_a_compile(tiny, registry, tmp_path):
     out = tiny.cli(tmp_path / "b", "--recipe", "tiny", "build", "--binary-cache", registry.ref("tiny"))
     assert out.returncode == 0, out.stderr
-    assert f"binary   ok" in out.stderr and f"@{tiny.digest}; VERIFIED" in out.stderr
+    assert "binary   ok" in out.stderr and f"@{tiny.digest}; VERIFIED" in out.stderr
     pulled = Path(out.stdout.strip()).parent  # the answer of a recipe without a server: its manifest
     assert pulled.parent == tmp_path / "b" / "pulled" and sha256(pulled / "bin" / "hello") == sha256(tiny.hello)
     assert not (tmp_path / "b" / "build").exists() and not (tmp_path / "b" / "src").exists()  # no fetch, no compile
     man = json.loads((tmp_path / "b" / "manifests" / "tiny.json").read_text())
     assert man["binary_cache"]["from"].endswith(tiny.digest) and man["binary_cache"]["accepted"] == "verified"
     prefix = tmp_path / "prefix"
-    out = tiny.cli(tmp_path / "c", "--recipe", "tiny", "install", "--from", registry.ref("tiny"), "--prefix", str(prefix))
+    out = tiny.cli(tmp_path / "c", "--recipe", "tiny", "install", "--from", registry.ref("tiny"), "--prefix",
+                   str(prefix))
     assert out.returncode == 0, out.stderr
     assert sha256(prefix / "bin" / "hello") == sha256(tiny.hello) and (prefix / "bin" / "hello").stat().st_mode & 0o111
     published = json.loads((prefix / "share" / "onebit-build" / "build-manifest.json").read_text())
@@ -124,7 +127,8 @@ def test_a_tampered_blob_is_refused_and_the_prefix_is_left_as_it_was(tiny, regis
         data = bytearray(blob.read_bytes())
         data[len(data) // 2] ^= 0xFF
         blob.write_bytes(bytes(data))
-        out = tiny.cli(tmp_path / "w", "--recipe", "tiny", "install", "--from", bad.ref("tiny"), "--prefix", str(prefix))
+        out = tiny.cli(tmp_path / "w", "--recipe", "tiny", "install", "--from", bad.ref("tiny"), "--prefix",
+                       str(prefix))
         assert out.returncode == 5, out.stderr
         assert "is not the one the manifest names" in out.stderr and "nothing was switched in" in out.stderr
         assert snapshot(prefix) == before
@@ -240,7 +244,7 @@ def test_credentials_come_from_the_environment_or_docker_config_and_are_never_sh
                        str(tmp_path / "p"), env={"HOME": str(home)})
         assert out.returncode == 4 and "refused" in out.stderr and "docker login" in out.stderr, out.stderr
         (home / ".docker").mkdir(parents=True)
-        auth = __import__("base64").b64encode(f"alice:{secret}".encode()).decode()
+        auth = base64.b64encode(f"alice:{secret}".encode()).decode()
         (home / ".docker" / "config.json").write_text(json.dumps({"auths": {reg.address: {"auth": auth}}}))
         out = tiny.cli(tmp_path / "w", "-v", "--recipe", "tiny", "install", "--from", reg.ref("tiny"), "--prefix",
                        str(tmp_path / "p"), env={"HOME": str(home)})
