@@ -117,3 +117,57 @@ def start_registry(folder: Path, *, store: Path | None = None, users: dict[str, 
             time.sleep(0.2)
     reg.stop()
     raise AssertionError(f"{program} did not answer within 30 s: {log.read_text()[-2000:]}")
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every path under ``folder`` with its sha256 (a link: its target), to see that nothing changed."""
+    import hashlib
+
+    return {str(p.relative_to(folder)): (f"-> {p.readlink()}" if p.is_symlink() else
+                                         hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "/")
+            for p in sorted(folder.rglob("*"))}
+
+
+def push_altered(registry: LocalRegistry, repo: str, digest: str, tree: Path, *, to: str, tag: str,
+                 flip: str | None = None, key: str | None = None) -> None:
+    """What someone with write access to the registry could push: the build published as
+    ``repo@digest`` with one byte of ``bin/<flip>`` changed and its build manifest recording
+    the new bytes (every digest consistent), or with another ``key``; under ``to:tag``."""
+    import hashlib
+    import json
+
+    from onebit_build.building.binary_cache import config_bytes, entry_of, manifest_doc, parse_manifest
+    from onebit_build.building.oci import Registry
+    from onebit_build.building.oci_ref import parse_ref
+
+    body = requests.get(f"http://{registry.address}/v2/{repo}/manifests/{digest}",
+                        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}, timeout=30).content
+    art = parse_manifest(body, "the original")
+    for e in art.entries:
+        (tree / e.rel).parent.mkdir(parents=True, exist_ok=True)
+        data = registry.blob_file(e.digest).read_bytes()
+        if e.link is not None:
+            (tree / e.rel).symlink_to(data.decode())
+        else:
+            (tree / e.rel).write_bytes(data)
+    man_path = tree / "share" / "onebit-build" / "build-manifest.json"
+    if flip:
+        changed = bytearray((tree / "bin" / flip).read_bytes())
+        changed[len(changed) // 2] ^= 0x01
+        (tree / "bin" / flip).write_bytes(bytes(changed))
+        man = json.loads(man_path.read_text())
+        for comp in man["components"]:
+            for out in comp["outputs"]:
+                if Path(out["path"]).name == flip:
+                    out.update(sha256=hashlib.sha256(changed).hexdigest(), size=len(changed))
+        man_path.write_text(json.dumps(man))
+    entries = [entry_of(tree / e.rel, e.rel) for e in art.entries]
+    key = key or art.key
+    config = config_bytes(recipe=art.recipe, key=key, verified="verified")
+    doc = manifest_doc(entries, recipe=art.recipe, key=key, created="now", verified="verified", config=config)
+    with Registry(parse_ref(registry.ref(to), "test"), push=True) as reg:
+        for e in entries:
+            data = e.link.encode() if e.link is not None else (tree / e.rel).read_bytes()
+            reg.upload(e.digest, e.size, lambda data=data: data)
+        reg.upload(doc["config"]["digest"], len(config), lambda: config)
+        reg.put_manifest(tag, json.dumps(doc).encode())

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import requests
 
-from _registry import LocalRegistry, start_registry
+from _registry import LocalRegistry, push_altered, snapshot, start_registry
 from _support import TINY_CMAKE, bare_mirror, make_repo, project_tree, run_cli, tiny_recipe
 
 
@@ -65,11 +64,6 @@ def tiny(tmp_path_factory, registry) -> Tiny:
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def snapshot(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): (f"-> {p.readlink()}" if p.is_symlink() else sha256(p) if p.is_file() else "/")
-            for p in sorted(folder.rglob("*"))}
 
 
 def test_a_published_build_comes_back_byte_identical_without_a_compile(tiny, registry, tmp_path):
@@ -157,41 +151,8 @@ def test_a_registry_that_is_down_falls_back_to_building_with_one_line(tiny, tmp_
     assert out.returncode == 0 and sha256(tmp_path / "p" / "bin" / "hello") == sha256(tiny.hello), out.stderr
 
 
-def push_altered(registry: LocalRegistry, tiny: Tiny, tmp_path: Path, repo: str, tag: str, *, key: str | None = None,
-                 flip: bool = True) -> None:
-    """What an attacker with write access could push: the build with other bytes for hello
-    and a build manifest that records those bytes, every digest consistent."""
-    from onebit_build.building.binary_cache import config_bytes, entry_of, manifest_doc, parse_manifest
-    from onebit_build.building.oci import Registry
-    from onebit_build.building.oci_ref import parse_ref
-
-    body = requests.get(f"http://{registry.address}/v2/tiny/manifests/{tiny.digest}",
-                        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}, timeout=30).content
-    art = parse_manifest(body, "original")
-    tree = tmp_path / "evil"
-    (tree / "bin").mkdir(parents=True)
-    (tree / "share" / "onebit-build").mkdir(parents=True)
-    hello = bytearray(tiny.hello.read_bytes())
-    if flip:
-        hello[-1] ^= 0x01
-    (tree / "bin" / "hello").write_bytes(bytes(hello))
-    man_rel = "share/onebit-build/build-manifest.json"
-    man = json.loads(registry.blob_file(art.entry(man_rel).digest).read_bytes())
-    man["components"][0]["outputs"][0].update(sha256=hashlib.sha256(hello).hexdigest(), size=len(hello))
-    (tree / man_rel).write_text(json.dumps(man))
-    entries = [entry_of(tree / "bin" / "hello", "bin/hello"), entry_of(tree / man_rel, man_rel)]
-    key = key or art.key
-    config = config_bytes(recipe="tiny", key=key, verified="verified")
-    doc = manifest_doc(entries, recipe="tiny", key=key, created="now", verified="verified", config=config)
-    with Registry(parse_ref(registry.ref(repo), "test"), push=True) as reg:
-        for e in entries:
-            reg.upload(e.digest, e.size, lambda e=e: (tree / e.rel).read_bytes())
-        reg.upload(doc["config"]["digest"], len(config), lambda: config)
-        reg.put_manifest(tag, json.dumps(doc).encode())
-
-
 def test_other_bytes_under_the_same_key_are_refused_by_the_reference_check(tiny, registry, tmp_path):
-    push_altered(registry, tiny, tmp_path, "evil", tiny.tag)
+    push_altered(registry, "tiny", tiny.digest, tmp_path / "t1", to="evil", tag=tiny.tag, flip="hello")
     prefix = tmp_path / "prefix"
     out = tiny.cli(tmp_path / "w", "--recipe", "tiny", "install", "--from", registry.ref("evil"), "--prefix",
                    str(prefix))
@@ -199,7 +160,7 @@ def test_other_bytes_under_the_same_key_are_refused_by_the_reference_check(tiny,
     assert "is NOT the committed reference's build (here.json)" in out.stderr and "hello" in out.stderr
     assert not prefix.exists() and not any((tmp_path / "w" / "pulled").iterdir())
     # A tag naming a build of another key is refused before any file is read.
-    push_altered(registry, tiny, tmp_path / "2", "evil", "other", key="0" * 64, flip=False)
+    push_altered(registry, "tiny", tiny.digest, tmp_path / "t2", to="evil", tag="other", key="0" * 64)
     out = tiny.cli(tmp_path / "w", "--recipe", "tiny", "install", "--from", registry.ref("evil", "other"), "--prefix",
                    str(prefix))
     assert out.returncode == 11 and "holds build tiny 0000000000000000, but this plan is tiny" in out.stderr
