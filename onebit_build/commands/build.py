@@ -23,5 +23,4 @@ def run(opts, project, cmd: Command) -> int:
     from onebit_build.commands._job import job
     from onebit_build.job.binary_cache import CacheOptions
 
-    CacheOptions.of(opts.args)  # a malformed reference is refused before anything starts
-    return job(opts, project, cmd)
+    return job(opts, project, cmd, binary_cache=CacheOptions.of(opts.args))  # checked before anything starts

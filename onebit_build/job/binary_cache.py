@@ -15,8 +15,6 @@ records, with the same sha256, (4) it was built on this system (OS, C library, l
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 import time
@@ -25,23 +23,20 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
 from onebit_build.building.binary_cache import Artifact, parse_manifest, pull_into, replace_folder, tag_of
-from onebit_build.building.builder import BuildResult, Output, Toolchain, key_doc
-from onebit_build.building.cache.compiler import NO_LAUNCHER
-from onebit_build.building.cmake import find_tools
-from onebit_build.building.downloads import unpacked_tree
+from onebit_build.building.builder import BuildResult, Output, Toolchain
 from onebit_build.building.install import MANIFEST_REL
 from onebit_build.building.manifest import (MANIFEST_NAME, SERVER_OUTPUT, Manifest, host_info, latest_path,
                                             load_manifest, read_manifest, write_manifest)
 from onebit_build.building.oci import Registry, RegistryUnreachable
 from onebit_build.building.oci_ref import OciRef, parse_ref
+from onebit_build.building.patch import patch_digest
 from onebit_build.building.references import find_reference, load_reference
 from onebit_build.building.verify import verify_against
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, FetchError, IntegrityError, NotAvailableError, VerifyError
 from onebit_build.core.fsutil import StateError
-from onebit_build.job.build import Built, build_inputs, recipe_sources
+from onebit_build.job.build import Built
 from onebit_build.job.model import Job
-from onebit_build.job.resolve import ComponentBuild, component_builds, planned_tree
 from onebit_build.job.verify import Verdict, references_dir
 
 VARIABLE = "ONEBIT_BINARY_CACHE"
@@ -79,42 +74,14 @@ class Pulled:
 # --------------------------------------------------------------------------- the key
 
 
-def planned_builds(job: Job) -> list[ComponentBuild]:
-    """Each component's build as the plan resolves it, before anything is fetched."""
-    trees = {n: planned_tree(job.pins.get(n), job.workspace, job.project.patches) for n in recipe_sources(job.recipe)}
-    downloaded = {d.name: t for c in job.recipe.components for d in c.downloads
-                  if (t := unpacked_tree(job.workspace, d)) is not None}
-    inputs = build_inputs(job, trees, downloaded, tools=find_tools(), launcher=NO_LAUNCHER)
-    return component_builds(job.recipe, job.pins, inputs)
-
-
-def portable_key(builds: list[ComponentBuild], workspace_root: Path) -> str:
-    """One key for the recipe's whole build, the same in every workspace: each component's key
-    document with the workspace's path (and the keys of the components before it, which name
-    their folders) mapped out. NotAvailableError while a key is not known yet. Pure."""
-    swaps: dict[str, str] = {str(workspace_root): "<workspace>"}
-    parts = []
-    for cb in builds:
-        if cb.key is None or cb.toolchain is None:
-            raise NotAvailableError(f"the build key of {cb.name} is not known before the sources are fetched "
-                                    f"({cb.unknown})", hint="run 'onebit-build fetch' first, then ask again")
-        doc = _mapped(key_doc(cb.request, cb.toolchain), swaps)
-        key = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
-        swaps.update({cb.key: key, cb.key[:16]: key[:16]})
-        parts.append(f"{cb.name}={key}")
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
-
-
-def _mapped(value: Any, swaps: Mapping[str, str]) -> Any:
-    if isinstance(value, str):
-        for old, new in swaps.items():
-            value = value.replace(old, new)
-        return value
-    if isinstance(value, dict):
-        return {k: _mapped(v, swaps) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_mapped(v, swaps) for v in value]
-    return value
+def plan_key(job: Job) -> str:
+    """This plan's key in any workspace (job.resolve.portable_key, carried by the plan);
+    NotAvailableError while it is not known before the sources are fetched."""
+    if job.plan.binary_key is None:
+        why = next((c.unknown for c in job.plan.components if c.unknown), "") or "; ".join(job.plan.problems)
+        raise NotAvailableError(f"the build key is not known before the sources are fetched ({why})",
+                                hint="run 'onebit-build fetch' first, then ask again")
+    return job.plan.binary_key
 
 
 # --------------------------------------------------------------------------- pulling
@@ -124,8 +91,7 @@ def pull(job: Job, ref: OciRef, *, allow_unverified: bool = False) -> Pulled | N
     """The build this plan asks for from ``ref``, checked and switched into the workspace;
     None when the registry holds no build of this key. RegistryUnreachable or FetchError when
     the registry cannot be used; IntegrityError or VerifyError when the build is refused."""
-    builds = planned_builds(job)
-    key = portable_key(builds, job.workspace.root)
+    key = plan_key(job)
     tag = ref.tag or tag_of(job.recipe.name, key)
     with Registry(ref) as reg:
         digest = ref.digest or reg.resolve(tag)  # the tag is resolved once; all else is read by digest
@@ -144,7 +110,7 @@ def pull(job: Job, ref: OciRef, *, allow_unverified: bool = False) -> Pulled | N
         shutil.rmtree(staging, ignore_errors=True)
         try:
             pull_into(reg, art, staging)
-            verdict = accept(job, art, staging, builds, str(where), allow_unverified=allow_unverified)
+            verdict = accept(job, art, staging, str(where), allow_unverified=allow_unverified)
             folder = root / f"{job.recipe.name}-{key[:16]}"
             replace_folder(staging, folder)
         finally:
@@ -152,8 +118,7 @@ def pull(job: Job, ref: OciRef, *, allow_unverified: bool = False) -> Pulled | N
     return Pulled(ref=where, key=key, artifact=art, folder=folder, verdict=verdict)
 
 
-def accept(job: Job, art: Artifact, folder: Path, builds: list[ComponentBuild], where: str, *,
-           allow_unverified: bool) -> Verdict:
+def accept(job: Job, art: Artifact, folder: Path, where: str, *, allow_unverified: bool) -> Verdict:
     """Whether the pulled tree in ``folder`` is this plan's build with the reference's bytes
     (see the module text); VerifyError naming the first reason it is not."""
     try:
@@ -161,7 +126,7 @@ def accept(job: Job, art: Artifact, folder: Path, builds: list[ComponentBuild], 
     except (OSError, StateError, VerifyError) as exc:
         raise VerifyError(f"{where}: its build manifest is missing or unreadable ({exc})",
                           hint="publish the build again with 'onebit-build publish'") from None
-    _same_inputs(job, man, builds, where)
+    _same_inputs(job, man, where)
     files_are_outputs(art, man, where)
     here = host_info()
     other = [f"{k} {man.host.get(k)!r} (here {here.get(k)!r})" for k in SAME_SYSTEM if man.host.get(k) != here.get(k)]
@@ -187,21 +152,18 @@ def accept(job: Job, art: Artifact, folder: Path, builds: list[ComponentBuild], 
                    + "; ".join(r.summary() for r in results), reference=str(ref_path), results=results)
 
 
-def _same_inputs(job: Job, man: Manifest, builds: list[ComponentBuild], where: str) -> None:
+def _same_inputs(job: Job, man: Manifest, where: str) -> None:
     """The build manifest's recipe and sources are this plan's (the key says so too)."""
     if man.recipe != job.recipe.name:
         raise VerifyError(f"{where}: its build manifest is of recipe {man.recipe!r}, not {job.recipe.name}",
                           hint="publish the build again")
-    for cb in builds:
-        req = cb.request
-        try:
-            commit = man.source_commit(req.component.source)
-        except KeyError:
-            commit = ""
-        digest = next((s.patch_digest for s in man.sources if s.name == req.component.source), None)
-        if (commit, digest) != (req.source_commit, req.patch_digest):
-            raise VerifyError(f"{where}: its build manifest names {req.component.source} {commit[:12]} with patches "
-                              f"{str(digest)[:12]}, this plan {req.source_commit[:12]} with {req.patch_digest[:12]}",
+    recorded = {s.name: (s.commit, s.patch_digest) for s in man.sources}
+    for src in job.plan.sources:
+        want = (src.commit, patch_digest(src.commit, src.patches))
+        got = recorded.get(src.name, ("", None))
+        if got != want:
+            raise VerifyError(f"{where}: its build manifest names {src.name} {got[0][:12]} with patches "
+                              f"{str(got[1])[:12]}, this plan {want[0][:12]} with {want[1][:12]}",
                               hint="publish a build of this plan")
 
 
@@ -255,15 +217,12 @@ def as_built(job: Job, pulled: Pulled) -> Built:
     return Built(fetched={}, trees={}, builds=results, manifest=final)
 
 
-def from_binary_cache(job: Job) -> Built | None:
+def from_binary_cache(job: Job, opts: CacheOptions) -> Built | None:
     """The build stage's first step with ``--binary-cache``: the pulled build, or None (one
     line says why) when the stage must build here after all."""
-    if "binary_cache" not in job.opts.args:  # a command without the option (install, verify, serve...)
-        return None
-    opts = CacheOptions.of(job.opts.args)
     if opts.ref is None:
         return None
-    if job.opts.fresh:
+    if job.settings.fresh:
         ui.info(f"binary cache {opts.ref} not asked: --fresh builds again")
         return None
     t0 = time.monotonic()

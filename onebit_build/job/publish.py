@@ -29,7 +29,7 @@ from onebit_build.building.oci_ref import OciRef
 from onebit_build.core import ui
 from onebit_build.core.errors import BuildError, NotAvailableError, VerifyError
 from onebit_build.core.fsutil import write_state
-from onebit_build.job.binary_cache import Pulled, files_are_outputs, planned_builds, portable_key, pull
+from onebit_build.job.binary_cache import Pulled, files_are_outputs, plan_key, pull
 from onebit_build.job.build import Built
 from onebit_build.job.model import Job
 from onebit_build.job.run import run
@@ -76,11 +76,10 @@ def publish(job: Job, ref: OciRef, *, allow_unverified: bool) -> str:
 
 def build_key(job: Job, built: Built) -> str:
     """The portable key of the build in hand; the plan's folders must be the build's."""
-    planned = planned_builds(job)
-    if [cb.build_dir for cb in planned] != [b.build_dir for b in built.builds]:
+    if [c.build_dir for c in job.plan.components] != [str(b.build_dir) for b in built.builds]:
         raise BuildError("the plan resolves to other build folders than the build just made",
                          hint="run 'onebit-build plan' and 'onebit-build build' and compare; report it as a bug")
-    return portable_key(planned, job.workspace.root)
+    return plan_key(job)
 
 
 def publish_entries(job: Job, built: Built) -> tuple[list[Entry], dict[str, Path]]:
