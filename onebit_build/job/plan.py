@@ -313,7 +313,8 @@ def _cache_lines(plan: Plan) -> list[str]:
     out.append("path maps  source and build folders mapped to '.' in every object")
     out.append("  (-Xpreprocessor -f{macro,debug}-prefix-map; in the build key)")
     if plan.binary_key:
-        out.append(f"binary key  {plan.binary_key}  (the build in any workspace: its tag in a binary cache)")
+        out.append(f"binary key  {plan.binary_key}")
+        out.append("  (this build in any workspace: its tag <recipe>-<key> in a binary cache)")
     return out
 
 
