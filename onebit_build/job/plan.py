@@ -314,7 +314,7 @@ def _cache_lines(plan: Plan) -> list[str]:
     out.append("  (-Xpreprocessor -f{macro,debug}-prefix-map; in the build key)")
     if plan.binary_key:
         out.append(f"binary key  {plan.binary_key}")
-        out.append("  (this build in any workspace: its tag <recipe>-<key> in a binary cache)")
+        out.append("  (the same in every workspace; 'publish' tags the build with the recipe's name and this key)")
     return out
 
 
