@@ -193,23 +193,23 @@ class Registry:
             break
         if r.status_code in expect:
             return r
-        failure = self._failure(r, method, what)
+        code = _error_code(r) if method != "HEAD" else ""
         r.close()
-        raise failure
+        raise self._failure(r.status_code, method, what, code)
 
-    def _failure(self, r: "requests.Response", method: str, what: str) -> FetchError:
-        if r.status_code >= 500 or r.status_code == 429:
-            return RegistryUnreachable(f"registry {self.ref.registry} cannot serve now (HTTP {r.status_code})",
+    def _failure(self, status: int, method: str, what: str, code: str = "") -> FetchError:
+        if status >= 500 or status == 429:
+            return RegistryUnreachable(f"registry {self.ref.registry} cannot serve now (HTTP {status})",
                                        hint="try again later")
-        if r.status_code in (401, 403):
+        if status in (401, 403):
             origin = self._creds.origin if self._creds else "no credentials found"
             return FetchError(f"registry {self.ref.registry} refused {method} of {what} in {self.ref.repository} "
-                              f"(HTTP {r.status_code}; credentials: {origin})",
+                              f"(HTTP {status}; credentials: {origin})",
                               hint="log in with 'docker login' or 'oras login', or set ONEBIT_OCI_USERNAME and "
                                    "ONEBIT_OCI_PASSWORD, with rights to "
                                    + ("push" if self.push else "pull") + " there")
-        return FetchError(f"registry {self.ref.registry}: {method} of {what} answered HTTP {r.status_code}"
-                          f"{_error_code(r)}", hint="check the reference; see the registry's log")
+        return FetchError(f"registry {self.ref.registry}: {method} of {what} answered HTTP {status}{code}",
+                          hint="check the reference; see the registry's log")
 
     def _authenticate(self, challenge: str) -> None:
         """Answer a 401: Basic with the credentials, or a bearer token from the realm named."""
@@ -242,7 +242,7 @@ class Registry:
             doc = {}
         token = doc.get("token") or doc.get("access_token") if isinstance(doc, dict) else None
         if not isinstance(token, str) or not token:
-            raise self._failure(r if r.status_code != 200 else _Status(401), "GET", "a token")
+            raise self._failure(r.status_code if r.status_code != 200 else 401, "GET", "a token")
         return token
 
     def _read_capped(self, r: "requests.Response", cap: int, what: str) -> bytes:
@@ -261,16 +261,6 @@ class Registry:
         return bytes(data)
 
 
-class _Status:
-    """A stand-in answer with only a status code (a token service that gave no token)."""
-
-    def __init__(self, code: int):
-        self.status_code = code
-
-    def close(self) -> None:
-        pass
-
-
 def _reason(exc: BaseException) -> str:
     text = str(exc)
     for short in ("Connection refused", "timed out", "Name or service not known", "No route to host"):
@@ -282,8 +272,8 @@ def _reason(exc: BaseException) -> str:
 def _error_code(r: "requests.Response") -> str:
     """``: MANIFEST_INVALID`` from a distribution error body (codes only: no free text)."""
     try:
-        errors = json.loads(r.content[:4096]).get("errors") or []
+        errors = json.loads(next(r.iter_content(4096), b"")).get("errors") or []
         code = str(errors[0].get("code", ""))
-    except (ValueError, AttributeError, IndexError, TypeError):
+    except (ValueError, AttributeError, IndexError, TypeError, OSError):
         return ""
     return f": {code}" if re.fullmatch(r"[A-Z_]{1,40}", code) else ""

@@ -30,6 +30,7 @@ from onebit_build.building.manifest import (MANIFEST_NAME, SERVER_OUTPUT, Manife
 from onebit_build.building.oci import Registry, RegistryUnreachable
 from onebit_build.building.oci_ref import OciRef, parse_ref
 from onebit_build.building.patch import patch_digest
+from onebit_build.building.pkgindex import ByteProgress
 from onebit_build.building.references import find_reference, load_reference
 from onebit_build.building.verify import verify_against
 from onebit_build.core import ui
@@ -108,8 +109,18 @@ def pull(job: Job, ref: OciRef, *, allow_unverified: bool = False) -> Pulled | N
         root.mkdir(parents=True, exist_ok=True)
         staging = root / f".staging-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
+        bar, done = ByteProgress(f"pulling {len(art.entries)} file(s)"), [0]
+        total = sum(e.size for e in art.entries if e.link is None)
+
+        def step(n: int) -> None:
+            done[0] += n
+            bar.update(done[0], total)
+
         try:
-            pull_into(reg, art, staging)
+            try:
+                pull_into(reg, art, staging, step)
+            finally:
+                bar.close(done[0] if done[0] == total else 0)  # a pull that failed says so in one line
             verdict = accept(job, art, staging, str(where), allow_unverified=allow_unverified)
             folder = root / f"{job.recipe.name}-{key[:16]}"
             replace_folder(staging, folder)
