@@ -127,6 +127,11 @@ def test_a_tampered_blob_is_refused_and_the_prefix_is_left_as_it_was(tiny, regis
         assert "is not the one the manifest names" in out.stderr and "nothing was switched in" in out.stderr
         assert snapshot(prefix) == before
         assert not [p for p in (tmp_path / "w" / "pulled").iterdir() if p.name.startswith(".")]  # no staging left
+        killed = tmp_path / "w" / "pulled" / ".tmp-999999999"  # what a pull that was killed leaves
+        killed.mkdir()
+        out = tiny.cli(tmp_path / "w", "--recipe", "tiny", "install", "--from", registry.ref("tiny"), "--prefix",
+                       str(prefix))
+        assert out.returncode == 0 and not killed.exists(), out.stderr
         # The build stage refuses it with one line and builds here.
         out = tiny.cli(tmp_path / "x", "--recipe", "tiny", "build", "--binary-cache", bad.ref("tiny"))
         assert out.returncode == 0, out.stderr

@@ -201,7 +201,7 @@ def pull_into(registry: Registry, artifact: Artifact, dest: Path, progress: Call
 
 def replace_folder(new: Path, dest: Path) -> None:
     """Put the complete folder ``new`` at ``dest`` (the old one, if any, removed after)."""
-    old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+    old = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")  # named as core.workspace.sweep_stale knows
     if dest.exists():
         os.replace(dest, old)
     os.replace(new, dest)

@@ -36,6 +36,7 @@ from onebit_build.building.verify import verify_against
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, FetchError, IntegrityError, NotAvailableError, VerifyError
 from onebit_build.core.fsutil import StateError
+from onebit_build.core.workspace import sweep_stale
 from onebit_build.job.build import Built
 from onebit_build.job.model import Job
 from onebit_build.job.verify import Verdict, references_dir
@@ -107,7 +108,8 @@ def pull(job: Job, ref: OciRef, *, allow_unverified: bool = False) -> Pulled | N
                               hint="publish a build of this plan, or leave the tag out to ask for this plan's")
         root = job.workspace.root / PULLED
         root.mkdir(parents=True, exist_ok=True)
-        staging = root / f".staging-{os.getpid()}"
+        sweep_stale(root)  # what pulls that were killed left
+        staging = root / f".tmp-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         bar, done = ByteProgress(f"pulling {len(art.entries)} file(s)"), [0]
         total = sum(e.size for e in art.entries if e.link is None)
@@ -183,7 +185,12 @@ def files_are_outputs(art: Artifact, man: Manifest, where: str) -> None:
     server is among them when the build has one."""
     outputs = {PurePosixPath(o.path).name: o for c in man.components for o in c.outputs}
     for e in art.entries:
-        if e.link is not None or not e.rel.startswith("bin/"):
+        if not e.rel.startswith("bin/"):
+            continue
+        if e.link is not None:
+            if e.rel[4:] in outputs:
+                raise VerifyError(f"{where}: {e.rel} is a link, but its build manifest records it as an output file",
+                                  hint="publish the build again")
             continue
         out = outputs.get(e.rel[4:])
         if out is None:
