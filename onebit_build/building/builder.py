@@ -107,8 +107,10 @@ class BuildResult:
 # --------------------------------------------------------------------------- pure decisions
 
 
-def resolve_refs(value: str, *, pins: Mapping[str, Pin], components: Mapping[str, Mapping[str, str]]) -> str:
-    """Replace ``${pin.SRC.FIELD}`` and ``${COMPONENT.FIELD}`` in ``value``."""
+def resolve_refs(value: str, *, pins: Mapping[str, Pin], components: Mapping[str, Mapping[str, str]],
+                 trees: Mapping[str, Path] | None = None) -> str:
+    """Replace ``${pin.SRC.FIELD}`` and ``${COMPONENT.FIELD}`` in ``value``; ``${pin.SRC.tree}``
+    is the folder of SRC's prepared tree in ``trees``."""
 
     def sub(m: re.Match[str]) -> str:
         ref = m.group(1)
@@ -116,6 +118,11 @@ def resolve_refs(value: str, *, pins: Mapping[str, Pin], components: Mapping[str
         if parts[0] == "pin":
             src = ".".join(parts[1:-1])
             field = parts[-1]
+            if field == "tree":
+                if trees is None or src not in trees:
+                    raise ConfigError(f"reference ${{{ref}}}: the tree of {src} is not prepared here",
+                                      hint="the fetch and patch stages prepare it; run 'onebit-build patch'")
+                return str(trees[src])
             pin = pins[src]
             values = {"commit": pin.commit, "short": pin.commit[:7], "build_number": pin.build_number or "",
                       "branch": pin.branch or ""}
