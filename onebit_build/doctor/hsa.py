@@ -44,7 +44,7 @@ def loader_libhsa(environ: Mapping[str, str]) -> str | None:
 
 
 def hsa_runtime_check(key: str, found: str | None, root: Path, patterns: tuple[str, ...],
-                      environ: Mapping[str, str]) -> Check:
+                      environ: Mapping[str, str], system_dirs: tuple[str, ...] = SYSTEM_LIB_DIRS) -> Check:
     """The HSA runtime the smoke stage hands HRX in ``$key``: the one given there, else the one
     ``found`` under TheRock's ``root``; without either, what dlopen would load instead."""
     given = environ.get(key)
@@ -53,7 +53,7 @@ def hsa_runtime_check(key: str, found: str | None, root: Path, patterns: tuple[s
         if not Path(given).is_file():
             return Check(name="HSA runtime", ok=False, detail=f"{given} (given in ${key}): no such file",
                          fix=f"point ${key} at TheRock's {LIBHSA}, or unset it")
-        if is_system_library(given) and not is_system_library(given, (str(root),)):
+        if is_system_library(given, system_dirs) and not is_system_library(given, (str(root),)):
             return Check(name="HSA runtime", ok=False, detail=f"{given} (given in ${key}) is the system's: {WHY}",
                          fix=fix)
         return Check(name="HSA runtime", ok=True, detail=f"{given} (given in ${key})")
