@@ -310,8 +310,10 @@ def _toolchain_lines(plan: Plan) -> list[str]:
         out.append("toolchain")
         out.append(f"  root     {tc.root}  (from {tc.root_from}; override with --toolchain-root or ${tc.spec.root_env})"
                    + ("" if tc.root.is_dir() else "  [not present on this machine]"))
-        out.append(f"  ar       {tc.ar or '<not found: tried ' + ', '.join(tc.spec.ar) + '>'}")
-        out.append(f"  libhsa   {tc.libhsa or '<not found under the root: ' + ', '.join(tc.spec.libhsa) + '>'}")
+        if tc.spec.ar:  # a recipe that names no archiver leaves CMake to find one
+            out.append(f"  ar       {tc.ar or '<not found: tried ' + ', '.join(tc.spec.ar) + '>'}")
+        if tc.spec.libhsa:
+            out.append(f"  libhsa   {tc.libhsa or '<not found under the root: ' + ', '.join(tc.spec.libhsa) + '>'}")
     return out
 
 
