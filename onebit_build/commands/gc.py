@@ -115,53 +115,6 @@ def _killed_runs_leftovers(ws: Workspace, *, dry_run: bool) -> tuple[int, int]:
     return len(found), sum(sizes)
 
 
-def _test_workspaces(busy: Path, *, remove: bool, dry_run: bool) -> int:
-    """The test command's shared workspaces: listed with their size; with ``--test-workspaces``
-    removed (each under its own workspace lock: never while a test run uses it). Returns the
-    bytes freed (or that would be)."""
-    from onebit_build.building.inventory import folder_size
-    from onebit_build.commands.builds import size_text as _size
-    from onebit_build.core import ui
-    from onebit_build.core.workspace import WorkspaceLock, kept_by_tests
-
-    kept = [p for p in kept_by_tests() if p.resolve() != busy.resolve()]  # not the one gc is working on
-    sizes = [folder_size(p) if p.is_dir() and not p.is_symlink() else p.lstat().st_size for p in kept]
-    if not kept:
-        return 0
-    if not remove:
-        ui.info(f"  kept the test command's workspaces ({_size(sum(sizes))}): {', '.join(str(p) for p in kept)};"
-                " 'onebit-build gc --test-workspaces' removes them")
-        return 0
-    for p, size in zip(kept, sizes):
-        ui.info(f"  {'would remove' if dry_run else 'removing'} {p} ({_size(size)}): kept by the test command")
-        if dry_run:
-            continue
-        if p.is_dir() and not p.is_symlink():
-            with WorkspaceLock(p / "onebit-build.lock", "onebit-build gc --test-workspaces"):
-                shutil.rmtree(p)
-        else:
-            p.unlink(missing_ok=True)
-    return sum(sizes)
-
-
-def _killed_runs_leftovers(ws: Workspace, *, dry_run: bool) -> tuple[int, int]:
-    """List, and unless ``dry_run`` remove, what killed runs left (partial downloads, joins,
-    trees). Returns how many and their bytes."""
-    from onebit_build.building.inventory import folder_size
-    from onebit_build.commands.builds import size_text as _size
-    from onebit_build.core import ui
-    from onebit_build.core.workspace import sweep_killed
-
-    found = sweep_killed(ws, dry_run=True)
-    sizes = [folder_size(p) if p.is_dir() and not p.is_symlink() else p.lstat().st_size for p in found]
-    for p, size in zip(found, sizes):
-        ui.info(f"  {'would remove' if dry_run else 'removing'} {p} ({_size(size)}): left behind by a run that was "
-                "killed")
-    if not dry_run:
-        sweep_killed(ws)
-    return len(found), sum(sizes)
-
-
 def _jit_caches(project: ProjectRoot, *, remove: bool, dry_run: bool) -> int:
     """The run-time kernel caches the project's recipes name (each folder once): listed with
     their size; with ``--jit-cache`` their entries removed. Returns the bytes freed (or that

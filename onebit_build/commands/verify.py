@@ -31,4 +31,4 @@ def run(opts, project, cmd: Command) -> int:
     with open_job(opts, project, needs(cmd, opts)) as j:
         built = build_part(j)
         assert built is not None  # build_part stops early only when asked to
-        return verify_command(j, built)
+        return verify_command(j, built, opts.verify)

@@ -140,7 +140,7 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     with open_job(opts, project, Needs(git=True), loaded=loaded) as job:
         with BenchLock(asked.lock, f"onebit-build verify-run {job.recipe.name}", wait_s=opts.verify_run.wait_s):
             ui.result(f"run folder: {job.run_dir}")
-            out = compare(job, asked, prompts)
+            out = compare(job, opts, asked, prompts)
     vrun.print_outcome(out)
     if out.reference is not None and out.adopted.startswith("wrote"):
         rel = out.reference.relative_to(project.path) if out.reference.is_relative_to(project.path) else out.reference
@@ -152,7 +152,7 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     return out.verdict.exit_code
 
 
-def compare(job: Job, asked: Asked, prompts) -> vrun.RunOutcome:
+def compare(job: Job, opts: Options, asked: Asked, prompts) -> vrun.RunOutcome:
     """Build the recipe (if needed), then compare the new build with the working one."""
     from onebit_build.building.manifest import load_manifest
     from onebit_build.core import ui
@@ -167,9 +167,9 @@ def compare(job: Job, asked: Asked, prompts) -> vrun.RunOutcome:
     assert built is not None  # a job run up to the build has built
     new = resolve_new(built.manifest, load_manifest(built.manifest))
     if same_build(new, asked.working):
-        raise ConfigError(f"--working {job.opts.verify_run.working} is the new build itself ({new.folder})",
+        raise ConfigError(f"--working {opts.verify_run.working} is the new build itself ({new.folder})",
                           hint="give the working build to compare with: another folder, a copy, or an install prefix")
-    model = resolve_model(job.recipe, job.opts, models_dir=job.workspace.models, log=job.log("model.log"),
+    model = resolve_model(job.recipe, job.settings, models_dir=job.workspace.models, log=job.log("model.log"),
                           lock=job.project.models_lock)
     how = (f"{asked.rounds} rounds of {asked.decode_tokens} decode tokens a prompt, then more until decided, up to"
            f" {asked.budget_s:g} s per device; tolerance ±{asked.tolerance:.0%}" if asked.measure_speed
@@ -177,12 +177,12 @@ def compare(job: Job, asked: Asked, prompts) -> vrun.RunOutcome:
     ui.info(f"verify-run: new {new.folder}; working {asked.working.folder} ({asked.working.given_as}); {how};"
             f" lock {asked.lock}")
     req = vrun.RunRequest(
-        recipe=with_runtime_env(job.recipe, job.opts.toolchain_root),
+        recipe=with_runtime_env(job.recipe, job.settings.toolchain_root),
         new=vrun.Side(role=vrun.NEW, build=new, args=asked.new_args),
         working=vrun.Side(role=vrun.WORKING, build=asked.working, args=asked.working_args), model=model,
         run_dir=job.run_dir, prompts=prompts, rounds=asked.rounds, tolerance=asked.tolerance, budget_s=asked.budget_s,
         refs_dir=references_dir(job),
-        lock=asked.lock, junit=job.opts.junit, adopt=job.opts.verify_run.adopt, decode_tokens=asked.decode_tokens,
+        lock=asked.lock, junit=opts.junit, adopt=opts.verify_run.adopt, decode_tokens=asked.decode_tokens,
         measure_speed=asked.measure_speed,
     )
     locks = (("pins.lock", job.pins.lock_path), ("models.lock", job.project.models_lock))

@@ -14,12 +14,12 @@ from onebit_build.building.artifacts import ArtifactSet, collect
 from onebit_build.building.builder import BuildResult, build
 from onebit_build.building.cmake import Tools, find_tools
 from onebit_build.building.downloads import check_against_lock, provide_all
-from onebit_build.building.cache.compiler import Launcher, resolve as resolve_launcher
+from onebit_build.building.cache.compiler import Launcher
 from onebit_build.building.fetch import FetchRequest, FetchResult, fetch
 from onebit_build.building.manifest import (MANIFEST_NAME, SERVER_OUTPUT, latest_path, make_manifest, read_manifest,
                                             write_manifest)
 from onebit_build.building.patch import PrepareRequest, PreparedTree, list_patches, prepare
-from onebit_build.building.toolchain import component_fields, resolve_toolchain
+from onebit_build.building.toolchain import component_fields
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe
 from onebit_build.core.errors import ConfigError, NotAvailableError
@@ -33,7 +33,7 @@ from onebit_build.job.stage import Stage
 
 
 def run_fetch(job: Job, names: list[str]) -> dict[str, FetchResult]:
-    pins, opts = job.pins, job.opts
+    pins, opts = job.pins, job.settings
     out: dict[str, FetchResult] = {}
     for name in names:
         pin = pins.get(name)
@@ -106,11 +106,11 @@ def run_build(job: Job, fetched: dict[str, FetchResult], trees: dict[str, Prepar
     recipe = job.recipe
     tools = find_tools()
     if downloaded is None:
-        downloaded = provide_all(recipe, job.workspace, job.opts.mirror_dirs, job.opts.offline)
+        downloaded = provide_all(recipe, job.workspace, job.settings.mirror_dirs, job.settings.offline)
     for comp in recipe.components:
         check_against_lock(comp, trees[comp.source].path)
     inputs = build_inputs(job, {n: TreeFacts.of(t) for n, t in trees.items()}, downloaded, tools=tools,
-                          launcher=launcher or resolve_launcher(job.opts.compiler_cache), build_root=build_root)
+                          launcher=launcher or job.plan.launcher, build_root=build_root)
     return [build(cb.request, tools) for cb in component_builds(recipe, job.pins, inputs)]
 
 
@@ -119,7 +119,8 @@ def build_inputs(job: Job, trees: dict[str, TreeFacts], downloaded: dict[str, Pa
     """What resolving the job's recipe needs besides the recipe and pins."""
     return BuildInputs(trees=trees, downloaded=downloaded, fields=toolchain_fields(job),
                        build_root=build_root or job.workspace.build_dir, launcher=launcher, tools=tools, log=job.log,
-                       recipes_dir=job.project.recipes, jobs=job.opts.jobs, fresh=job.opts.fresh and build_root is None)
+                       recipes_dir=job.project.recipes, jobs=job.settings.jobs,
+                       fresh=job.settings.fresh and build_root is None)
 
 
 def toolchain_fields(job: Job) -> dict[str, dict[str, str]]:
@@ -127,7 +128,8 @@ def toolchain_fields(job: Job) -> dict[str, dict[str, str]]:
     recipe = job.recipe
     if recipe.toolchain is None:
         return {}
-    return component_fields(recipe, resolve_toolchain(recipe.toolchain, override=job.opts.toolchain_root))
+    assert job.plan.toolchain is not None  # the plan resolves the toolchain of a recipe that has one
+    return component_fields(recipe, job.plan.toolchain)
 
 
 def collect_artifacts(recipe: Recipe, trees: dict[str, PreparedTree],
@@ -171,14 +173,15 @@ class Built:
 
 def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
     """Fetch, patch and build, up to ``until``; None when it stops before the build."""
-    recipe, toolchain_root = job.recipe, job.opts.toolchain_root
+    recipe = job.recipe
+    planned = {c.name: c.requested for c in job.plan.components}
     if until >= Stage.BUILD:  # every requirement the build will meet, named at once before anything starts
-        check_before_build(recipe, job.pins, job.workspace, toolchain_root=toolchain_root)
+        check_before_build(recipe, job.pins, job.workspace, planned=planned)
     with ui.stage("fetch") as st:
         fetched = run_fetch(job, recipe.sources_in_order())
         st["note"] = ", ".join(f"{n}@{f.commit[:12]} ({f.mirror_used.split(':')[0]})" for n, f in fetched.items())
         # The configure-time downloads too, so that --offline names a missing one before configure.
-        downloaded = provide_all(recipe, job.workspace, job.opts.mirror_dirs, job.opts.offline)
+        downloaded = provide_all(recipe, job.workspace, job.settings.mirror_dirs, job.settings.offline)
         if downloaded:
             st["note"] += f"; {len(downloaded)} configure-time download(s): {', '.join(downloaded)}"
     if until == Stage.FETCH:
@@ -194,7 +197,7 @@ def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
     req = recipe.requires
     if req is not None and req.cxx_standard is not None:  # read in the prepared tree
         source = recipe.component(req.cxx_standard.component).source
-        check_before_build(recipe, job.pins, job.workspace, toolchain_root=toolchain_root, tree=trees[source].path)
+        check_before_build(recipe, job.pins, job.workspace, planned=planned, tree=trees[source].path)
     with ui.stage("build") as st:
         builds = run_build(job, fetched, trees, downloaded=downloaded)
         t_manifest = time.monotonic()
