@@ -109,19 +109,16 @@ class BuildResult:
 
 def resolve_refs(value: str, *, pins: Mapping[str, Pin], components: Mapping[str, Mapping[str, str]],
                  trees: Mapping[str, Path] | None = None) -> str:
-    """Replace ``${pin.SRC.FIELD}`` and ``${COMPONENT.FIELD}`` in ``value``; ``${pin.SRC.tree}``
-    is the folder of SRC's prepared tree in ``trees``."""
+    """Replace ``${pin.SRC.FIELD}`` (``tree``: SRC's folder in ``trees``) and ``${COMPONENT.FIELD}``."""
 
     def sub(m: re.Match[str]) -> str:
         ref = m.group(1)
         parts = ref.split(".")
         if parts[0] == "pin":
-            src = ".".join(parts[1:-1])
-            field = parts[-1]
+            src, field = ".".join(parts[1:-1]), parts[-1]
             if field == "tree":
                 if trees is None or src not in trees:
-                    raise ConfigError(f"reference ${{{ref}}}: the tree of {src} is not prepared here",
-                                      hint="the fetch and patch stages prepare it; run 'onebit-build patch'")
+                    raise ConfigError(f"${{{ref}}}: {src} has no prepared tree here", hint="the patch stage makes it")
                 return str(trees[src])
             pin = pins[src]
             values = {"commit": pin.commit, "short": pin.commit[:7], "build_number": pin.build_number or "",
