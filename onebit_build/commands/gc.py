@@ -135,7 +135,7 @@ def _jit_caches(project: ProjectRoot, *, remove: bool, dry_run: bool) -> int:
         except OnebitError:
             continue
         cache = scan(recipe.jit_cache, os.environ) if recipe.jit_cache is not None else None
-        if cache is None:
+        if cache is None or not cache.entries:  # none there: nothing to say
             continue
         if cache.folder not in seen:
             caches.append(cache)
