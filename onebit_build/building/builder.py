@@ -139,16 +139,15 @@ def build_key(req: BuildRequest, toolchain: Toolchain) -> str:
 
 
 def key_doc(req: BuildRequest, toolchain: Toolchain) -> dict:
-    """What the build key is the hash of (the binary cache maps the workspace out of it). Pure."""
-    doc = {
+    """What the build key hashes (the binary cache maps the workspace out of it). Pure. Not the assembly: a
+    changed rule re-assembles the prefix in the same build dir (its stamp records that digest)."""
+    return {
         "schema": STAMP_SCHEMA,
         "recipe": req.recipe,
         "component": req.component.name,
         "source_dir": str(req.source_dir),
         "source_commit": req.source_commit,
-        # The patched head is not in it: the commit and the patches' bytes make it (fixed
-        # identity and date), so the key is known before the tree is prepared.
-        "patch_digest": req.patch_digest,
+        "patch_digest": req.patch_digest,  # not the patched head: the key is known before the tree is made
         "build_type": req.component.build_type,
         "defines": list(req.defines),
         "targets": list(req.component.targets),
@@ -156,12 +155,8 @@ def key_doc(req: BuildRequest, toolchain: Toolchain) -> dict:
         "toolchain": {k: v for k, v in toolchain.as_dict().items() if k != "launcher"},
         "path_maps": PATH_MAPS,
         "languages": list(req.languages),
+        **({"inputs": list(req.inputs)} if req.inputs else {}),
     }
-    if req.inputs:
-        doc["inputs"] = list(req.inputs)
-    # The assembly is not part of the key: a changed rule re-assembles the prefix in the
-    # same build dir (the stamp records the assembly digest) instead of recompiling.
-    return doc
 
 
 def build_dir_for(req: BuildRequest, key: str) -> Path:
