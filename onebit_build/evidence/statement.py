@@ -87,8 +87,8 @@ def dependencies(ev: BuildEvidence) -> list[dict[str, Any]]:
     man, deps = ev.manifest, []
     for s in man.sources:
         deps.append(_dep(s.name, "source", uri=f"git+{public_url(s.url)}@{s.commit}", digest={"gitCommit": s.commit},
-                         fetchedFrom=fetched_from(s.mirror_used), archiveSha256=s.archive_sha256, patchedHead=s.patched_head,
-                         patchDigest=s.patch_digest))
+                         fetchedFrom=fetched_from(s.mirror_used), archiveSha256=s.archive_sha256,
+                         patchedHead=s.patched_head, patchDigest=s.patch_digest))
         pin = ev.pins.get(s.name)
         for m in pin.mirrors if pin else ():
             deps.append(_dep(f"{s.name} sdist", "mirror", uri=f"pkg:pypi/{m.package}@{m.version}",
