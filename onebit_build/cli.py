@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from onebit_build.commands import BY_NAME, TABLE, Command
+from onebit_build.commands import Command, by_name, commands
 from onebit_build.commands.parser import make_parser
 from onebit_build.core import ui
 from onebit_build.core.errors import INTERRUPTED, ConfigError, OnebitError, SpaceError, WorkspaceError, is_disk_full
@@ -25,10 +25,11 @@ if TYPE_CHECKING:  # for the annotations only: the module itself is imported whe
 def refuse_unused_flags(opts: Options, cmd: Command) -> None:
     """A global flag is honoured by every command or refused (exit 2), never ignored."""
     given = {"--dry-run": (opts.dry_run and cmd.name != "plan", "dry_run"),
-             "--model": (opts.model is not None, "takes_model"), "--fresh": (opts.fresh, "builds")}
+             "--model": (opts.model is not None, "takes_model"), "--fresh": (opts.fresh, "builds"),
+             "--signing-key": (opts.signing_key is not None, "builds")}
     for flag, (is_given, attr) in given.items():
         if is_given and not getattr(cmd, attr):
-            users = [c.name for c in TABLE if getattr(c, attr)]
+            users = [c.name for c in commands() if getattr(c, attr)]
             raise ConfigError(f"{flag} is not taken by '{cmd.name}'",
                               hint=f"drop it; it applies to: {', '.join(users)}")
     for other, is_given in (("--server", opts.server is not None), ("--dry-run", opts.dry_run)):
@@ -37,11 +38,11 @@ def refuse_unused_flags(opts: Options, cmd: Command) -> None:
 
 
 def dispatch(opts: Options) -> int:
-    cmd = BY_NAME[opts.command]
+    cmd = by_name(opts.command)
     refuse_unused_flags(opts, cmd)
     project = None if cmd.name == "completion" else find_root(given=opts.root, env=os.environ, cwd=Path.cwd())
     if opts.dry_run:
-        return BY_NAME["plan"].runner()(opts, project, cmd)
+        return by_name("plan").runner()(opts, project, cmd)
     return cmd.runner()(opts, project, cmd)
 
 
@@ -100,7 +101,7 @@ def define_error_with_examples(exc: DefineSyntaxError, ns: argparse.Namespace) -
 
 
 def version(ns: argparse.Namespace) -> int:
-    from onebit_build.commands.info import version as show  # the version lives with the info commands
+    from onebit_build.commands._version import version as show
 
     try:
         return show(find_root(given=ns.__dict__.get("root"), env=os.environ, cwd=Path.cwd()))

@@ -63,6 +63,6 @@ def test_zsh_script_parses_and_names_every_command():
     text = script("zsh")
     check = subprocess.run(["zsh", "-n"], input=text, capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stderr
-    from onebit_build.commands import TABLE
+    from onebit_build.commands import commands
 
-    assert [c.name for c in TABLE if f"    {c.name}:'" not in text] == []
+    assert [c.name for c in commands() if f"    {c.name}:'" not in text] == []

@@ -60,3 +60,22 @@ def test_second_run_does_no_work(llama_server):
     assert "llama.cpp@0c1e57098bba (cache)" in out.stderr
     assert "(reused)" in out.stderr and "up to date" in out.stderr
     assert llama_server.stat().st_mtime_ns == before  # not linked again
+
+
+def test_plan_is_what_the_build_did(llama_server):
+    """``plan --json`` printed before a build names the build key, the folder, the defines and
+    the CMakeInit.txt that the build then used: read back from its manifest and its folder."""
+    import json
+
+    ws = workspace_for_tests()
+    out = run_cli(REPO, "--workspace", str(ws), "plan", "--json", timeout=300)
+    assert out.returncode == 0, out.stderr
+    planned = json.loads(out.stdout)["components"]
+    built = run_cli(REPO, "--workspace", str(ws), "build", timeout=900)
+    assert built.returncode == 0, built.stderr
+    doc = read_manifest(manifest_path(Workspace(root=ws), "default"))
+    assert [c["name"] for c in planned] == [c["name"] for c in doc["components"]]
+    for plan, comp in zip(planned, doc["components"]):
+        assert plan["key"] == comp["key"] and plan["build_dir"] == comp["build_dir"]
+        assert {name: value for name, value in plan["defines"]} == comp["defines"]
+        assert (Path(comp["build_dir"]) / "CMakeInit.txt").read_text() == plan["init_cache"]

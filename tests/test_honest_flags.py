@@ -10,9 +10,9 @@ import pytest
 
 from _support import REPO, run_cli
 from onebit_build.commands.parser import make_parser
-from onebit_build.commands import TABLE
+from onebit_build.commands import commands
 
-DRY_RUN_USERS = [c.name for c in TABLE if c.dry_run]
+DRY_RUN_USERS = [c.name for c in commands() if c.dry_run]
 
 # The arguments each command needs to get past its own parser (none of them is run for real:
 # the refused ones stop before anything starts).
@@ -89,7 +89,7 @@ def test_the_hint_of_a_malformed_define_works(recipe, tmp_path):
         assert ran.returncode == 0, (example, ran.stderr)
 
 
-BUILDERS = [c.name for c in TABLE if c.builds]
+BUILDERS = [c.name for c in commands() if c.builds]
 
 
 @pytest.mark.parametrize("command", every_command())

@@ -70,6 +70,13 @@ def test_builds_location_and_gc_through_a_recipe_change(project):
     assert "built      up to date: " in cli(project, "plan").stdout
     first = builds(project)
     assert [b["up_to_date"] for b in first] == [True] and first[0]["bytes"] > 0
+    # A rerun with nothing to do leaves when the build was made as it was; the table has a header.
+    time.sleep(1.1)
+    assert cli(project, "build").returncode == 0
+    assert builds(project)[0]["built"] == first[0]["built"] and first[0]["built"].endswith("Z")
+    table = cli(project, "builds").stdout.splitlines()
+    assert table[0].split() == ["recipe", "key", "built", "(UTC)", "size", "state", "folder"]
+    assert table[1].split()[:3] == ["tiny", first[0]["key"], first[0]["built"]]
     where = cli(project, "location")
     assert where.returncode == 0
     assert subprocess.run([where.stdout.strip()], capture_output=True, text=True).stdout == "hello\n"

@@ -8,8 +8,8 @@ import pytest
 
 from onebit_build.core.config import Component, Recipe
 from onebit_build.core.errors import ConfigError
-from onebit_build.commands import BY_NAME
-from onebit_build.commands.jobs import needs
+from onebit_build.commands import by_name
+from onebit_build.commands._job import needs
 from onebit_build.options import Define, from_args, parse_define, recipe_choice, recipe_is_file
 from onebit_build.job.model import with_defines
 
@@ -79,9 +79,9 @@ def test_from_args_is_the_one_place_arguments_become_options(tmp_path):
     assert [d.render() for d in opts.defines] == ["X=1", "Y=2"]
     ns = make_parser().parse_args(["--workspace", str(tmp_path), "serve", "--port", "9000", "--", "--threads", "2"])
     opts = from_args(ns)
-    assert opts.serve.port == 9000 and opts.serve.extra == ("--threads", "2") and needs(BY_NAME["serve"], opts).git
+    assert opts.serve.port == 9000 and opts.serve.extra == ("--threads", "2") and needs(by_name("serve"), opts).git
     ns = make_parser().parse_args(["--workspace", str(tmp_path), "smoke", "--server", str(tmp_path / "s")])
-    assert not needs(BY_NAME["smoke"], from_args(ns)).git  # smoking a binary built elsewhere fetches nothing
+    assert not needs(by_name("smoke"), from_args(ns)).git  # smoking a binary built elsewhere fetches nothing
     assert from_args(make_parser().parse_args(["--workspace", str(tmp_path), "plan"])).dry_run
 
 

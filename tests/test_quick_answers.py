@@ -118,7 +118,7 @@ def test_the_kept_completion_script_is_byte_identical_to_a_fresh_one(tmp_path, s
     fresh = run_script(tmp_path / "one", shell)  # an empty cache: made from the parser
     kept = run_script(tmp_path / "one", shell)
     assert kept == fresh and kept.startswith(b"#") and len(kept) > 1000
-    made = subprocess.run([sys.executable, "-c", f"from onebit_build.commands.info import completion_script as c;"
+    made = subprocess.run([sys.executable, "-c", f"from onebit_build.commands.completion import completion_script as c;"
                            f" import sys; sys.stdout.write(c({shell!r}))"], env={**os.environ, "PYTHONPATH": str(REPO)},
                           capture_output=True, check=True).stdout
     assert kept == made

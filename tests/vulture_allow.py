@@ -1,13 +1,12 @@
 """Names the dead-code check (tests/test_dead_code.py) cannot see being used, each with why.
 Read by vulture as code; never imported."""
 
-# The command table names each command's function and option adder as a string
-# ("module:function", commands/__init__.py), called through importlib.
-from onebit_build.commands import arguments, info, life, tools
+# A command module is found by looking (commands/__init__.py): its COMMAND, run and arguments
+# are read by name from the module.
+from onebit_build.commands import fetch
 from onebit_build.running import bench, server
 
-arguments.run_folder, arguments.run_folder_junit, arguments.gc, arguments.completion
-info.doctor, info.completion, life.gc, life.model_pull, tools.pins_lock, tools.patches_export
+fetch.COMMAND, fetch.run, fetch.arguments
 _ = object()
 _.takes_model  # read with getattr by cli.refuse_unused_flags, beside dry_run
 

@@ -49,6 +49,18 @@ class BuildEntry:
     def key(self) -> str:
         return self.folder.name.rsplit("-", 1)[-1]
 
+    def built_at(self) -> float | None:
+        """When its outputs were last written (a rerun that had nothing to do writes none of
+        them, only the manifest): the newest output's modification time, None without any."""
+        times = []
+        for comp in self.manifest.components:
+            for out in comp.outputs:
+                try:
+                    times.append(Path(out.path).stat().st_mtime)
+                except OSError:
+                    continue
+        return max(times, default=None)
+
 
 def staleness(man: Manifest, current: Current) -> tuple[str, ...]:
     """Why a build no longer matches today's inputs (empty: up to date). Pure."""

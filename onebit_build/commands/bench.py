@@ -2,22 +2,68 @@
 
 from __future__ import annotations
 
+import argparse
+from typing import TYPE_CHECKING
 
-from onebit_build.building.manifest import latest_server
 from onebit_build.commands import Command
-from onebit_build.core import ui
-from onebit_build.core.errors import SmokeError
-from onebit_build.core.model_spec import served_name
-from onebit_build.core.project import ProjectRoot
-from onebit_build.core.workspace import check_target_folder
-from onebit_build.job.model import load_pins_and_recipe
-from onebit_build.job.smoke import resolve_model, with_runtime_env
-from onebit_build.options import Options
-from onebit_build.running import bench as b
+
+if TYPE_CHECKING:
+    from onebit_build.core.project import ProjectRoot
+    from onebit_build.options import Options
+
+COMMAND = Command(name="bench", help="benchmark llama-server configs, builds or devices: interleaved, answer-checked,"
+                  " locked; table, JSON and plot", rank=31, takes_model=True)
 
 
-def bench(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+def arguments(bp: argparse.ArgumentParser) -> None:
+    from onebit_build.commands.arguments import positive_int
+    from onebit_build.running.bench.settings import DEFAULTS as D
+
+    bp.add_argument("--config", metavar="NAME=ARGS", action="append", dest="bench_configs",
+                    help="extra llama-server arguments under a name, e.g. t1='-t 1' (repeatable; "
+                         "the first is the baseline)")
+    bp.add_argument("--server", metavar="[NAME=]PATH", action="append", dest="bench_builds",
+                    help="a llama-server binary to benchmark as it is, without the build pipeline (repeatable)")
+    bp.add_argument("--build", metavar="[NAME=]DIR", action="append", dest="bench_builds",
+                    help="a build folder holding bin/llama-server (repeatable; default: the recipe's latest build)")
+    bp.add_argument("--device", metavar="NAME", action="append", dest="bench_devices",
+                    help="device to serve on: CPU, Vulkan0, CUDA0, HRX20..., or 'all' for the CPU and every device the "
+                         "build lists (repeatable; default CPU)")
+    bp.add_argument("--rounds", type=positive_int, default=D.rounds,
+                    help=f"rounds of every variant, interleaved (default {D.rounds})")
+    bp.add_argument("--decode-tokens", type=positive_int, default=D.decode_tokens, metavar="N",
+                    help=f"tokens generated per request (default {D.decode_tokens})")
+    bp.add_argument("--prefix-tokens", type=positive_int, default=D.prefix_tokens, metavar="K",
+                    help=f"answers must match the baseline's first K generated tokens (default {D.prefix_tokens})")
+    bp.add_argument("--expect", metavar="FILE",
+                    help="expected answer prefixes: an earlier bench.json or a YAML 'prompt: text' mapping")
+    bp.add_argument("--tie-margin", type=float, default=D.tie_margin, metavar="NATS",
+                    help="excuse a divergence where the baseline's two likeliest tokens were closer "
+                         "than this in log-probability"
+                         f" and the variant took the second (default {D.tie_margin:g})")
+    bp.add_argument("--prompts", metavar="DIR",
+                    help="folder with code.txt, prose.txt, short.txt (default: smoke/prompts)")
+    bp.add_argument("--ctx-size", type=positive_int, default=D.ctx_size, metavar="N",
+                    help=f"server context size (default {D.ctx_size})")
+    bp.add_argument("--lock", metavar="FILE", dest="bench_lock",
+                    help="the bench lock file (default: bench.lock in the workspace)")
+    bp.add_argument("--wait", metavar="SECONDS", type=float, nargs="?", const=D.lock_wait_s, default=0.0,
+                    help="when another bench holds the lock, wait for it (default: fail at once; "
+                         "--wait alone: up to an hour)")
+    bp.add_argument("--out", metavar="DIR", help="write the results here (default: a new run folder in the workspace)")
+
+
+def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Benchmark: parse and check everything first, then take the bench lock and run."""
+    from onebit_build.building.manifest import latest_server
+    from onebit_build.core import ui
+    from onebit_build.core.errors import SmokeError
+    from onebit_build.core.model_spec import served_name
+    from onebit_build.core.workspace import check_target_folder
+    from onebit_build.job.model import load_pins_and_recipe
+    from onebit_build.job.smoke import resolve_model, with_runtime_env
+    from onebit_build.running import bench as b
+
     bo = opts.bench
     assert bo is not None  # the parser makes it for bench
     if bo.out is not None:

@@ -1,4 +1,4 @@
-"""The parser, made from the command table: each command with its help and its options; a
+"""The parser, made from the command modules: each command with its help and its options; a
 command that does not exist is answered in one line with the closest ones."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-from onebit_build.commands import TABLE, arguments
+from onebit_build.commands import arguments, commands
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, exit_codes_sentence
 
@@ -35,13 +35,13 @@ class Parser(argparse.ArgumentParser):
 
         m = re.match(r"argument COMMAND: invalid choice: '(.*)' \(choose from", message)
         if m:
-            ui.error(unknown_command(m.group(1), [c.name for c in TABLE]))
+            ui.error(unknown_command(m.group(1), [c.name for c in commands()]))
             raise SystemExit(ConfigError.exit_code)
         super().error(message)
 
 
 def make_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The parser, built from the command table: each command with its help and options.
+    """The parser, built from the command modules: each command with its help and options.
 
     Given the ``argv`` it is to parse, only the commands named in it get their options: the
     chosen command is always among them, and the others stay bare (the top-level help and the
@@ -64,7 +64,7 @@ def make_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     after = argparse.ArgumentParser(add_help=False)
     arguments.global_options(after, listed=False)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    for cmd in TABLE:
+    for cmd in commands():
         if named is not None and cmd.name not in named:
             sub.add_parser(cmd.name, help=cmd.help)
             continue
@@ -77,6 +77,5 @@ def make_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                             help="print the plan and stop; no network, no build")
         if cmd.json:
             sp.add_argument("--json", action="store_true", help=cmd.json)
-        if cmd.arguments:
-            getattr(arguments, cmd.arguments)(sp)
+        cmd.add_arguments(sp)
     return p

@@ -2,26 +2,63 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from onebit_build.building.manifest import load_manifest
 from onebit_build.commands import Command
-from onebit_build.core import ui
-from onebit_build.core.errors import ConfigError
-from onebit_build.core.project import ProjectRoot
-from onebit_build.job.model import Job, Needs, load_for, open_job
-from onebit_build.job.run import run
-from onebit_build.job.smoke import resolve_model, with_runtime_env
 from onebit_build.job.stage import Stage
-from onebit_build.job.verify import references_dir
-from onebit_build.options import Options, VerifyRunOptions
-from onebit_build.running.bench import BenchLock, load_prompts, parse_config
-from onebit_build.running.bench.settings import DEFAULTS as BENCH_DEFAULTS
-from onebit_build.verification import run as vrun
-from onebit_build.verification.speed import check_rounds
-from onebit_build.verification.speed_rounds import DECODE_MAX_TOKENS, DECODE_MIN_TOKENS
-from onebit_build.verification.working import ResolvedBuild, resolve_new, resolve_working, same_build
+
+if TYPE_CHECKING:
+    from onebit_build.core.project import ProjectRoot
+    from onebit_build.job.model import Job
+    from onebit_build.options import Options, VerifyRunOptions
+    from onebit_build.verification import run as vrun
+    from onebit_build.verification.working import ResolvedBuild
+
+COMMAND = Command(name="verify-run", help="compare this recipe's new build with a working build: kernel artifacts,"
+                  " answers, speed and provenance; VERIFIED (exit 0) or NOT VERIFIED (exit 11)", rank=30,
+                  until=Stage.BUILD, git=True, takes_model=True)
+
+
+def arguments(vp: argparse.ArgumentParser) -> None:
+    from onebit_build.commands.arguments import fraction, positive_int, run_folder_options, seconds
+    from onebit_build.running.bench.settings import DEFAULTS as D
+
+    vp.add_argument("--working", metavar="PATH", required=True,
+                    help="the working build: its build folder, its llama-server, an install prefix, or a run folder "
+                         "holding build-manifest.json")
+    vp.add_argument("--adopt", action="store_true",
+                    help="when the artifacts agree, record the working build's as the reference in "
+                         "references/<recipe>/ (named after the toolchain); and measure the working build with the "
+                         "smoke workload, adopting those speeds as this box's smoke references "
+                         "(references/<recipe>/smoke-speed.json) where none of that workload exists")
+    vp.add_argument("--rounds", type=positive_int, metavar="N",
+                    help="interleaved speed rounds per device before the first look (default: the recipe's, 5; at least"
+                         " 5); then one more at a time until the speed is decided or the budget is spent")
+    vp.add_argument("--speed-budget", type=seconds, metavar="SECONDS",
+                    help="seconds of speed rounds per device before 'too noisy' is the answer (default: the recipe's"
+                         " verification.budget_s, 900)")
+    vp.add_argument("--tolerance", type=fraction, metavar="FRACTION",
+                    help="speed 'on par' within this fraction (default: the recipe's, 0.03)")
+    vp.add_argument("--decode-tokens", type=positive_int, metavar="N",
+                    help=f"tokens generated per timed request of the speed rounds (default {D.decode_tokens};"
+                         " 16 to 1024)")
+    vp.add_argument("--no-speed", action="store_true",
+                    help="run no speed rounds (for machines whose timings mean nothing, such as shared CI"
+                         " runners): artifacts, answers and provenance are still checked; the verdict says speed"
+                         " was not measured")
+    vp.add_argument("--new-args", metavar="ARGS",
+                    help="extra llama-server arguments for the new build's servers (the report names them)")
+    vp.add_argument("--working-args", metavar="ARGS",
+                    help="extra llama-server arguments for the working build's servers")
+    vp.add_argument("--lock", metavar="FILE", dest="bench_lock",
+                    help="the bench lock file (default: bench.lock in the workspace)")
+    vp.add_argument("--wait", metavar="SECONDS", type=float, nargs="?", const=D.lock_wait_s, default=0.0,
+                    help="when a benchmark holds the lock, wait for it (default: fail at once; "
+                         "--wait alone: up to an hour)")
+    run_folder_options(vp, junit=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +80,12 @@ class Asked:
 def check_request(opts: Options, recipe) -> Asked:
     """A bad working path, a build of another recipe, too few rounds, --adopt without
     artifacts, speed options with --no-speed: one line each, before anything runs."""
+    from onebit_build.core.errors import ConfigError
+    from onebit_build.running.bench import parse_config
+    from onebit_build.running.bench.settings import DEFAULTS as BENCH_DEFAULTS
+    from onebit_build.verification.speed import check_rounds
+    from onebit_build.verification.working import resolve_working
+
     vo = opts.verify_run
     assert vo is not None  # the parser makes it for verify-run
     working = resolve_working(vo.working, recipe=recipe.name)
@@ -66,6 +109,9 @@ def check_request(opts: Options, recipe) -> Asked:
 def check_speed_options(vo: VerifyRunOptions) -> None:
     """--no-speed with an option that only shapes the speed rounds is refused (it would do
     nothing); a number of decode tokens out of range too."""
+    from onebit_build.core.errors import ConfigError
+    from onebit_build.verification.speed_rounds import DECODE_MAX_TOKENS, DECODE_MIN_TOKENS
+
     if vo.no_speed:
         given = [name for name, value in (("--rounds", vo.rounds), ("--speed-budget", vo.budget_s),
                                           ("--tolerance", vo.tolerance), ("--decode-tokens", vo.decode_tokens))
@@ -80,16 +126,21 @@ def check_speed_options(vo: VerifyRunOptions) -> None:
                           hint=f"give --decode-tokens {span}")
 
 
-def verify_run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Everything the user gave is checked first; then, holding the workspace and the bench
     lock, build the recipe, compare, and give the verdict."""
+    from onebit_build.core import ui
+    from onebit_build.job.model import Needs, load_for, open_job
+    from onebit_build.running.bench import BenchLock, load_prompts
+    from onebit_build.verification import run as vrun
+
     loaded = load_for(opts, project)
     asked = check_request(opts, loaded[1])
     prompts = load_prompts(project.prompts)
     with open_job(opts, project, Needs(git=True), loaded=loaded) as job:
         with BenchLock(asked.lock, f"onebit-build verify-run {job.recipe.name}", wait_s=opts.verify_run.wait_s):
             ui.result(f"run folder: {job.run_dir}")
-            out = compare(job, asked, prompts)
+            out = compare(job, opts, asked, prompts)
     vrun.print_outcome(out)
     if out.reference is not None and out.adopted.startswith("wrote"):
         rel = out.reference.relative_to(project.path) if out.reference.is_relative_to(project.path) else out.reference
@@ -101,15 +152,24 @@ def verify_run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     return out.verdict.exit_code
 
 
-def compare(job: Job, asked: Asked, prompts) -> vrun.RunOutcome:
+def compare(job: Job, opts: Options, asked: Asked, prompts) -> vrun.RunOutcome:
     """Build the recipe (if needed), then compare the new build with the working one."""
-    built = run(job, Stage.BUILD).built
+    from onebit_build.building.manifest import load_manifest
+    from onebit_build.core import ui
+    from onebit_build.core.errors import ConfigError
+    from onebit_build.job.run import run as run_job
+    from onebit_build.job.smoke import resolve_model, with_runtime_env
+    from onebit_build.job.verify import references_dir
+    from onebit_build.verification import run as vrun
+    from onebit_build.verification.working import resolve_new, same_build
+
+    built = run_job(job, Stage.BUILD).built
     assert built is not None  # a job run up to the build has built
     new = resolve_new(built.manifest, load_manifest(built.manifest))
     if same_build(new, asked.working):
-        raise ConfigError(f"--working {job.opts.verify_run.working} is the new build itself ({new.folder})",
+        raise ConfigError(f"--working {opts.verify_run.working} is the new build itself ({new.folder})",
                           hint="give the working build to compare with: another folder, a copy, or an install prefix")
-    model = resolve_model(job.recipe, job.opts, models_dir=job.workspace.models, log=job.log("model.log"),
+    model = resolve_model(job.recipe, job.settings, models_dir=job.workspace.models, log=job.log("model.log"),
                           lock=job.project.models_lock)
     how = (f"{asked.rounds} rounds of {asked.decode_tokens} decode tokens a prompt, then more until decided, up to"
            f" {asked.budget_s:g} s per device; tolerance ±{asked.tolerance:.0%}" if asked.measure_speed
@@ -117,12 +177,12 @@ def compare(job: Job, asked: Asked, prompts) -> vrun.RunOutcome:
     ui.info(f"verify-run: new {new.folder}; working {asked.working.folder} ({asked.working.given_as}); {how};"
             f" lock {asked.lock}")
     req = vrun.RunRequest(
-        recipe=with_runtime_env(job.recipe, job.opts.toolchain_root),
+        recipe=with_runtime_env(job.recipe, job.settings.toolchain_root),
         new=vrun.Side(role=vrun.NEW, build=new, args=asked.new_args),
         working=vrun.Side(role=vrun.WORKING, build=asked.working, args=asked.working_args), model=model,
         run_dir=job.run_dir, prompts=prompts, rounds=asked.rounds, tolerance=asked.tolerance, budget_s=asked.budget_s,
         refs_dir=references_dir(job),
-        lock=asked.lock, junit=job.opts.junit, adopt=job.opts.verify_run.adopt, decode_tokens=asked.decode_tokens,
+        lock=asked.lock, junit=opts.junit, adopt=opts.verify_run.adopt, decode_tokens=asked.decode_tokens,
         measure_speed=asked.measure_speed,
     )
     locks = (("pins.lock", job.pins.lock_path), ("models.lock", job.project.models_lock))

@@ -111,7 +111,7 @@ def load_public_key(path: Path, origin: str = "--key") -> SSlibKey:
     return SSlibKey.from_crypto(public)
 
 
-def signing_key_from(given: str | None, environ: Mapping[str, str]) -> SigningKey | None:
+def signing_key_from(given: Path | str | None, environ: Mapping[str, str]) -> SigningKey | None:
     """The signing key ``--signing-key`` names, else the one ``$ONEBIT_SIGNING_KEY`` names;
     None when neither is given (the statements are then written unsigned)."""
     if given:

@@ -44,7 +44,7 @@ def recipe_sources(recipe: Recipe) -> list[str]:
 
 
 def run_fetch(job: Job, names: list[str]) -> dict[str, FetchResult]:
-    pins, opts = job.pins, job.opts
+    pins, opts = job.pins, job.settings
     out: dict[str, FetchResult] = {}
     for name in names:
         pin = pins.get(name)
@@ -117,11 +117,11 @@ def run_build(job: Job, fetched: dict[str, FetchResult], trees: dict[str, Prepar
     recipe = job.recipe
     tools = find_tools()
     if downloaded is None:
-        downloaded = provide_all(recipe, job.workspace, job.opts.mirror_dirs, job.opts.offline)
+        downloaded = provide_all(recipe, job.workspace, job.settings.mirror_dirs, job.settings.offline)
     for comp in recipe.components:
         check_against_lock(comp, trees[comp.source].path)
     inputs = build_inputs(job, {n: TreeFacts.of(t) for n, t in trees.items()}, downloaded, tools=tools,
-                          launcher=launcher or resolve_launcher(job.opts.compiler_cache), build_root=build_root)
+                          launcher=launcher or resolve_launcher(job.settings.compiler_cache), build_root=build_root)
     return [build(cb.request, tools) for cb in component_builds(recipe, job.pins, inputs)]
 
 
@@ -130,7 +130,8 @@ def build_inputs(job: Job, trees: dict[str, TreeFacts], downloaded: dict[str, Pa
     """What resolving the job's recipe needs besides the recipe and pins."""
     return BuildInputs(trees=trees, downloaded=downloaded, fields=toolchain_fields(job),
                        build_root=build_root or job.workspace.build_dir, launcher=launcher, tools=tools, log=job.log,
-                       recipes_dir=job.project.recipes, jobs=job.opts.jobs, fresh=job.opts.fresh and build_root is None)
+                       recipes_dir=job.project.recipes, jobs=job.settings.jobs,
+                       fresh=job.settings.fresh and build_root is None)
 
 
 def toolchain_fields(job: Job) -> dict[str, dict[str, str]]:
@@ -138,7 +139,7 @@ def toolchain_fields(job: Job) -> dict[str, dict[str, str]]:
     recipe = job.recipe
     if recipe.toolchain is None:
         return {}
-    return component_fields(recipe, resolve_toolchain(recipe.toolchain, override=job.opts.toolchain_root))
+    return component_fields(recipe, resolve_toolchain(recipe.toolchain, override=job.settings.toolchain_root))
 
 
 def collect_artifacts(recipe: Recipe, trees: dict[str, PreparedTree],
@@ -196,17 +197,17 @@ class Built:
 
 def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
     """Fetch, patch and build, up to ``until``; None when it stops before the build."""
-    recipe, toolchain_root = job.recipe, job.opts.toolchain_root
+    recipe, toolchain_root = job.recipe, job.settings.toolchain_root
     started = utc_now()
     key = None
     if until >= Stage.BUILD:  # every requirement the build will meet, named at once before anything starts
         check_before_build(recipe, job.pins, job.workspace, toolchain_root=toolchain_root)
-        key = signing_key_from(getattr(job.opts, "signing_key", None), os.environ)  # a bad key stops it here
+        key = signing_key_from(job.settings.signing_key, os.environ)  # a bad key stops it here
     with ui.stage("fetch") as st:
         fetched = run_fetch(job, recipe_sources(recipe))
         st["note"] = ", ".join(f"{n}@{f.commit[:12]} ({f.mirror_used.split(':')[0]})" for n, f in fetched.items())
         # The configure-time downloads too, so that --offline names a missing one before configure.
-        downloaded = provide_all(recipe, job.workspace, job.opts.mirror_dirs, job.opts.offline)
+        downloaded = provide_all(recipe, job.workspace, job.settings.mirror_dirs, job.settings.offline)
         if downloaded:
             st["note"] += f"; {len(downloaded)} configure-time download(s): {', '.join(downloaded)}"
     if until == Stage.FETCH:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
+from onebit_build.building.cache.request import CacheRequest
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe, find_recipe, load_recipe
 from onebit_build.core.safepath import resolved
@@ -27,10 +28,38 @@ from onebit_build.options import Define, Options, recipe_is_file
 
 
 @dataclass(frozen=True, kw_only=True)
-class Job:
-    """Everything a stage needs, resolved once: ``opts`` is the user's request as given."""
+class Settings:
+    """The global settings the stages read: the part of the user's request that is not the
+    command's own (its options stay with the command's module)."""
 
-    opts: Options
+    recipe: str  # as given: a recipe name or a recipe file
+    defines: tuple[Define, ...] = ()
+    mirror_dirs: tuple[Path, ...] = ()
+    offline: bool = False
+    locked: bool = False
+    fresh: bool = False
+    jobs: int | None = None
+    toolchain_root: str | None = None
+    compiler_cache: CacheRequest = field(default_factory=CacheRequest)
+    model: Path | None = None
+    junit: Path | None = None
+    signing_key: Path | None = None  # --signing-key (else $ONEBIT_SIGNING_KEY names one, or none)
+
+
+def settings_of(opts: Options) -> Settings:
+    """The settings of a request: the one place they are taken from the options. Pure."""
+    return Settings(recipe=opts.recipe, defines=opts.defines, mirror_dirs=opts.mirror_dirs, offline=opts.offline,
+                    locked=opts.locked, fresh=opts.fresh, jobs=opts.jobs, toolchain_root=opts.toolchain_root,
+                    compiler_cache=opts.compiler_cache, model=opts.model, junit=opts.junit,
+                    signing_key=opts.signing_key)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """Everything a stage needs, resolved once: the settings, the project, the workspace, the
+    pins and the recipe, and this run's folder."""
+
+    settings: Settings
     project: ProjectRoot
     workspace: Workspace
     pins: Pins
@@ -40,7 +69,7 @@ class Job:
     @property
     def overrides(self) -> tuple[str, ...]:
         """The ``-D`` overrides as given (the manifest records them)."""
-        return tuple(d.render() for d in self.opts.defines)
+        return tuple(d.render() for d in self.settings.defines)
 
     def log(self, name: str) -> Path:
         """A log file of this run (``fetch.log``, ``build-llama.log``, ...)."""
@@ -138,7 +167,8 @@ def open_job(opts: Options, project: ProjectRoot, needs: Needs, *, loaded: tuple
         run_dir = given_run_dir(opts.run_dir) if opts.run_dir else ws.new_run_dir(Path(opts.recipe).stem, opts.label)
         ui.detail(f"workspace {ws.root}; logs in {run_dir}; project data {project.describe()}")
         try:
-            yield Job(opts=opts, project=project, workspace=ws, pins=pins, recipe=recipe, run_dir=run_dir)
+            yield Job(settings=settings_of(opts), project=project, workspace=ws, pins=pins, recipe=recipe,
+                      run_dir=run_dir)
         finally:
             try:
                 run_dir.rmdir()  # a run that stopped before writing anything leaves no folder

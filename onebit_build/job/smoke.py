@@ -11,13 +11,12 @@ from onebit_build.building.toolchain import resolve_toolchain, runtime_env
 from onebit_build.core import model_lock, ui
 from onebit_build.core.config import Recipe
 from onebit_build.core.errors import ConfigError, IntegrityError, NotAvailableError, SmokeError
-from onebit_build.job.model import Job
+from onebit_build.job.model import Job, Settings
 from onebit_build.options import Options
 from onebit_build.running import model as model_mod
 from onebit_build.running import report as report_mod
 from onebit_build.running import smoke as smoke_mod
 from onebit_build.running import speed_ref
-from onebit_build.running.gguf import has_chat_template
 from onebit_build.running.devices import pick_devices
 from onebit_build.running.server import list_devices
 from onebit_build.verification.junit import smoke_cases, write_junit
@@ -32,7 +31,8 @@ def with_runtime_env(recipe: Recipe, toolchain_root: str | None) -> Recipe:
     return replace(recipe, smoke=replace(recipe.smoke, env=env))
 
 
-def resolve_model(recipe: Recipe | None, opts: Options, *, models_dir: Path, log: Path, lock: Path | None = None):
+def resolve_model(recipe: Recipe | None, opts: Settings | Options, *, models_dir: Path, log: Path,
+                  lock: Path | None = None):
     """The model to serve: ``--model``, the user's file the recipe names, or the recipe's
     registry model (downloaded and checked). A recipe model without a pinned sha256 is
     checked against ``lock`` (models.lock), and recorded there on first use."""
@@ -94,10 +94,10 @@ def speed_references(project, recipe: Recipe):
     return (*adopted, *speed_ref.recipe_references(recipe.smoke, recipe.name))
 
 
-def chat_note(model: Path) -> str | None:
+def chat_note(model: model_mod.ModelFile) -> str | None:
     """What a user of the chat endpoint must know about this model (None: nothing)."""
-    if has_chat_template(model) is False:
-        return (f"{model.name} has no chat template of its own (a base model): "
+    if model.has_chat_template is False:
+        return (f"{model.path.name} has no chat template of its own (a base model): "
                 "llama-server answers /v1/chat/completions"
                 " through a generic template this model does not follow, so chat replies are junk; use /v1/completions")
     return None
@@ -117,7 +117,7 @@ def smoke_devices(recipe: Recipe, server: Path, log_dir: Path) -> tuple[tuple[st
 
 def smoke_stage(job: Job, *, server: Path, manifest_file: Path | None, verified: dict | None = None) -> int:
     """Start the server on every smoke device, check it, write the report."""
-    recipe, opts = job.recipe, job.opts
+    recipe, opts = job.recipe, job.settings
     with ui.stage("model") as st:
         mf = resolve_model(recipe, opts, models_dir=job.workspace.models, log=job.log("model.log"),
                            lock=job.project.models_lock)
@@ -140,7 +140,7 @@ def smoke_stage(job: Job, *, server: Path, manifest_file: Path | None, verified:
         st["note"] = "all checks passed" if result.passed else "CHECKS FAILED"
         if not result.passed:
             st["status"] = "FAILED"
-    chat = chat_note(mf.path)
+    chat = chat_note(mf)
     if chat:
         ui.warn(chat)
     json_path, md_path = report_mod.write_report(job.run_dir, recipe=recipe, smoke=result, manifest=manifest,

@@ -27,6 +27,7 @@ from onebit_build.core.gitops import Git
 from onebit_build.core.workspace import Workspace
 from onebit_build.job.build import Built, run_build, write_manifests
 from onebit_build.job.model import Job
+from onebit_build.options import VerifyOptions
 
 
 def _print_comparisons(results) -> bool:
@@ -200,10 +201,9 @@ def _committed(job: Job, manifest_file: Path) -> Verdict:
     return verdict
 
 
-def verify_command(job: Job, built: Built) -> int:
+def verify_command(job: Job, built: Built, vo: VerifyOptions) -> int:
     """``verify``: write a reference, rebuild and compare, compare with a given reference, or
     (by default) the same check as the default job's verify stage."""
-    vo = job.opts.verify
     manifest = load_manifest(built.manifest)
     if vo.write_reference is not None:
         ui.info(f"wrote reference {write_reference(vo.write_reference, manifest)}")

@@ -10,6 +10,8 @@ a later run costs neither a download nor a re-hash.
 
 from __future__ import annotations
 
+import functools
+
 import hashlib
 import os
 import shutil
@@ -26,6 +28,7 @@ from onebit_build.core.model_spec import pinned
 from onebit_build.core.errors import ConfigError, FetchError, IntegrityError, SpaceError, is_disk_full
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
 from onebit_build.core.names import member_problem, plain_name
+from onebit_build.running import gguf
 from onebit_build.running.gguf import header_problem
 
 STAMP_KIND = "onebit-model-stamp"
@@ -42,6 +45,12 @@ class ModelFile:
     sha256: str
     source: str  # "pypi:REQ,REQ..." for a recipe model, "local" for --model PATH
     fetched: bool = False  # True when this call downloaded it (False: cache hit or local)
+
+    @functools.cached_property
+    def has_chat_template(self) -> bool | None:
+        """Whether the model carries its own chat template (None: its header is unreadable):
+        its header is read once, when first asked, for every stage of the run."""
+        return gguf.has_chat_template(self.path)
 
 
 # --------------------------------------------------------------------------- pure decisions

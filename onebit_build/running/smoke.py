@@ -30,7 +30,6 @@ from onebit_build.core.model_spec import served_name
 from onebit_build.core.names import label_part
 from onebit_build.running.measure import Completion, Sample
 from onebit_build.running.model import ModelFile
-from onebit_build.running.gguf import has_chat_template
 from onebit_build.running.offload import check_offload
 from onebit_build.running.speed_ref import SpeedReference, pick, smoke_workload
 from onebit_build.running.smoke_checks import (
@@ -365,7 +364,7 @@ def run_smoke(*, recipe: Recipe, server_bin: Path, model: ModelFile, run_dir: Pa
                                             "not started", {"listed": list(listed or ())}))
             else:
                 run = _DeviceRun(device=device, spec=spec, model=model, expect_commit=expect_commit,
-                                 deadlines=deadlines, chat=has_chat_template(model.path) is True, threads=threads,
+                                 deadlines=deadlines, chat=model.has_chat_template is True, threads=threads,
                                  references=references, status=status,
                                  alias=served_name(recipe.model, sha256=model.sha256, file=model.path))
                 results.append(_smoke_device(run, server_bin=Path(server_bin), log=logs / log_name(device),

@@ -1,47 +1,47 @@
-"""Commands that use a build: ``install`` copies it into a prefix, ``serve`` runs it."""
+"""``serve``: build if needed, then run llama-server in the foreground until Ctrl-C."""
 
 from __future__ import annotations
 
-import os
+import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from onebit_build.commands import Command
-from onebit_build.core import ui
-from onebit_build.building.install import install_tree
-from onebit_build.core.errors import ConfigError
-from onebit_build.core.model_spec import served_name
-from onebit_build.core.project import ProjectRoot
-from onebit_build.core.workspace import check_target_folder
-from onebit_build.job.build import server_of
-from onebit_build.job.model import Needs, open_job
-from onebit_build.job.run import run
-from onebit_build.job.smoke import resolve_model, with_runtime_env
 from onebit_build.job.stage import Stage
-from onebit_build.options import Options
-from onebit_build.running.gguf import has_chat_template
-from onebit_build.running.ports import bind_error, bind_problem
-from onebit_build.running.server import serve_foreground
-from onebit_build.running.server_args import ServerSpec
-from onebit_build.running.server_args import SERVE_KEY_VARIABLE
+
+if TYPE_CHECKING:
+    from onebit_build.core.project import ProjectRoot
+    from onebit_build.options import Options
+    from onebit_build.running.server_args import ServerSpec
+
+COMMAND = Command(name="serve", help="build if needed, then run llama-server in the foreground (Ctrl-C stops it)",
+                  rank=40, until=Stage.BUILD, git=True, takes_model=True)
 
 
-def install(opts: Options, project: ProjectRoot, cmd: Command) -> int:
-    """Build if needed, then copy the relocatable ``bin/`` tree and the manifest into a prefix."""
-    if opts.prefix is None:
-        raise ConfigError("install needs --prefix DIR", hint="e.g. onebit-build install --prefix ~/.local/llama")
-    check_target_folder(opts.prefix, "--prefix")  # before building: a file or a read-only folder there is named now
-    with open_job(opts, project, Needs(git=True)) as job:
-        built = run(job, Stage.BUILD).built
-        assert built is not None  # a job run up to the build has built
-        files = install_tree(built.builds, built.manifest, opts.prefix)
-        ui.answer(f"installed {len(files)} file(s) into {opts.prefix}")
-        ui.info(f"  run: {opts.prefix / 'bin' / 'llama-server'} -m MODEL.gguf")
-        return 0
+def arguments(p: argparse.ArgumentParser) -> None:
+    from onebit_build.commands.arguments import checked
+    from onebit_build.running.ports import check_host, check_port
+
+    p.add_argument("--host", type=checked(check_host), default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=checked(check_port), default=8080,
+                   help="port to listen on, 1 to 65535 (default 8080; never another)")
+    p.add_argument("--api-key-file", metavar="FILE",
+                   help="clients must send the key in FILE (its first line; default: $ONEBIT_API_KEY); it reaches"
+                   " llama-server in its environment, never on its command line or in a log")
+    p.add_argument("server_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
+                   help="more llama-server arguments, after --")
 
 
-def serve(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Build if needed (holding the workspace lock), then run llama-server in the foreground
     until Ctrl-C (without the lock: other runs may use the workspace meanwhile)."""
+    import os
+
+    from onebit_build.running.gguf import has_chat_template
+    from onebit_build.running.ports import bind_error, bind_problem
+    from onebit_build.running.server import serve_foreground
+
     problem = bind_problem(opts.serve.host, opts.serve.port)
     if problem is not None:  # before anything is built: the user's port is never swapped for another
         raise bind_error(opts.serve.host, opts.serve.port, problem)
@@ -52,8 +52,15 @@ def serve(opts: Options, project: ProjectRoot, cmd: Command) -> int:
 
 def serve_spec(opts: Options, project: ProjectRoot, key: str | None = None) -> ServerSpec:
     """What ``serve`` runs: the built server and the model, made ready under the workspace lock."""
+    from onebit_build.core.model_spec import served_name
+    from onebit_build.job.build import server_of
+    from onebit_build.job.model import Needs, open_job
+    from onebit_build.job.run import run as run_job
+    from onebit_build.job.smoke import resolve_model, with_runtime_env
+    from onebit_build.running.server_args import ServerSpec
+
     with open_job(opts, project, Needs(git=True)) as job:
-        built = run(job, Stage.BUILD).built
+        built = run_job(job, Stage.BUILD).built
         assert built is not None  # a job run up to the build has built
         model = resolve_model(job.recipe, opts, models_dir=job.workspace.models, log=job.log("model.log"),
                               lock=project.models_lock)
@@ -70,6 +77,9 @@ def api_key(key_file: Path | None, environ) -> str | None:
     """The key ``serve`` hands to llama-server: the first line of ``--api-key-file`` (blank
     lines and ``#`` comments skipped), else ``$ONEBIT_API_KEY``; None without either. No
     message ever holds the key itself."""
+    from onebit_build.core.errors import ConfigError
+    from onebit_build.running.server_args import SERVE_KEY_VARIABLE
+
     if key_file is None:
         return environ.get(SERVE_KEY_VARIABLE) or None
     try:

@@ -1,4 +1,4 @@
-"""The commands that are a job run up to a stage: fetch, patch, build, smoke, all, verify."""
+"""What the job commands (fetch, patch, build, smoke, all, verify) share: a job run up to a stage."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ from onebit_build.commands import Command
 from onebit_build.core import ui
 from onebit_build.core.project import ProjectRoot
 from onebit_build.core.errors import NotAvailableError
-from onebit_build.job.build import Built, build_part, server_of
+from onebit_build.job.build import Built, server_of
 from onebit_build.job.model import Job, Needs, open_job
 from onebit_build.job.run import run
 from onebit_build.job.stage import Stage
-from onebit_build.job.verify import verify_command
 from onebit_build.options import Options
 
 
@@ -38,11 +37,3 @@ def built_answer(job: Job, built: Built) -> Path:
     except NotAvailableError:
         return built.manifest
 
-
-def verify(opts: Options, project: ProjectRoot, cmd: Command) -> int:
-    """``verify``: build if needed, then write a reference, rebuild and compare, or compare
-    with a reference."""
-    with open_job(opts, project, needs(cmd, opts)) as j:
-        built = build_part(j)
-        assert built is not None  # build_part stops early only when asked to
-        return verify_command(j, built)

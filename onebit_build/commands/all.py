@@ -1,0 +1,23 @@
+"""``all``, the default job: fetch, patch, build, verify, smoke and report."""
+
+from __future__ import annotations
+
+import argparse
+
+from onebit_build.commands import Command
+from onebit_build.job.stage import Stage
+
+COMMAND = Command(name="all", help="the whole job (the default): fetch, patch, build, verify, smoke, report", rank=15,
+                  until=Stage.SMOKE, dry_run=True, git=True, takes_model=True)
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    from onebit_build.commands.arguments import run_folder_options
+
+    run_folder_options(p, junit=True)
+
+
+def run(opts, project, cmd: Command) -> int:
+    from onebit_build.commands._job import job
+
+    return job(opts, project, cmd)

@@ -1,0 +1,23 @@
+"""``build``: fetch, patch and build; the build manifest."""
+
+from __future__ import annotations
+
+import argparse
+
+from onebit_build.commands import Command
+from onebit_build.job.stage import Stage
+
+COMMAND = Command(name="build", help="fetch, patch and build; write build-manifest.json", rank=12, until=Stage.BUILD,
+                  dry_run=True, git=True)
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    from onebit_build.commands.arguments import run_folder_options
+
+    run_folder_options(p, junit=False)
+
+
+def run(opts, project, cmd: Command) -> int:
+    from onebit_build.commands._job import job
+
+    return job(opts, project, cmd)

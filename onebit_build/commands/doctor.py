@@ -1,0 +1,40 @@
+"""``doctor``: this machine checked for everything the recipe needs, each missing item with
+its fix."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING
+
+from onebit_build.commands import Command
+
+if TYPE_CHECKING:
+    from onebit_build.core.project import ProjectRoot
+    from onebit_build.options import Options
+
+COMMAND = Command(name="doctor", help="check this machine for what the recipe needs, each missing item with its fix",
+                  rank=22, json="print the checks as JSON (schema 1)")
+
+
+def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+    from onebit_build.commands.plan import resolved_plan
+    from onebit_build.core import ui
+    from onebit_build.core.errors import ToolMissingError
+    from onebit_build.doctor import DoctorRequest, render, run_doctor
+    from onebit_build.job.model import load_pins_and_recipe
+
+    pins, recipe = load_pins_and_recipe(project, opts.recipe, defines=opts.defines)
+    planned = {c.name: c.requested for c in resolved_plan(opts, project, pins, recipe).components}
+    report = run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=opts.ws,
+                                      mirror_dirs=opts.mirror_dirs, offline=opts.offline,
+                                      toolchain_root=opts.toolchain_root, patch_root=project.patches,
+                                      planned=planned))
+    if opts.json:
+        doc = {"kind": "onebit-build-doctor", "schema": 1, "recipe": report.recipe, "ok": report.ok,
+               "project": project.describe(),
+               "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix} for c in report.checks]}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        ui.answer_block(f"project data: {project.describe()}\n" + render(report))
+    return 0 if report.ok else ToolMissingError.exit_code

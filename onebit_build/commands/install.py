@@ -1,0 +1,42 @@
+"""``install``: build if needed, then copy llama-server, its libraries and the manifest into a
+prefix."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from onebit_build.commands import Command
+from onebit_build.job.stage import Stage
+
+if TYPE_CHECKING:
+    from onebit_build.core.project import ProjectRoot
+    from onebit_build.options import Options
+
+COMMAND = Command(name="install", help="build if needed, then copy llama-server, its libraries and the manifest into"
+                  " a prefix", rank=41, until=Stage.BUILD, git=True)
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prefix", metavar="DIR", required=True, help="install into DIR/bin and DIR/share/onebit-build")
+
+
+def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+    """Build if needed, then copy the relocatable ``bin/`` tree and the manifest into a prefix."""
+    from onebit_build.building.install import install_tree
+    from onebit_build.core import ui
+    from onebit_build.core.errors import ConfigError
+    from onebit_build.core.workspace import check_target_folder
+    from onebit_build.job.model import Needs, open_job
+    from onebit_build.job.run import run as run_job
+
+    if opts.prefix is None:
+        raise ConfigError("install needs --prefix DIR", hint="e.g. onebit-build install --prefix ~/.local/llama")
+    check_target_folder(opts.prefix, "--prefix")  # before building: a file or a read-only folder there is named now
+    with open_job(opts, project, Needs(git=True)) as job:
+        built = run_job(job, Stage.BUILD).built
+        assert built is not None  # a job run up to the build has built
+        files = install_tree(built.builds, built.manifest, opts.prefix)
+        ui.answer(f"installed {len(files)} file(s) into {opts.prefix}")
+        ui.info(f"  run: {opts.prefix / 'bin' / 'llama-server'} -m MODEL.gguf")
+        return 0
