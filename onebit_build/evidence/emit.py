@@ -116,7 +116,7 @@ def emit(req: EmitRequest) -> Emitted:
         files[link_name(req.key.keyid)] = envelope_line(sign(build_link(statement), req.key))
         stale = [UNSIGNED, LINK_GLOB]
     for folder in (req.folder, *req.copies):
-        _clear(folder, stale, keep=set(files))
+        clear_stale(folder, keep=set(files), patterns=stale)
         for name, text in files.items():
             atomic_write_text(folder / name, text)
     name = SIGNED if req.key else UNSIGNED
@@ -125,7 +125,10 @@ def emit(req: EmitRequest) -> Emitted:
                    keyid=req.key.keyid if req.key else None)
 
 
-def _clear(folder: Path, patterns: list[str], keep: set[str]) -> None:
+def clear_stale(folder: Path, *, keep: set[str], patterns: tuple[str, ...] | list[str] = (SIGNED, UNSIGNED, LINK_GLOB)
+                ) -> None:
+    """Remove the evidence files of another build or signing state from ``folder`` (those in
+    ``keep`` stay): a folder holds one build's statement, never a stale one beside it."""
     for pattern in patterns:
         for p in folder.glob(pattern):
             if p.name not in keep and (p.is_file() or p.is_symlink()):

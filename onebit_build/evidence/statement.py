@@ -114,7 +114,7 @@ def fetched_from(mirror_used: str) -> str:
 def provenance_statement(ev: BuildEvidence) -> dict[str, Any]:
     """The statement, scrubbed of the machine's paths."""
     man = ev.manifest
-    comps = [{"name": c.name, "buildFolder": Path(c.build_dir).name, "key": c.key,
+    comps = [{"name": c.name, "source": c.source, "buildFolder": Path(c.build_dir).name, "key": c.key,
               "keyInputs": dict(ev.key_inputs.get(c.name, {}))} for c in man.components]
     predicate = {
         "buildDefinition": {
