@@ -95,10 +95,12 @@ def check_statement(statement: Mapping[str, Any]) -> Check:
 
 
 def component_folders(statement: Mapping[str, Any]) -> dict[str, str]:
-    """{component: its build folder's name} as a provenance statement records them."""
-    comps = (statement.get("predicate", {}).get("buildDefinition") or {}).get("internalParameters", {})
-    return {str(c.get("name")): str(c.get("buildFolder", "")) for c in comps.get("components") or []
-            if isinstance(c, Mapping)}
+    """{component: its build folder's name} as a provenance statement records them; the last
+    component's is "" (the folder the statement lies in, wherever it was moved to)."""
+    params = (statement.get("predicate", {}).get("buildDefinition") or {}).get("internalParameters", {})
+    comps = [c for c in params.get("components") or [] if isinstance(c, Mapping)]
+    return {str(c.get("name")): "" if i == len(comps) - 1 else str(c.get("buildFolder", ""))
+            for i, c in enumerate(comps)}
 
 
 def check_subjects(target: Target, statement: Mapping[str, Any], hasher: Callable[[Path], str] = sha256_file) -> Check:
