@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,7 +109,7 @@ def signature_problem(opened: Opened, key: Key) -> str | None:
     if not opened.keyids:
         return "the envelope carries no signature"
     try:
-        Envelope.from_dict(dict(opened.envelope)).verify([key], 1)
+        Envelope.from_dict(copy.deepcopy(opened.envelope)).verify([key], 1)  # from_dict empties what it reads
     except VerificationError:
         if key.keyid not in opened.keyids:
             ids = ", ".join(k[:16] for k in opened.keyids)
