@@ -96,7 +96,7 @@ def dependencies(ev: BuildEvidence) -> list[dict[str, Any]]:
         deps += [_dep(f"patches/{s.name}/{n}", "patch", digest={"sha256": h}, source=s.name) for n, h in s.patches]
     deps += [_dep(d.name, "download", uri=d.public, digest={"sha256": d.sha256}) for d in ev.downloads]
     if ev.model is not None and ev.model.sha256:
-        deps.append(_dep(ev.model.file, "model", digest={"sha256": ev.model.sha256}, name=ev.model.name,
+        deps.append(_dep(ev.model.file, "model", digest={"sha256": ev.model.sha256}, served=ev.model.name,
                          wheels=[f"pkg:pypi/{r.replace('==', '@')}" for r in ev.model.requirements] or None))
     for t in man.toolchain_files:
         deps.append(_dep(str(t["name"]), "tool", uri=str(t["purl"]), digest={"sha256": str(t["sha256"])},
