@@ -63,10 +63,13 @@ class Outcome:
             raise VerifyError(f"NOT VERIFIED: {self.first_failure}",
                               hint="the statement, or the files it names, are not what was built and signed")
         if self.label == UNVERIFIED:
-            why = [c.summary for c in self.checks if c.status == UNCHECKED and c.name in ("signature", "references")]
+            unchecked = {c.name: c.summary for c in self.checks if c.status == UNCHECKED}
+            remedies = {"signature": "give --key with the builder's public key",
+                        "references": "the outputs of a toolchain without a committed reference are checked once one "
+                                      "is recorded for it (verify --write-reference)"}
+            why = [unchecked[n] for n in remedies if n in unchecked]
             raise NotAvailableError(f"UNVERIFIED: {'; '.join(why)}",
-                                    hint="give --key with the builder's public key; a toolchain with no committed "
-                                         "reference can only be checked by a reference recorded for it")
+                                    hint="; ".join(r for n, r in remedies.items() if n in unchecked))
 
 
 def check_signature(opened: Opened, key: Key | None) -> Check:

@@ -39,7 +39,6 @@ class SigningKey:
     keyid: str
     scheme: str
     origin: str  # "--signing-key" or "$ONEBIT_SIGNING_KEY", for messages
-    public_pem: str  # the public half as a PEM text (what --key takes)
 
 
 def _read(path: Path, what: str, origin: str) -> bytes:
@@ -82,10 +81,8 @@ def load_signing_key(path: Path, origin: str = "--signing-key") -> SigningKey:
                           hint=f"use an ECDSA P-256 or Ed25519 key; {MAKE_KEY}")
     _warn_if_shared(path, origin)
     public = SSlibKey.from_crypto(private.public_key())
-    pem = private.public_key().public_bytes(serialization.Encoding.PEM,
-                                            serialization.PublicFormat.SubjectPublicKeyInfo).decode()
     return SigningKey(signer=CryptoSigner(private, public), public=public, keyid=public.keyid, scheme=public.scheme,
-                      origin=origin, public_pem=pem)
+                      origin=origin)
 
 
 def _warn_if_shared(path: Path, origin: str) -> None:

@@ -30,7 +30,6 @@ _TRIPLETS = {"EM_X86_64": "x86_64-linux-gnu", "EM_AARCH64": "aarch64-linux-gnu",
 class RuntimeLib:
     name: str  # the name the loader asks for (libstdc++.so.6), or the interpreter's path
     path: Path  # where the loader finds it here
-    needed_by: tuple[str, ...]  # file names of what asks for it
 
 
 def _elf_facts(path: Path) -> tuple[str, str | None]:
@@ -85,9 +84,9 @@ def runtime_libraries(binary: Path, own: Iterable[Path]) -> list[RuntimeLib]:
     roots = [Path(r) for r in own]
     machine, interp = _elf_facts(binary)
     cache = _loader_cache(machine)
-    found: dict[str, tuple[str, Path, list[str]]] = {}  # by the real file: one entry per library
+    found: dict[str, tuple[str, Path]] = {}  # by the real file: one entry per library
     if interp:
-        found[os.path.realpath(interp)] = (interp, Path(interp), [binary.name])
+        found[os.path.realpath(interp)] = (interp, Path(interp))
     todo, seen = [binary], set()
     while todo:
         path = todo.pop()
@@ -102,6 +101,5 @@ def runtime_libraries(binary: Path, own: Iterable[Path]) -> list[RuntimeLib]:
                 continue
             todo.append(hit)
             if not any(inside(hit, r) for r in roots):
-                found.setdefault(os.path.realpath(hit), (name, hit, []))[2].append(path.name)
-    return sorted((RuntimeLib(name=n, path=p, needed_by=tuple(dict.fromkeys(by))) for n, p, by in found.values()),
-                  key=lambda lib: lib.name)
+                found.setdefault(os.path.realpath(hit), (name, hit))
+    return sorted((RuntimeLib(name=n, path=p) for n, p in found.values()), key=lambda lib: lib.name)

@@ -36,7 +36,6 @@ BUILDER_ID = "urn:onebit-build:builder:local"
 SLSA_LEVEL = {"level": 1, "why": "provenance made and signed by the build's own tool on the builder's machine; "
                                  "a hosted CI build attested by the platform (GitHub's attest-build-provenance) "
                                  "adds a signature the builder cannot forge: SLSA Build L2"}
-ROLES = ("source", "mirror", "patch", "download", "model", "tool")
 
 
 @dataclass(frozen=True, kw_only=True)
