@@ -21,13 +21,11 @@ import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
-from onebit_build.building.builder import resolve_refs
 from onebit_build.building.compilers import compiler_path
 from onebit_build.building.cmake import find_tools
 from onebit_build.building.downloads import cache_dir, recipe_downloads, unpacked_tree
-from onebit_build.building.toolchain import resolve_toolchain
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe
 from onebit_build.core.errors import OnebitError, ToolMissingError
@@ -300,26 +298,25 @@ def fetched_tree(src_dir: Path, source: str, commit: str) -> Path | None:
     return found[-1] if found else None
 
 
-def gather(
-    recipe: Recipe, pins: Pins, ws: Workspace, *, toolchain_root: str | None, environ: Mapping[str, str]
-) -> RequirementsInput | None:
-    """The inputs of the recipe's requirement checks on this machine; None without ``requires``."""
+def gather(recipe: Recipe, pins: Pins, ws: Workspace, *, planned: Mapping[str, Sequence[tuple[str, str]]] | None,
+           environ: Mapping[str, str]) -> RequirementsInput | None:
+    """The inputs of the recipe's requirement checks on this machine; None without ``requires``.
+    The compilers are read from ``planned``, each component's defines as the plan resolved
+    them (``job/plan.py``); without a plan, only from defines that refer to nothing."""
     req = recipe.requires
     if req is None:
         return None
-    fields: dict[str, dict[str, str]] = {}
-    if recipe.toolchain is not None:
-        tc = resolve_toolchain(recipe.toolchain, override=toolchain_root, environ=environ)
-        fields["toolchain"] = {**tc.fields(), "ar": tc.ar or "", "libhsa": tc.libhsa or ""}
-    c_compilers = {}
-    for name in req.amdgpu_clang:
-        value = dict(recipe.component(name).defines).get("CMAKE_C_COMPILER")
-        if value:
-            c_compilers[name] = resolve_refs(value, pins={}, components=fields)
+
+    def defines(name: str) -> Sequence[tuple[str, str]]:
+        if planned is not None:
+            return planned.get(name, ())
+        return [(k, v) for k, v in recipe.component(name).defines if "${" not in v]
+
+    c_compilers = {name: value for name in req.amdgpu_clang if (value := dict(defines(name)).get("CMAKE_C_COMPILER"))}
     cxx = tree = None
     if req.cxx_standard:
         comp = recipe.component(req.cxx_standard.component)
-        named = compiler_path("cxx", [(k, v) for k, v in comp.defines if "${" not in v], environ)
+        named = compiler_path("cxx", defines(comp.name), environ)
         cxx = shutil.which(named, path=environ.get("PATH")) or named if named else None
         tree = fetched_tree(ws.src_dir, comp.source, pins.get(comp.source).commit)
     try:
@@ -331,13 +328,12 @@ def gather(
     )
 
 
-def check_before_build(
-    recipe: Recipe, pins: Pins, ws: Workspace, *, toolchain_root: str | None, tree: Path | None = None
-) -> None:
+def check_before_build(recipe: Recipe, pins: Pins, ws: Workspace, *, planned: Mapping[str, Sequence[tuple[str, str]]],
+                       tree: Path | None = None) -> None:
     """Every build-time requirement, all missing ones printed at once, then one error (exit
     code 7) when any is missing. A run calls it first (the C++ standard then waits for the
     fetched tree) and again with the prepared ``tree`` before configuring."""
-    inp = gather(recipe, pins, ws, toolchain_root=toolchain_root, environ=os.environ)
+    inp = gather(recipe, pins, ws, planned=planned, environ=os.environ)
     if inp is None:
         return
     if tree is not None:

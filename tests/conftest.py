@@ -63,6 +63,13 @@ def progress(config: pytest.Config):
 # Fixtures that build llama.cpp or fetch the real model: a test that uses one (directly or
 # through another fixture) is slow, so that -m 'not slow and not benchmark' builds nothing.
 REAL_BUILD_FIXTURES = {"llama_server", "gemma_model", "default_build", "second_build", "vulkan_build"}
+# Test modules whose tests configure and compile projects (tiny CMake projects, the HRX
+# stand-ins, the compiler and shader caches) or install the tool: each gets the marker
+# 'builds', so that -m 'not slow and not builds and not benchmark' is the quick subset.
+BUILDING_MODULES = {"test_build", "test_cubin", "test_compiler_cache", "test_downloads", "test_elfdeps", "test_fresh",
+                    "test_hostile", "test_hrx_requirements", "test_hrx_standins", "test_install", "test_leftovers",
+                    "test_life", "test_poisoned_cache", "test_rebuild", "test_reliability", "test_sdist_mirror",
+                    "test_shader_cache", "test_verify"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups, and before -m deselects
@@ -74,6 +81,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if REAL_BUILD_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        if item.module is not None and item.module.__name__ in BUILDING_MODULES:
+            item.add_marker(pytest.mark.builds)
     shared = [item for item in items if item.get_closest_marker("shared_workspace") is not None]
     for item in shared:
         name = item.get_closest_marker("shared_workspace").kwargs.get("workspace", "default")

@@ -39,6 +39,15 @@ def strix_halo():
     return pins, load_recipe(REPO / "recipes" / "strix-halo.yaml", pins)
 
 
+def planned(recipe, pins, ws: Workspace, *, toolchain_root: str, environ) -> dict:
+    """Each component's defines as the plan resolves them: what the doctor command hands over."""
+    from onebit_build.job.plan import make_plan
+
+    plan = make_plan(recipe, pins, workspace=ws, patches_dir=REPO / "patches", recipes_dir=REPO / "recipes",
+                     toolchain_root=toolchain_root, environ=environ)
+    return {c.name: c.requested for c in plan.components}
+
+
 def by_name(report):
     return {c.name: c for c in report.checks}
 
@@ -61,8 +70,10 @@ def test_everything_present(tmp_path):
     for name in ("hrx", "hrx-system", "llama.cpp-hrx"):
         bare(repo, mirrors, name)
     env = {"PATH": os.environ["PATH"], "VULKAN_SDK": str(sdk(tmp_path, 275))}
-    report = run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=Workspace(root=tmp_path / "ws"),
-                                      mirror_dirs=(mirrors,), toolchain_root=str(root), environ=env))
+    ws = Workspace(root=tmp_path / "ws")
+    report = run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=ws, mirror_dirs=(mirrors,),
+                                      toolchain_root=str(root), environ=env,
+                                      planned=planned(recipe, pins, ws, toolchain_root=str(root), environ=env)))
     checks = by_name(report)
     for name in ("toolchain root", "amdclang", "amdclang++", "ASM compiler", "archiver (CMAKE_AR)", "HSA runtime",
                  "CMake", "Ninja", "Vulkan headers", "source hrx", "source hrx-system", "source llama.cpp-hrx"):

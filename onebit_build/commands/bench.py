@@ -57,7 +57,6 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Benchmark: parse and check everything first, then take the bench lock and run."""
     from onebit_build.building.manifest import latest_server
     from onebit_build.core import ui
-    from onebit_build.core.errors import SmokeError
     from onebit_build.core.model_spec import served_name
     from onebit_build.core.workspace import check_target_folder
     from onebit_build.job.model import load_pins_and_recipe
@@ -91,12 +90,21 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
                 f"baseline {variants[0].name}; model {mf.path.name}; lock {lock_path}")
         result = b.run_bench(b.BenchRequest(
             variants=variants, model=mf, prompts=prompts, run_dir=run_dir, rounds=bo.rounds,
-                                            decode_tokens=bo.decode_tokens,
-            prefix_tokens=bo.prefix_tokens, tie_margin=bo.tie_margin, ctx_size=bo.ctx_size, given=given, env=env,
-                                            lock=lock_path,
+            decode_tokens=bo.decode_tokens, prefix_tokens=bo.prefix_tokens, tie_margin=bo.tie_margin,
+            ctx_size=bo.ctx_size, given=given, env=env, lock=lock_path,
             alias=served_name(recipe.model if recipe else None, sha256=mf.sha256, file=mf.path),
         ))
         outputs = b.write_outputs(result, run_dir)
+    return shown(result, outputs)
+
+
+def shown(result, outputs) -> int:
+    """The table and where the outputs went; the exit code (a figure whose answers did not hold
+    makes the run fail)."""
+    from onebit_build.core import ui
+    from onebit_build.core.errors import SmokeError
+    from onebit_build.running import bench as b
+
     ui.answer_block("\n" + b.render_table(result) + "\n")
     for what in ("table", "plot", "json"):
         ui.info(f"{what}: {getattr(outputs, what) or 'not drawn (' + b.PLOT_EXTRA_HINT + ')'}")

@@ -25,15 +25,8 @@ def entries(opts: Options, project: ProjectRoot):
     return ws, find_builds(ws, recipes_dir=project.recipes, patches_dir=project.patches, pins=pins)
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
-
-
 def size_text(n: int) -> str:
+    """A byte count for a person: B, KiB, MiB or GiB. Pure."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

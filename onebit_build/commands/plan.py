@@ -24,12 +24,10 @@ def run(opts: Options, project: ProjectRoot, cmd: Command | None = None) -> int:
 
 def resolved_plan(opts: Options, project: ProjectRoot, pins, recipe):
     """The plan of ``recipe`` for these options (what ``plan`` prints and ``doctor`` checks)."""
-    from onebit_build.building.cache.compiler import resolve as resolve_cache
-    from onebit_build.job.plan import make_plan
+    from onebit_build.job.model import settings_of
+    from onebit_build.job.plan import plan_of
 
-    return make_plan(recipe, pins, workspace=opts.ws, patches_dir=project.patches,
-                     recipes_dir=project.recipes, mirror_dirs=opts.mirror_dirs, offline=opts.offline,
-                     toolchain_root=opts.toolchain_root, launcher=resolve_cache(opts.compiler_cache))
+    return plan_of(settings_of(opts), project, pins, recipe, opts.ws)
 
 
 def plan(opts: Options, project: ProjectRoot) -> int:

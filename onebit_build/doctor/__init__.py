@@ -381,7 +381,7 @@ def run_doctor(req: DoctorRequest) -> DoctorReport:
         checks += toolchain_checks(recipe, tc, environ)
     checks += system_checks(req.workspace.root, environ)
     checks += build_tool_checks()
-    inp = gather(recipe, req.pins, req.workspace, toolchain_root=req.toolchain_root, environ=environ)
+    inp = gather(recipe, req.pins, req.workspace, planned=req.planned, environ=environ)
     if inp is not None:
         checks += requirement_checks(inp)
     if "vulkan" in recipe.backends:

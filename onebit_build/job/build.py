@@ -15,12 +15,12 @@ from onebit_build.building.artifacts import ArtifactSet, collect
 from onebit_build.building.builder import BuildResult, build
 from onebit_build.building.cmake import Tools, find_tools
 from onebit_build.building.downloads import check_against_lock, provide_all
-from onebit_build.building.cache.compiler import Launcher, resolve as resolve_launcher
+from onebit_build.building.cache.compiler import Launcher
 from onebit_build.building.fetch import FetchRequest, FetchResult, fetch
 from onebit_build.building.manifest import (MANIFEST_NAME, SERVER_OUTPUT, latest_path, load_manifest, make_manifest,
                                             read_manifest, utc_now, write_manifest)
 from onebit_build.building.patch import PrepareRequest, PreparedTree, list_patches, prepare
-from onebit_build.building.toolchain import component_fields, resolve_toolchain
+from onebit_build.building.toolchain import component_fields
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe
 from onebit_build.core.errors import ConfigError, NotAvailableError
@@ -121,7 +121,7 @@ def run_build(job: Job, fetched: dict[str, FetchResult], trees: dict[str, Prepar
     for comp in recipe.components:
         check_against_lock(comp, trees[comp.source].path)
     inputs = build_inputs(job, {n: TreeFacts.of(t) for n, t in trees.items()}, downloaded, tools=tools,
-                          launcher=launcher or resolve_launcher(job.settings.compiler_cache), build_root=build_root)
+                          launcher=launcher or job.plan.launcher, build_root=build_root)
     return [build(cb.request, tools) for cb in component_builds(recipe, job.pins, inputs)]
 
 
@@ -139,7 +139,8 @@ def toolchain_fields(job: Job) -> dict[str, dict[str, str]]:
     recipe = job.recipe
     if recipe.toolchain is None:
         return {}
-    return component_fields(recipe, resolve_toolchain(recipe.toolchain, override=job.settings.toolchain_root))
+    assert job.plan.toolchain is not None  # the plan resolves the toolchain of a recipe that has one
+    return component_fields(recipe, job.plan.toolchain)
 
 
 def collect_artifacts(recipe: Recipe, trees: dict[str, PreparedTree],
@@ -197,11 +198,12 @@ class Built:
 
 def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
     """Fetch, patch and build, up to ``until``; None when it stops before the build."""
-    recipe, toolchain_root = job.recipe, job.settings.toolchain_root
+    recipe = job.recipe
+    planned = {c.name: c.requested for c in job.plan.components}
     started = utc_now()
     key = None
     if until >= Stage.BUILD:  # every requirement the build will meet, named at once before anything starts
-        check_before_build(recipe, job.pins, job.workspace, toolchain_root=toolchain_root)
+        check_before_build(recipe, job.pins, job.workspace, planned=planned)
         key = signing_key_from(job.settings.signing_key, os.environ)  # a bad key stops it here
     with ui.stage("fetch") as st:
         fetched = run_fetch(job, recipe_sources(recipe))
@@ -223,7 +225,7 @@ def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
     req = recipe.requires
     if req is not None and req.cxx_standard is not None:  # read in the prepared tree
         source = recipe.component(req.cxx_standard.component).source
-        check_before_build(recipe, job.pins, job.workspace, toolchain_root=toolchain_root, tree=trees[source].path)
+        check_before_build(recipe, job.pins, job.workspace, planned=planned, tree=trees[source].path)
     with ui.stage("build") as st:
         builds = run_build(job, fetched, trees, downloaded=downloaded)
         t_manifest = time.monotonic()

@@ -12,7 +12,7 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from onebit_build.building.cache.request import CacheRequest
 from onebit_build.core import ui
@@ -25,6 +25,9 @@ from onebit_build.core.proc import which
 from onebit_build.core.project import ProjectRoot
 from onebit_build.core.workspace import Workspace, WorkspaceLock, check_usable, sweep_killed
 from onebit_build.options import Define, Options, recipe_is_file
+
+if TYPE_CHECKING:
+    from onebit_build.job.plan import Plan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +67,7 @@ class Job:
     workspace: Workspace
     pins: Pins
     recipe: Recipe
+    plan: Plan  # the recipe resolved for this machine, once (job/plan.py)
     run_dir: Path
 
     @property
@@ -162,13 +166,18 @@ def open_job(opts: Options, project: ProjectRoot, needs: Needs, *, loaded: tuple
         check_compiler(recipe, opts)
     ws = opts.ws
     check_usable(ws.root)
+    settings = settings_of(opts)
+    # The planner (CMake's tools, the compiler cache) is imported by the commands that open a
+    # job, here: the quick commands load recipes through this module without it.
+    from onebit_build.job.plan import plan_of
+
     with WorkspaceLock(ws.lock_file, f"onebit-build {opts.label}"):
         sweep_left_behind(ws)
         run_dir = given_run_dir(opts.run_dir) if opts.run_dir else ws.new_run_dir(Path(opts.recipe).stem, opts.label)
         ui.detail(f"workspace {ws.root}; logs in {run_dir}; project data {project.describe()}")
         try:
-            yield Job(settings=settings_of(opts), project=project, workspace=ws, pins=pins, recipe=recipe,
-                      run_dir=run_dir)
+            yield Job(settings=settings, project=project, workspace=ws, pins=pins, recipe=recipe,
+                      plan=plan_of(settings, project, pins, recipe, ws), run_dir=run_dir)
         finally:
             try:
                 run_dir.rmdir()  # a run that stopped before writing anything leaves no folder

@@ -147,6 +147,16 @@ def make_plan(
                 runtime_env=tuple(run_env), problems=tuple(problems), launcher=launcher, shader_cache=shader_cache)
 
 
+def plan_of(settings, project, pins: Pins, recipe: Recipe, workspace: Workspace) -> Plan:
+    """The plan of a job's settings (``job.model.Settings``), made once: what ``plan`` prints,
+    ``doctor`` and the requirements check, and the build runs."""
+    from onebit_build.building.cache.compiler import resolve as resolve_cache
+
+    return make_plan(recipe, pins, workspace=workspace, patches_dir=project.patches, recipes_dir=project.recipes,
+                     mirror_dirs=settings.mirror_dirs, offline=settings.offline,
+                     toolchain_root=settings.toolchain_root, launcher=resolve_cache(settings.compiler_cache))
+
+
 def _component_builds(recipe: Recipe, pins: Pins, *, workspace: Workspace, patches_dir: Path, recipes_dir: Path,
                       fields: dict[str, dict[str, str]], launcher: Launcher, env: Mapping[str, str],
                       problems: list[str]) -> list[ComponentBuild]:
