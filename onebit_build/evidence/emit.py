@@ -48,13 +48,15 @@ class EmitRequest:
 
 @dataclass(frozen=True, kw_only=True)
 class Emitted:
-    statement: Path
+    statement: Path | None  # None: the build has no output file to name
     sbom: Path
     link: Path | None
     keyid: str | None  # None: unsigned
 
     def note(self) -> str:
         """What the build line says about it."""
+        if self.statement is None:
+            return "no provenance statement (the recipe declares no output file)"
         if self.keyid is None:
             return "provenance unsigned (no --signing-key or $ONEBIT_SIGNING_KEY)"
         return f"provenance signed by key {self.keyid[:16]}"
@@ -93,6 +95,20 @@ def _sbom_text(req: EmitRequest, scrub) -> str:
         scrub=scrub))
 
 
+def _statements(statement: dict[str, Any], key: SigningKey | None) -> dict[str, str]:
+    """The statement files (name -> text): signed with its link, or bare; none for a build
+    with no output file (in-toto wants a subject)."""
+    if not statement["subject"]:
+        return {}
+    problem = check_shape(statement)
+    if problem is not None:  # a fault of this module, never of the user's input
+        raise AssertionError(f"the provenance statement is malformed: {problem}")
+    if key is None:
+        return {UNSIGNED: json.dumps(statement, indent=2, ensure_ascii=False) + "\n"}
+    link = envelope_line(sign(build_link(statement), key))
+    return {SIGNED: envelope_line(sign(statement, key)), link_name(key.keyid): link}
+
+
 def emit(req: EmitRequest) -> Emitted:
     """Write the evidence of the build ``req`` describes; returns where it went."""
     scrub = scrubber(workspace=req.workspace, project=req.project)
@@ -103,26 +119,16 @@ def emit(req: EmitRequest) -> Emitted:
                        downloads=downloads, model=req.recipe.model, key_inputs=req.key_inputs,
                        invocation=req.invocation, byproducts=((sbom_mod.NAME, sha256_bytes(sbom_text.encode())),),
                        scrub=scrub)
-    statement = provenance_statement(ev)
-    problem = check_shape(statement)
-    if problem is not None:  # a fault of this module, never of the user's input
-        raise AssertionError(f"the provenance statement is malformed: {problem}")
-    files: dict[str, str] = {sbom_mod.NAME: sbom_text}
-    if req.key is None:
-        files[UNSIGNED] = json.dumps(statement, indent=2, ensure_ascii=False) + "\n"
-        stale = [SIGNED, LINK_GLOB]
-    else:
-        files[SIGNED] = envelope_line(sign(statement, req.key))
-        files[link_name(req.key.keyid)] = envelope_line(sign(build_link(statement), req.key))
-        stale = [UNSIGNED, LINK_GLOB]
+    statements = _statements(provenance_statement(ev), req.key)
+    files = {sbom_mod.NAME: sbom_text, **statements}
     for folder in (req.folder, *req.copies):
-        clear_stale(folder, keep=set(files), patterns=stale)
+        clear_stale(folder, keep=set(files))
         for name, text in files.items():
             atomic_write_text(folder / name, text)
-    name = SIGNED if req.key else UNSIGNED
-    link = req.folder / link_name(req.key.keyid) if req.key else None
-    return Emitted(statement=req.folder / name, sbom=req.folder / sbom_mod.NAME, link=link,
-                   keyid=req.key.keyid if req.key else None)
+    statement = next((req.folder / n for n in statements if n in (SIGNED, UNSIGNED)), None)
+    link = next((req.folder / n for n in statements if n.endswith(".link")), None)
+    return Emitted(statement=statement, sbom=req.folder / sbom_mod.NAME, link=link,
+                   keyid=req.key.keyid if req.key and statement else None)
 
 
 def clear_stale(folder: Path, *, keep: set[str], patterns: tuple[str, ...] | list[str] = (SIGNED, UNSIGNED, LINK_GLOB)
