@@ -178,6 +178,26 @@ def test_subject_whose_name_climbs_out_of_the_folder(signed):
     assert re.search(r"^  signature +ok ", out.stderr, re.M)
 
 
+def test_hostile_statements_fail_in_one_line(signed, tmp_path):
+    """A signed statement whose free-form parameters are not this tool's shape, and a file
+    nested too deep to parse: NOT VERIFIED with what is wrong, never a traceback."""
+    proj, key, folder = signed
+    copy = copy_build(folder, "malformed")
+    from onebit_build.evidence.envelope import envelope_line, sign
+    from onebit_build.evidence.keys import load_signing_key
+
+    doc = payload(read_envelope(copy / "provenance.intoto.jsonl"))
+    doc["predicate"]["buildDefinition"]["internalParameters"]["components"] = ["x", 5]
+    (copy / "provenance.intoto.jsonl").write_text(envelope_line(sign(doc, load_signing_key(key.private))))
+    out = verify(proj, str(copy), "--key", str(key.public))
+    assert out.returncode == 11 and "the statement's build key part is malformed" in out.stderr, out.stderr
+    deep = tmp_path / "deep.intoto.jsonl"
+    deep.write_text("[" * 200_000 + "]" * 200_000 + "\n")
+    out = verify(proj, str(deep), "--key", str(key.public))
+    assert out.returncode == 11 and "is not an in-toto statement: not JSON (RecursionError" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
 def test_a_patch_changed_in_the_checkout_is_named(signed, tmp_path):
     proj, key, folder = signed
     root = tmp_path / "proj"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from securesystemslib.signer import Key
 
@@ -200,10 +200,22 @@ def verify_target(target: Target, key: Key | None, project: ProjectFacts) -> Out
     checks = [check_signature(opened, key), check_statement(st)]
     if checks[-1].status == FAILED:
         return Outcome(target=target, checks=tuple(checks))
-    checks.append(check_subjects(target, st))
+    steps = [("subjects", lambda: check_subjects(target, st))]
     if st.get("predicateType") == TEST_RESULT_TYPE:
-        checks.append(check_verdict(st))
+        steps.append(("verdict", lambda: check_verdict(st)))
     else:
-        checks += [check_byproducts(target, st), check_materials(st, project), check_references(st, project),
-                   check_keys(st, places_of(target))]
-    return Outcome(target=target, checks=tuple(checks))
+        steps += [("byproducts", lambda: check_byproducts(target, st)),
+                  ("materials", lambda: check_materials(st, project)),
+                  ("references", lambda: check_references(st, project)),
+                  ("build key", lambda: check_keys(st, places_of(target)))]
+    return Outcome(target=target, checks=tuple(checks + [_guarded(name, step) for name, step in steps]))
+
+
+def _guarded(name: str, step: Callable[[], Check]) -> Check:
+    """A check on a statement whose free-form parts (annotations, parameters) are not of the
+    shape this tool writes fails as malformed, with what was wrong, instead of stopping."""
+    try:
+        return step()
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
+        why = f"the statement's {name} part is malformed ({type(exc).__name__}: {exc})"
+        return Check(name=name, status=FAILED, summary="malformed", lines=(why,))

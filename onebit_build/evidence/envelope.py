@@ -78,8 +78,8 @@ def read_statement(path: Path) -> Opened:
     lines = [ln for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
     try:
         docs = [json.loads(ln) for ln in lines] if path.name.endswith(SIGNED_SUFFIX) else [json.loads(data)]
-    except ValueError as exc:
-        raise _bad(path, f"not JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise _bad(path, f"not JSON ({type(exc).__name__}: {exc})") from None
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise _bad(path, f"{len(docs)} JSON documents; one envelope or statement expected")
     doc = docs[0]
@@ -91,7 +91,7 @@ def read_statement(path: Path) -> Opened:
         payload = base64.b64decode(str(doc["payload"]), validate=True)
         statement = json.loads(payload)
         keyids = tuple(str(s.get("keyid", "")) for s in doc.get("signatures") or [])
-    except (binascii.Error, ValueError, AttributeError, TypeError) as exc:
+    except (binascii.Error, ValueError, AttributeError, TypeError, RecursionError) as exc:
         raise _bad(path, f"the envelope's payload is not base64 JSON ({type(exc).__name__})") from None
     return Opened(path=path, statement=_statement(path, statement), envelope=doc, keyids=keyids)
 
