@@ -108,15 +108,19 @@ class BuildResult:
 # --------------------------------------------------------------------------- pure decisions
 
 
-def resolve_refs(value: str, *, pins: Mapping[str, Pin], components: Mapping[str, Mapping[str, str]]) -> str:
-    """Replace ``${pin.SRC.FIELD}`` and ``${COMPONENT.FIELD}`` in ``value``."""
+def resolve_refs(value: str, *, pins: Mapping[str, Pin], components: Mapping[str, Mapping[str, str]],
+                 trees: Mapping[str, Path] | None = None) -> str:
+    """Replace ``${pin.SRC.FIELD}`` (``tree``: SRC's folder in ``trees``) and ``${COMPONENT.FIELD}``."""
 
     def sub(m: re.Match[str]) -> str:
         ref = m.group(1)
         parts = ref.split(".")
         if parts[0] == "pin":
-            src = ".".join(parts[1:-1])
-            field = parts[-1]
+            src, field = ".".join(parts[1:-1]), parts[-1]
+            if field == "tree":
+                if trees is None or src not in trees:
+                    raise ConfigError(f"${{{ref}}}: {src} has no prepared tree here", hint="the patch stage makes it")
+                return str(trees[src])
             pin = pins[src]
             values = {"commit": pin.commit, "short": pin.commit[:7], "build_number": pin.build_number or "",
                       "branch": pin.branch or ""}

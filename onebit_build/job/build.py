@@ -35,14 +35,6 @@ from onebit_build.requirements import check_before_build
 from onebit_build.job.stage import Stage
 
 
-def recipe_sources(recipe: Recipe) -> list[str]:
-    seen: list[str] = []
-    for c in recipe.components:
-        if c.source not in seen:
-            seen.append(c.source)
-    return seen
-
-
 def run_fetch(job: Job, names: list[str]) -> dict[str, FetchResult]:
     pins, opts = job.pins, job.settings
     out: dict[str, FetchResult] = {}
@@ -206,7 +198,7 @@ def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
         check_before_build(recipe, job.pins, job.workspace, planned=planned)
         key = signing_key_from(job.settings.signing_key, os.environ)  # a bad key stops it here
     with ui.stage("fetch") as st:
-        fetched = run_fetch(job, recipe_sources(recipe))
+        fetched = run_fetch(job, recipe.sources_in_order())
         st["note"] = ", ".join(f"{n}@{f.commit[:12]} ({f.mirror_used.split(':')[0]})" for n, f in fetched.items())
         # The configure-time downloads too, so that --offline names a missing one before configure.
         downloaded = provide_all(recipe, job.workspace, job.settings.mirror_dirs, job.settings.offline)

@@ -130,7 +130,7 @@ def make_plan(
     env = os.environ if environ is None else environ
     toolchain = resolve_toolchain(recipe.toolchain, override=toolchain_root, environ=env) if recipe.toolchain else None
     problems: list[str] = []
-    names = list(dict.fromkeys(c.source for c in recipe.components))
+    names = recipe.sources_in_order()
     sources = tuple(_source_plan(pins.get(n), workspace, patches_dir, mirror_dirs, offline) for n in names)
     fields = _toolchain_fields(recipe, toolchain, problems)
     builds = _component_builds(recipe, pins, workspace=workspace, patches_dir=patches_dir, recipes_dir=recipes_dir,
@@ -165,8 +165,7 @@ def _component_builds(recipe: Recipe, pins: Pins, *, workspace: Workspace, patch
     except ToolMissingError as exc:
         problems.append(f"{exc.message} ({exc.hint})")
         return []
-    trees = {n: planned_tree(pins.get(n), workspace, patches_dir) for n in dict.fromkeys(c.source
-                                                                                         for c in recipe.components)}
+    trees = {n: planned_tree(pins.get(n), workspace, patches_dir) for n in recipe.sources_in_order()}
     downloaded = {d.name: t for c in recipe.components for d in c.downloads
                   if (t := unpacked_tree(workspace, d)) is not None}
     inputs = BuildInputs(trees=trees, downloaded=downloaded, fields=fields, build_root=workspace.build_dir,
@@ -321,8 +320,10 @@ def _toolchain_lines(plan: Plan) -> list[str]:
         out.append("toolchain")
         out.append(f"  root     {tc.root}  (from {tc.root_from}; override with --toolchain-root or ${tc.spec.root_env})"
                    + ("" if tc.root.is_dir() else "  [not present on this machine]"))
-        out.append(f"  ar       {tc.ar or '<not found: tried ' + ', '.join(tc.spec.ar) + '>'}")
-        out.append(f"  libhsa   {tc.libhsa or '<not found under the root: ' + ', '.join(tc.spec.libhsa) + '>'}")
+        if tc.spec.ar:  # a recipe that names no archiver leaves CMake to find one
+            out.append(f"  ar       {tc.ar or '<not found: tried ' + ', '.join(tc.spec.ar) + '>'}")
+        if tc.spec.libhsa:
+            out.append(f"  libhsa   {tc.libhsa or '<not found under the root: ' + ', '.join(tc.spec.libhsa) + '>'}")
     return out
 
 
@@ -406,6 +407,9 @@ def _runtime_lines(plan: Plan) -> list[str]:
     out.append(f"  devices  {', '.join(sm.devices)}")
     for k, v in plan.runtime_env:
         out.append(f"  env      {k}={v}")
+    if r.jit_cache is not None:
+        out.append(f"  kernels  compiled at run time into ~/{r.jit_cache.home} (or ${r.jit_cache.env}): "
+                   "'location --jit-cache' names it, 'gc --jit-cache' empties it")
     m = r.model
     if m is not None:
         out.append(f"  model    {m.name}: {m.file}")

@@ -27,6 +27,7 @@ from onebit_build.building.toolchain import join_lists
 from onebit_build.core.config import Component, Recipe
 from onebit_build.core.errors import ToolMissingError
 from onebit_build.core.pins import FULL_SHA, Pin, Pins
+from onebit_build.core.references import tree_sources
 from onebit_build.core.workspace import Workspace
 
 
@@ -127,11 +128,12 @@ def _resolve_component(recipe: Recipe, comp: Component, pinned: Mapping[str, Pin
                        fields: Mapping[str, Mapping[str, str]], inp: BuildInputs,
                        done: list[ComponentBuild]) -> ComponentBuild:
     tree = inp.trees[comp.source]
-    defines = tuple((k, join_lists(resolve_refs(v, pins=pinned, components=fields), comp.list_separator))
-                    for k, v in comp.defines)
+    folders = {n: t.path for n, t in inp.trees.items()}
+    defines = tuple((k, join_lists(resolve_refs(v, pins=pinned, components=fields, trees=folders),
+                                   comp.list_separator)) for k, v in comp.defines)
     missing = [d.name for d in comp.downloads if d.name not in inp.downloaded]
     defines += cmake_defines(comp, {**{n: Path(f"<{n} unpacked>") for n in missing}, **inp.downloaded})
-    env = tuple((k, resolve_refs(v, pins=pinned, components=fields)) for k, v in comp.env)
+    env = tuple((k, resolve_refs(v, pins=pinned, components=fields, trees=folders)) for k, v in comp.env)
     req = BuildRequest(
         recipe=recipe.name, component=comp, source_dir=tree.path, source_commit=tree.commit, source_head=tree.head,
         patch_digest=tree.patch_digest, defines=defines, build_root=inp.build_root,
@@ -143,8 +145,10 @@ def _resolve_component(recipe: Recipe, comp: Component, pinned: Mapping[str, Pin
                     if d.name in comp.references() and d.key is None), "")
     if not unknown and missing:
         unknown = f"the configure-time download(s) {', '.join(missing)} are not unpacked yet (fetch unpacks them)"
-    if not unknown and not FULL_SHA.match(tree.commit):
-        unknown = f"the abbreviated pin {comp.source}@{tree.commit} is resolved at fetch"
+    given = tree_sources(v for _, v in (*comp.defines, *comp.env))
+    short = next((n for n in (comp.source, *given) if not FULL_SHA.match(inp.trees[n].commit)), None)
+    if not unknown and short is not None:
+        unknown = f"the abbreviated pin {short}@{inp.trees[short].commit} is resolved at fetch"
     if unknown:
         return ComponentBuild(request=req, toolchain=None, key=None, build_dir=None, defines=defines,
                               init_cache=None, unknown=unknown)
