@@ -139,16 +139,14 @@ def build_key(req: BuildRequest, toolchain: Toolchain) -> str:
     return key_of_inputs(key_inputs(req, toolchain))
 
 
-def key_of_inputs(doc: Mapping[str, object]) -> str:
-    """The build key of what :func:`key_inputs` gives (or a provenance statement records)."""
+def key_of_inputs(doc: Mapping[str, object]) -> str:  # what key_inputs gives, or a statement records
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
 def key_inputs(req: BuildRequest, toolchain: Toolchain) -> dict[str, object]:
-    """What the build key is made of. The patched head is not in it: the commit and the patches'
-    bytes make it (fixed identity and date), so the key is known before the tree is prepared.
-    The assembly is not either: a changed rule re-assembles the prefix in the same build dir
-    (the stamp records the assembly digest) instead of recompiling."""
+    """What the build key is made of: not the patched head (the commit and the patches' bytes make
+    it, so the key is known before the tree is prepared), nor the assembly (a changed rule
+    re-assembles the prefix in the same folder, whose stamp records its digest)."""
     doc: dict[str, object] = {
         "schema": STAMP_SCHEMA, "recipe": req.recipe, "component": req.component.name,
         "source_dir": str(req.source_dir), "source_commit": req.source_commit, "patch_digest": req.patch_digest,
