@@ -68,8 +68,8 @@ REAL_BUILD_FIXTURES = {"llama_server", "gemma_model", "default_build", "second_b
 # 'builds', so that -m 'not slow and not builds and not benchmark' is the quick subset.
 BUILDING_MODULES = {"test_build", "test_cubin", "test_compiler_cache", "test_downloads", "test_elfdeps", "test_fresh",
                     "test_hostile", "test_hrx_requirements", "test_hrx_standins", "test_install", "test_leftovers",
-                    "test_life", "test_poisoned_cache", "test_rebuild", "test_reliability", "test_sdist_mirror",
-                    "test_shader_cache", "test_verify"}
+                    "test_life", "test_oci_tiny", "test_poisoned_cache", "test_rebuild", "test_reliability",
+                    "test_sdist_mirror", "test_shader_cache", "test_verify"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups, and before -m deselects

@@ -24,6 +24,7 @@ REQUIRED = {
     "pins": ["lock"],
     "completion": ["bash"],
     "model": ["pull"],
+    "publish": ["oci://127.0.0.1:9/builds"],
 }
 
 

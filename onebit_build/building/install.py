@@ -98,7 +98,12 @@ def _output_files(path: Path) -> list[Path]:
 def install_tree(builds: Sequence, manifest: Path, prefix: Path, evidence: Sequence[Path] = ()) -> list[Path]:
     """Install the builds' outputs, ``manifest`` and ``evidence`` into ``prefix`` (see the module
     text); returns the installed paths. The prefix holds either the old install or the new one."""
-    items = install_items(builds, manifest, evidence)
+    return install_items_into(install_items(builds, manifest, evidence), prefix, builds)
+
+
+def install_items_into(items: Sequence[Item], prefix: Path, builds: Sequence = ()) -> list[Path]:
+    """Stage ``items`` inside ``prefix``, check that nothing loads from the ``builds``' folders,
+    then switch them in (see the module text)."""
     existed = prefix.exists()
     prefix.mkdir(parents=True, exist_ok=True)
     _sweep(prefix)

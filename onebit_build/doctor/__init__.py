@@ -45,6 +45,7 @@ from onebit_build.building.toolchain import (ToolchainSettings, resolve_toolchai
 from onebit_build.core.workspace import Workspace
 from onebit_build.running.devices import parse_list_devices
 from onebit_build.requirements import Check, download_checks, gather, requirement_checks
+from onebit_build.doctor.binary_cache import binary_cache_checks
 from onebit_build.doctor.gpu_tools import cuda_checks, vulkan_checks
 from onebit_build.doctor.hsa import hsa_runtime_check
 from onebit_build.building.cmake import CMAKE_MIN, NINJA_MIN, find_tools
@@ -65,6 +66,7 @@ class DoctorRequest:
     # Each component's defines as the plan resolves them (job.plan.ComponentPlan.requested):
     # what a build in effect must hold. None: the built components are not checked.
     planned: Mapping[str, tuple[tuple[str, str], ...]] | None = None
+    binary_cache: str | None = None  # --binary-cache as given (else $ONEBIT_BINARY_CACHE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -381,6 +383,7 @@ def run_doctor(req: DoctorRequest) -> DoctorReport:
     checks += download_checks(recipe, req.workspace, req.mirror_dirs, req.offline)
     checks += built_checks(req)
     checks += gpu_checks(req, tc, environ)
+    checks += binary_cache_checks(req.binary_cache, environ)
     return DoctorReport(recipe=recipe.name, checks=tuple(checks))
 
 

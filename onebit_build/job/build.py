@@ -10,6 +10,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from onebit_build.building.artifacts import ArtifactSet, collect
 from onebit_build.building.builder import BuildResult, build
@@ -33,6 +34,9 @@ from onebit_build.job.model import Job
 from onebit_build.job.resolve import BuildInputs, TreeFacts, component_builds
 from onebit_build.requirements import check_before_build
 from onebit_build.job.stage import Stage
+
+if TYPE_CHECKING:
+    from onebit_build.job.binary_cache import CacheOptions
 
 
 def run_fetch(job: Job, names: list[str]) -> dict[str, FetchResult]:
@@ -188,8 +192,9 @@ class Built:
     manifest: Path
 
 
-def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
-    """Fetch, patch and build, up to ``until``; None when it stops before the build."""
+def build_part(job: Job, until: Stage = Stage.BUILD, binary_cache: CacheOptions | None = None) -> Built | None:
+    """Fetch, patch and build, up to ``until``; None when it stops before the build. With
+    ``binary_cache``, the build is first asked of that registry."""
     recipe = job.recipe
     planned = {c.name: c.requested for c in job.plan.components}
     started = utc_now()
@@ -197,6 +202,12 @@ def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
     if until >= Stage.BUILD:  # every requirement the build will meet, named at once before anything starts
         check_before_build(recipe, job.pins, job.workspace, planned=planned)
         key = signing_key_from(job.settings.signing_key, os.environ)  # a bad key stops it here
+        if binary_cache is not None and binary_cache.ref is not None:
+            from onebit_build.job.binary_cache import from_binary_cache  # it builds on this module
+
+            pulled = from_binary_cache(job, binary_cache)
+            if pulled is not None:
+                return pulled
     with ui.stage("fetch") as st:
         fetched = run_fetch(job, recipe.sources_in_order())
         st["note"] = ", ".join(f"{n}@{f.commit[:12]} ({f.mirror_used.split(':')[0]})" for n, f in fetched.items())

@@ -26,7 +26,7 @@ from onebit_build.core.pins import Pin, Pins
 from onebit_build.building.patch import PatchFile, canonical_path, list_patches, patch_digest
 from onebit_build.core.errors import ConfigError, ToolMissingError
 from onebit_build.core.workspace import Workspace
-from onebit_build.job.resolve import BuildInputs, ComponentBuild, component_builds, planned_tree
+from onebit_build.job.resolve import BuildInputs, ComponentBuild, component_builds, planned_tree, portable_key
 
 # --------------------------------------------------------------------------- the plan
 
@@ -90,6 +90,7 @@ class Plan:
     problems: tuple[str, ...] = field(default_factory=tuple)
     launcher: Launcher = NO_LAUNCHER  # the compiler cache (not part of any build key)
     shader_cache: ShaderCache | None = None  # for builds with Vulkan shaders (not part of any build key)
+    binary_key: str | None = None  # the whole build's key in any workspace (resolve.portable_key), once known
 
 
 def _source_plan(pin: Pin, ws: Workspace, patches_dir: Path, mirror_dirs: tuple[Path, ...],
@@ -144,7 +145,8 @@ def make_plan(
     if any(wants_shaders(c.defines) for c in comps):
         shader_cache = plan_shader_cache(launcher, glslc=shutil.which("glslc", path=env.get("PATH")), env=env)
     return Plan(recipe=recipe, workspace=workspace.root, toolchain=toolchain, sources=sources, components=comps,
-                runtime_env=tuple(run_env), problems=tuple(problems), launcher=launcher, shader_cache=shader_cache)
+                runtime_env=tuple(run_env), problems=tuple(problems), launcher=launcher, shader_cache=shader_cache,
+                binary_key=portable_key(builds, workspace.root))
 
 
 def plan_of(settings, project, pins: Pins, recipe: Recipe, workspace: Workspace) -> Plan:
@@ -309,6 +311,9 @@ def _cache_lines(plan: Plan) -> list[str]:
                    " not part of the build key)")
     out.append("path maps  source and build folders mapped to '.' in every object")
     out.append("  (-Xpreprocessor -f{macro,debug}-prefix-map; in the build key)")
+    if plan.binary_key:
+        out.append(f"binary key  {plan.binary_key}")
+        out.append("  (the same in every workspace; 'publish' tags the build with the recipe's name and this key)")
     return out
 
 

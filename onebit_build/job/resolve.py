@@ -10,15 +10,17 @@ neither the key nor the defines depend on that head.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from onebit_build.building.assemble import AssemblePlan, prefix_path
 from onebit_build.building.assemble import make_plan as make_assemble_plan
 from onebit_build.building.builder import (BuildRequest, Toolchain, build_dir_for, configure_defines, init_cache_of,
-                                           key_of, resolve_refs)
+                                           key_doc, key_of, resolve_refs)
 from onebit_build.building.cache.compiler import Launcher, compile_languages
 from onebit_build.building.cmake import Tools
 from onebit_build.building.downloads import cmake_defines
@@ -181,3 +183,32 @@ def dependency_inputs(comp: Component, done: list[ComponentBuild]) -> tuple[tupl
             out.append((d.name, f"{d.key or '?'}:{assembled}"))
     return tuple(out)
 
+
+
+def portable_key(builds: list[ComponentBuild], workspace_root: Path) -> str | None:
+    """One key for the recipe's whole build, the same in every workspace (what a binary cache
+    files it under): each component's key document with the workspace's path, and the keys of
+    the components before it (which name their folders), mapped out. None while a key is not
+    known. Pure."""
+    swaps: dict[str, str] = {str(workspace_root): "<workspace>"}
+    parts = []
+    for cb in builds:
+        if cb.key is None or cb.toolchain is None:
+            return None
+        doc = _mapped(key_doc(cb.request, cb.toolchain), swaps)
+        key = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+        swaps.update({cb.key: key, cb.key[:16]: key[:16]})
+        parts.append(f"{cb.name}={key}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest() if parts else None
+
+
+def _mapped(value: Any, swaps: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        for old, new in swaps.items():
+            value = value.replace(old, new)
+        return value
+    if isinstance(value, dict):
+        return {k: _mapped(v, swaps) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_mapped(v, swaps) for v in value]
+    return value
