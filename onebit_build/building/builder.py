@@ -147,8 +147,8 @@ def key_doc(req: BuildRequest, toolchain: Toolchain) -> dict:
     """What the build key hashes (the binary cache maps the workspace out of it). Pure. Not the assembly: a
     changed rule re-assembles the prefix in the same build dir (its stamp records that digest)."""
     return {
-        "schema": STAMP_SCHEMA, "recipe": req.recipe, "component": req.component.name, "source_dir": str(req.source_dir),
-        "source_commit": req.source_commit,
+        "schema": STAMP_SCHEMA, "recipe": req.recipe, "component": req.component.name,
+        "source_dir": str(req.source_dir), "source_commit": req.source_commit,
         "patch_digest": req.patch_digest,  # not the patched head: the key is known before the tree is made
         "build_type": req.component.build_type, "defines": list(req.defines), "targets": list(req.component.targets),
         "env": list(req.env), "toolchain": {k: v for k, v in toolchain.as_dict().items() if k != "launcher"},
