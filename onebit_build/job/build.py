@@ -197,8 +197,7 @@ def build_part(job: Job, until: Stage = Stage.BUILD, binary_cache: CacheOptions 
     ``binary_cache``, the build is first asked of that registry."""
     recipe = job.recipe
     planned = {c.name: c.requested for c in job.plan.components}
-    started = utc_now()
-    key = None
+    started, key = utc_now(), None
     if until >= Stage.BUILD:  # every requirement the build will meet, named at once before anything starts
         check_before_build(recipe, job.pins, job.workspace, planned=planned)
         key = signing_key_from(job.settings.signing_key, os.environ)  # a bad key stops it here
