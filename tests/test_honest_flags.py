@@ -19,6 +19,7 @@ DRY_RUN_USERS = [c.name for c in commands() if c.dry_run]
 REQUIRED = {
     "install": ["--prefix", "PREFIX"],
     "verify-run": ["--working", "WORKING"],
+    "verify-provenance": ["PATH"],
     "patches": ["export", "llama"],
     "pins": ["lock"],
     "completion": ["bash"],

@@ -102,6 +102,7 @@ class BuildResult:
     defines: tuple[tuple[str, str], ...] = ()  # what the initial cache set, but the launchers (see cache.compiler)
     prefix_maps: tuple[PrefixMap, ...] = ()  # the folders mapped out of the objects
     compiler_cache: dict = field(default_factory=dict)  # cache.session.CacheReport.to_dict(), or describe() when reused
+    key_inputs: Mapping[str, object] = field(default_factory=dict)  # what the key is made of (key_doc)
 
 
 # --------------------------------------------------------------------------- pure decisions
@@ -135,26 +136,23 @@ def resolve_refs(value: str, *, pins: Mapping[str, Pin], components: Mapping[str
 
 def build_key(req: BuildRequest, toolchain: Toolchain) -> str:
     """Everything that shapes the build goes into its key; a change in any of it gives a new dir."""
-    return hashlib.sha256(json.dumps(key_doc(req, toolchain), sort_keys=True).encode()).hexdigest()
+    return key_of_inputs(key_doc(req, toolchain))
+
+
+def key_of_inputs(doc: Mapping[str, object]) -> str:  # what key_doc gives, or a statement records
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
 def key_doc(req: BuildRequest, toolchain: Toolchain) -> dict:
     """What the build key hashes (the binary cache maps the workspace out of it). Pure. Not the assembly: a
     changed rule re-assembles the prefix in the same build dir (its stamp records that digest)."""
     return {
-        "schema": STAMP_SCHEMA,
-        "recipe": req.recipe,
-        "component": req.component.name,
-        "source_dir": str(req.source_dir),
-        "source_commit": req.source_commit,
+        "schema": STAMP_SCHEMA, "recipe": req.recipe, "component": req.component.name,
+        "source_dir": str(req.source_dir), "source_commit": req.source_commit,
         "patch_digest": req.patch_digest,  # not the patched head: the key is known before the tree is made
-        "build_type": req.component.build_type,
-        "defines": list(req.defines),
-        "targets": list(req.component.targets),
-        "env": list(req.env),
-        "toolchain": {k: v for k, v in toolchain.as_dict().items() if k != "launcher"},
-        "path_maps": PATH_MAPS,
-        "languages": list(req.languages),
+        "build_type": req.component.build_type, "defines": list(req.defines), "targets": list(req.component.targets),
+        "env": list(req.env), "toolchain": {k: v for k, v in toolchain.as_dict().items() if k != "launcher"},
+        "path_maps": PATH_MAPS, "languages": list(req.languages),
         **({"inputs": list(req.inputs)} if req.inputs else {}),
     }
 
@@ -304,9 +302,9 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
 
     def result(outs: tuple[Output, ...], reused: bool, cache: dict) -> BuildResult:
         return BuildResult(component=req.component.name, build_dir=bdir, key=key, reused=reused, outputs=outs,
-                           toolchain=toolchain,
-                           configure_argv=tuple(conf), build_argv=tuple(bld), seconds=time.monotonic() - t0,
-                           defines=defines, prefix_maps=maps, compiler_cache=cache)
+                           toolchain=toolchain, configure_argv=tuple(conf), build_argv=tuple(bld),
+                           seconds=time.monotonic() - t0, defines=defines, prefix_maps=maps, compiler_cache=cache,
+                           key_inputs=key_doc(req, toolchain))
 
     reused = None if req.fresh else _reusable(req, key, bdir)
     if reused is not None:

@@ -52,11 +52,13 @@ class FromOptions:
 
 
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
-    """Build if needed, then copy the relocatable ``bin/`` tree and the manifest into a prefix."""
-    from onebit_build.building.install import install_tree
+    """Build if needed, then copy the relocatable ``bin/`` tree, the manifest and the build's
+    provenance statement, SBOM and link into a prefix."""
+    from onebit_build.building.install import MANIFEST_REL, install_tree
     from onebit_build.core import ui
     from onebit_build.core.errors import ConfigError
     from onebit_build.core.workspace import check_target_folder
+    from onebit_build.evidence.emit import carried, clear_stale
     from onebit_build.job.model import Needs, open_job
     from onebit_build.job.run import run as run_job
 
@@ -73,7 +75,9 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
             return 0
         built = run_job(job, Stage.BUILD).built
         assert built is not None  # a job run up to the build has built
-        files = install_tree(built.builds, built.manifest, opts.prefix)
+        evidence = carried(built.manifest.parent)
+        files = install_tree(built.builds, built.manifest, opts.prefix, evidence)
+        clear_stale(opts.prefix / MANIFEST_REL.parent, keep={f.name for f in evidence})  # an older install's
         ui.answer(f"installed {len(files)} file(s) into {opts.prefix}")
         ui.info(f"  run: {opts.prefix / 'bin' / 'llama-server'} -m MODEL.gguf")
         return 0
