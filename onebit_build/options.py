@@ -122,6 +122,7 @@ class Options:
     junit: Path | None = None  # --junit: the checks as JUnit XML (smoke, verify-run)
     # --compiler-cache, --compiler-cache-url, --compiler-cache-dist
     compiler_cache: CacheRequest = field(default_factory=CacheRequest)
+    signing_key: Path | None = None  # --signing-key: the PEM file (read when the build's evidence is signed)
     # Every parsed argument, read-only: a command module reads its own options from it (and
     # checks them there) rather than growing this class by a field.
     args: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
@@ -232,6 +233,7 @@ def from_args(ns: argparse.Namespace) -> Options:
         run_dir=_path(get("run_dir"), "--run-dir"), junit=_path(get("junit"), "--junit"),
         compiler_cache=request_from(get("compiler_cache"), get("compiler_cache_url"), os.environ,
                                     dist=get("compiler_cache_dist")),
+        signing_key=_path(get("signing_key"), "--signing-key"),
         args=MappingProxyType(dict(vars(ns))),
     )
 

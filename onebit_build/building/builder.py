@@ -95,20 +95,25 @@ class BuildResult:
     defines: tuple[tuple[str, str], ...] = ()  # what the initial cache set, but the launchers (see cache.compiler)
     prefix_maps: tuple[PrefixMap, ...] = ()  # the folders mapped out of the objects
     compiler_cache: dict = field(default_factory=dict)  # cache.session.CacheReport.to_dict(), or describe() when reused
+    key_inputs: Mapping[str, object] = field(default_factory=dict)  # what the key is made of (key_doc)
 
 
 # --------------------------------------------------------------------------- pure decisions
 
 
-def resolve_refs(value: str, *, pins: Mapping[str, Pin], components: Mapping[str, Mapping[str, str]]) -> str:
-    """Replace ``${pin.SRC.FIELD}`` and ``${COMPONENT.FIELD}`` in ``value``."""
+def resolve_refs(value: str, *, pins: Mapping[str, Pin], components: Mapping[str, Mapping[str, str]],
+                 trees: Mapping[str, Path] | None = None) -> str:
+    """Replace ``${pin.SRC.FIELD}`` (``tree``: SRC's folder in ``trees``) and ``${COMPONENT.FIELD}``."""
 
     def sub(m: re.Match[str]) -> str:
         ref = m.group(1)
         parts = ref.split(".")
         if parts[0] == "pin":
-            src = ".".join(parts[1:-1])
-            field = parts[-1]
+            src, field = ".".join(parts[1:-1]), parts[-1]
+            if field == "tree":
+                if trees is None or src not in trees:
+                    raise ConfigError(f"${{{ref}}}: {src} has no prepared tree here", hint="the patch stage makes it")
+                return str(trees[src])
             pin = pins[src]
             values = {"commit": pin.commit, "short": pin.commit[:7], "build_number": pin.build_number or "",
                       "branch": pin.branch or ""}
@@ -124,28 +129,25 @@ def resolve_refs(value: str, *, pins: Mapping[str, Pin], components: Mapping[str
 
 def build_key(req: BuildRequest, toolchain: Toolchain) -> str:
     """Everything that shapes the build goes into its key; a change in any of it gives a new dir."""
-    doc = {
-        "schema": STAMP_SCHEMA,
-        "recipe": req.recipe,
-        "component": req.component.name,
-        "source_dir": str(req.source_dir),
-        "source_commit": req.source_commit,
-        # The patched head is not in it: the commit and the patches' bytes make it (fixed
-        # identity and date), so the key is known before the tree is prepared.
-        "patch_digest": req.patch_digest,
-        "build_type": req.component.build_type,
-        "defines": list(req.defines),
-        "targets": list(req.component.targets),
-        "env": list(req.env),
-        "toolchain": {k: v for k, v in toolchain.as_dict().items() if k != "launcher"},
-        "path_maps": PATH_MAPS,
-        "languages": list(req.languages),
-    }
-    if req.inputs:
-        doc["inputs"] = list(req.inputs)
-    # The assembly is not part of the key: a changed rule re-assembles the prefix in the
-    # same build dir (the stamp records the assembly digest) instead of recompiling.
+    return key_of_inputs(key_doc(req, toolchain))
+
+
+def key_of_inputs(doc: Mapping[str, object]) -> str:  # what key_doc gives, or a statement records
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def key_doc(req: BuildRequest, toolchain: Toolchain) -> dict:
+    """What the build key hashes (the binary cache maps the workspace out of it). Pure. Not the assembly: a
+    changed rule re-assembles the prefix in the same build dir (its stamp records that digest)."""
+    return {
+        "schema": STAMP_SCHEMA, "recipe": req.recipe, "component": req.component.name,
+        "source_dir": str(req.source_dir), "source_commit": req.source_commit,
+        "patch_digest": req.patch_digest,  # not the patched head: the key is known before the tree is made
+        "build_type": req.component.build_type, "defines": list(req.defines), "targets": list(req.component.targets),
+        "env": list(req.env), "toolchain": {k: v for k, v in toolchain.as_dict().items() if k != "launcher"},
+        "path_maps": PATH_MAPS, "languages": list(req.languages),
+        **({"inputs": list(req.inputs)} if req.inputs else {}),
+    }
 
 
 def build_dir_for(req: BuildRequest, key: str) -> Path:
@@ -244,9 +246,9 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
 
     def result(outs: tuple[Output, ...], reused: bool, cache: dict) -> BuildResult:
         return BuildResult(component=req.component.name, build_dir=bdir, key=key, reused=reused, outputs=outs,
-                           toolchain=toolchain,
-                           configure_argv=tuple(conf), build_argv=tuple(bld), seconds=time.monotonic() - t0,
-                           defines=defines, prefix_maps=maps, compiler_cache=cache)
+                           toolchain=toolchain, configure_argv=tuple(conf), build_argv=tuple(bld),
+                           seconds=time.monotonic() - t0, defines=defines, prefix_maps=maps, compiler_cache=cache,
+                           key_inputs=key_doc(req, toolchain))
 
     reused = None if req.fresh else _reusable(req, key, bdir)
     if reused is not None:
