@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # for the annotations only: the module itself is imported whe
 def refuse_unused_flags(opts: Options, cmd: Command) -> None:
     """A global flag is honoured by every command or refused (exit 2), never ignored."""
     given = {"--dry-run": (opts.dry_run and cmd.name != "plan", "dry_run"),
-             "--model": (opts.model is not None, "takes_model"), "--fresh": (opts.fresh, "builds")}
+             "--model": (opts.model is not None, "takes_model"), "--fresh": (opts.fresh, "builds"),
+             "--signing-key": (opts.signing_key is not None, "builds")}
     for flag, (is_given, attr) in given.items():
         if is_given and not getattr(cmd, attr):
             users = [c.name for c in commands() if getattr(c, attr)]

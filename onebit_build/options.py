@@ -120,7 +120,9 @@ class Options:
     verify_run: VerifyRunOptions | None = None
     run_dir: Path | None = None  # --run-dir: this invocation's run folder (new or empty)
     junit: Path | None = None  # --junit: the checks as JUnit XML (smoke, verify-run)
-    compiler_cache: CacheRequest = field(default_factory=CacheRequest)  # --compiler-cache, --compiler-cache-url
+    # --compiler-cache, --compiler-cache-url, --compiler-cache-dist
+    compiler_cache: CacheRequest = field(default_factory=CacheRequest)
+    signing_key: Path | None = None  # --signing-key: the PEM file (read when the build's evidence is signed)
     # Every parsed argument, read-only: a command module reads its own options from it (and
     # checks them there) rather than growing this class by a field.
     args: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
@@ -229,7 +231,9 @@ def from_args(ns: argparse.Namespace) -> Options:
         bench=_bench_options(get) if command == "bench" else None,
         verify_run=_verify_run_options(get) if command == "verify-run" else None,
         run_dir=_path(get("run_dir"), "--run-dir"), junit=_path(get("junit"), "--junit"),
-        compiler_cache=request_from(get("compiler_cache"), get("compiler_cache_url"), os.environ),
+        compiler_cache=request_from(get("compiler_cache"), get("compiler_cache_url"), os.environ,
+                                    dist=get("compiler_cache_dist")),
+        signing_key=_path(get("signing_key"), "--signing-key"),
         args=MappingProxyType(dict(vars(ns))),
     )
 

@@ -81,7 +81,19 @@ MISSED = {
     "LLAMA_USE_PREBUILT_UI": (
         "LLAMA_USE_PREBUILT_UI=OFF is missing: the fork downloads its prebuilt web UI at build time by default "
         "(CMakeLists.txt), which breaks --offline and mirrors"),
+    "LIBHRX_BUILD_HIP_BINDING": (
+        "LIBHRX_BUILD_HIP_BINDING=OFF is missing: with libhrx's HIP binding on (its default in libhrx/project.cmake) "
+        "ROCm/hrx's CMakeLists.txt fetches zstd at configure time, a download nobody hands it"),
+    "IREE_ENABLE_LIBBACKTRACE": (
+        "IREE_ENABLE_LIBBACKTRACE=OFF is missing: where it is ON, ROCm/hrx's configure fetches libbacktrace "
+        "(iree_configure_libbacktrace()), a download nobody hands it"),
+    "AMDF_BUILD": (
+        "AMDF_BUILD=OFF is missing: ROCm/hrx builds libamdf whenever the AMDGPU driver is on (libamdf/project.cmake), "
+        "and its lock's amdf_wkmi files are downloads; the fork links no libamdf target"),
 }
+# The locked download each of those options brings in, as CMake names it when nobody handed it over.
+UNSERVED = {"zstd": "LIBHRX_BUILD_HIP_BINDING", "libbacktrace": "IREE_ENABLE_LIBBACKTRACE",
+            "amdf_wkmi_header": "AMDF_BUILD"}
 
 
 def missed_requirements(text: str) -> list[str]:
@@ -97,6 +109,9 @@ def missed_requirements(text: str) -> list[str]:
         found.append(MISSED["LLAMA_BUILD_UI"])
     if "would download the prebuilt web UI" in text:
         found.append(MISSED["LLAMA_USE_PREBUILT_UI"])
+    for name in re.findall(r"dependency\s+(\w+)\s+to\s+already\s+be\s+populated", text):
+        if name in UNSERVED and MISSED[UNSERVED[name]] not in found:
+            found.append(MISSED[UNSERVED[name]])
     return found
 
 

@@ -37,7 +37,8 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 def test_project_pins_and_default_recipe_load():
     pins = load_pins(REPO / "pins.yaml")
-    assert set(pins.sources) == {"llama.cpp", "llama.cpp-hrx", "hrx", "hrx-system"}
+    assert set(pins.sources) == {"llama.cpp", "llama.cpp-hrx", "hrx", "hrx-system", "llama.cpp-hrx0", "hrx-system-hrx0"}
+    assert pins.sources["llama.cpp-hrx0"].resolved and pins.sources["hrx-system-hrx0"].resolved  # full SHAs
     up = pins.sources["llama.cpp"]
     assert up.commit == "0c1e57098bba43ac29e6e3b677cdceebdd22334f" and up.resolved
     assert up.mirrors[0].package == "llama-cpp-python" and up.mirrors[0].version == "0.3.36"

@@ -19,10 +19,12 @@ DRY_RUN_USERS = [c.name for c in commands() if c.dry_run]
 REQUIRED = {
     "install": ["--prefix", "PREFIX"],
     "verify-run": ["--working", "WORKING"],
+    "verify-provenance": ["PATH"],
     "patches": ["export", "llama"],
     "pins": ["lock"],
     "completion": ["bash"],
     "model": ["pull"],
+    "publish": ["oci://127.0.0.1:9/builds"],
 }
 
 

@@ -33,6 +33,11 @@ DROPPED = {
     "LLAMA_USE_PREBUILT_UI": ("LLAMA_USE_PREBUILT_UI", "LLAMA_BUILD_UI"),
     "loom-link": (),
     "downloads": ("downloads",),
+    # The pinned stack without surprises: each one, taken away, brings in a configure-time
+    # download that nothing hands over (the tool passes FETCHCONTENT_FULLY_DISCONNECTED=ON).
+    "LIBHRX_BUILD_HIP_BINDING": ("LIBHRX_BUILD_HIP_BINDING",),
+    "IREE_ENABLE_LIBBACKTRACE": ("IREE_ENABLE_LIBBACKTRACE",),
+    "AMDF_BUILD": ("AMDF_BUILD",),
 }
 
 

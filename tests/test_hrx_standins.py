@@ -288,3 +288,22 @@ def test_standin_loom_link_takes_the_forks_command_line_only(built, tmp_path):
 
 
 # --------------------------------------------------------------------------- proof that they matter
+
+
+def test_provenance_names_the_outputs_of_all_three_build_folders(built):
+    """Each component's outputs, from its own build folder (the assembled prefix by its files),
+    are subjects that verify-provenance finds and matches; the three build keys come again from
+    their recorded inputs."""
+    man = built["man"]
+    folder = Path(comp(man, "llama")["build_dir"])
+    statement = json.loads((folder / "provenance.json").read_text())
+    by_component: dict[str, int] = {}
+    for s in statement["subject"]:
+        by_component[s["annotations"]["component"]] = by_component.get(s["annotations"]["component"], 0) + 1
+    assert set(by_component) == {"hrx-runtime", "loom-link", "llama"}
+    assert all(s["name"] != "onebit-prefix" for s in statement["subject"])
+    out = run_cli(built["root"], "--workspace", str(built["ws"]), "verify-provenance", str(folder))
+    n = len(statement["subject"])
+    assert out.returncode == 12 and "UNVERIFIED: the statement is unsigned" in out.stderr, out.stderr
+    assert re.search(rf"subjects +ok +{n}/{n} files match", out.stderr), out.stderr
+    assert re.search(r"build key +ok +3/3 recomputed", out.stderr) and re.search(r"materials +ok ", out.stderr)

@@ -157,7 +157,7 @@ def test_plan_json_is_what_the_builder_computes(name, tmp_path):
     recipe = load_recipe(REPO / "recipes" / f"{name}.yaml", pins)
     workspace = Workspace(root=ws)
     launcher = resolve_cache(CacheRequest())
-    trees = {c.source: planned_tree(pins.get(c.source), workspace, REPO / "patches") for c in recipe.components}
+    trees = {n: planned_tree(pins.get(n), workspace, REPO / "patches") for n in recipe.sources_in_order()}
     inputs = BuildInputs(trees=trees, downloaded={}, fields={}, build_root=workspace.build_dir, launcher=launcher,
                          tools=find_tools(), log=lambda n: tmp_path / n, recipes_dir=REPO / "recipes")
     planned = {c["name"]: c for c in doc["components"]}

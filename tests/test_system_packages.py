@@ -16,7 +16,7 @@ LIST = REPO / "system-packages.txt"
 INSTALL = "xargs -a system-packages.txt apt-get install -y --no-install-recommends"
 # Programs the tests need from the system, and the package that brings each.
 NEEDED = {"redis-server": "redis-server", "ccache": "ccache", "glslc": "glslc", "shellcheck": "shellcheck",
-          "git": "git"}
+          "git": "git", "docker-registry": "docker-registry", "bwrap": "bubblewrap", "ip": "iproute2"}
 
 
 def packages() -> list[str]:

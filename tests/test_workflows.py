@@ -351,3 +351,15 @@ def test_summary_links_lead_to_the_run_on_github(tmp_path):
     text = summary.read_text()
     assert f"[list-devices]({url}#artifacts)" in text and f"[CPU]({url}#artifacts)" in text
     assert "](logs/" not in text and "[llama.cpp](https://github.com/ggml-org/llama.cpp)" in text
+
+
+def test_ci_attests_the_built_server_with_githubs_provenance_action():
+    """GitHub's build provenance of llama-server: the job may mint an id-token and write
+    attestations, the action is pinned by a full SHA and attests the server the job built."""
+    job = load("ci.yml")["jobs"]["test"]
+    assert job["permissions"]["id-token"] == "write" and job["permissions"]["attestations"] == "write"
+    attest = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/attest-build-provenance@"))
+    assert re.fullmatch(r"actions/attest-build-provenance@[0-9a-f]{40}", attest["uses"])
+    assert attest["with"]["subject-path"] == "${{ steps.server.outputs.path }}"
+    server = next(s for s in job["steps"] if s.get("id") == "server")
+    assert "onebit-build -q --recipe default location" in server["run"] and server["if"] == attest["if"]

@@ -18,18 +18,19 @@ from onebit_build.core import ui
 from onebit_build.building.cmake import (Tools, build_argv, configure_argv, find_tools, init_cache_text,
                                          write_init_cache)
 from onebit_build.building.cache import shaders
+from onebit_build.building.cache.dist import debug_build
 from onebit_build.building.cache.session import CacheSession
 from onebit_build.building.cache.compiler import (LAUNCHER_LANGUAGES, NO_LAUNCHER, Launcher, PrefixMap, describe,
                                                   launcher_defines, nested_project_env, prefix_maps, with_prefix_maps)
 from onebit_build.core.config import REF_RE, Component
-from onebit_build.core.names import relative_inside
 from onebit_build.core.pins import Pin
 from onebit_build.core.errors import BuildError, CommandError, ConfigError, ToolMissingError
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
 from onebit_build.building.compilers import compiler_path, missing_compiler
-from onebit_build.building.objects import repair_cross_file_hits
+from onebit_build.building.objects import repair_cross_file_hits, replace_objects
 from onebit_build.core.proc import run, version_line
 from onebit_build.building.assemble import assemble, prefix_path
+from onebit_build.building.outputs import Output, declared_outputs, tree_digest
 
 if TYPE_CHECKING:
     from onebit_build.building.assemble import AssemblePlan
@@ -81,14 +82,6 @@ class BuildRequest:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Output:
-    name: str
-    path: Path
-    sha256: str
-    size: int
-
-
-@dataclass(frozen=True, kw_only=True)
 class BuildResult:
     component: str
     build_dir: Path
@@ -102,20 +95,25 @@ class BuildResult:
     defines: tuple[tuple[str, str], ...] = ()  # what the initial cache set, but the launchers (see cache.compiler)
     prefix_maps: tuple[PrefixMap, ...] = ()  # the folders mapped out of the objects
     compiler_cache: dict = field(default_factory=dict)  # cache.session.CacheReport.to_dict(), or describe() when reused
+    key_inputs: Mapping[str, object] = field(default_factory=dict)  # what the key is made of (key_doc)
 
 
 # --------------------------------------------------------------------------- pure decisions
 
 
-def resolve_refs(value: str, *, pins: Mapping[str, Pin], components: Mapping[str, Mapping[str, str]]) -> str:
-    """Replace ``${pin.SRC.FIELD}`` and ``${COMPONENT.FIELD}`` in ``value``."""
+def resolve_refs(value: str, *, pins: Mapping[str, Pin], components: Mapping[str, Mapping[str, str]],
+                 trees: Mapping[str, Path] | None = None) -> str:
+    """Replace ``${pin.SRC.FIELD}`` (``tree``: SRC's folder in ``trees``) and ``${COMPONENT.FIELD}``."""
 
     def sub(m: re.Match[str]) -> str:
         ref = m.group(1)
         parts = ref.split(".")
         if parts[0] == "pin":
-            src = ".".join(parts[1:-1])
-            field = parts[-1]
+            src, field = ".".join(parts[1:-1]), parts[-1]
+            if field == "tree":
+                if trees is None or src not in trees:
+                    raise ConfigError(f"${{{ref}}}: {src} has no prepared tree here", hint="the patch stage makes it")
+                return str(trees[src])
             pin = pins[src]
             values = {"commit": pin.commit, "short": pin.commit[:7], "build_number": pin.build_number or "",
                       "branch": pin.branch or ""}
@@ -131,28 +129,25 @@ def resolve_refs(value: str, *, pins: Mapping[str, Pin], components: Mapping[str
 
 def build_key(req: BuildRequest, toolchain: Toolchain) -> str:
     """Everything that shapes the build goes into its key; a change in any of it gives a new dir."""
-    doc = {
-        "schema": STAMP_SCHEMA,
-        "recipe": req.recipe,
-        "component": req.component.name,
-        "source_dir": str(req.source_dir),
-        "source_commit": req.source_commit,
-        # The patched head is not in it: the commit and the patches' bytes make it (fixed
-        # identity and date), so the key is known before the tree is prepared.
-        "patch_digest": req.patch_digest,
-        "build_type": req.component.build_type,
-        "defines": list(req.defines),
-        "targets": list(req.component.targets),
-        "env": list(req.env),
-        "toolchain": {k: v for k, v in toolchain.as_dict().items() if k != "launcher"},
-        "path_maps": PATH_MAPS,
-        "languages": list(req.languages),
-    }
-    if req.inputs:
-        doc["inputs"] = list(req.inputs)
-    # The assembly is not part of the key: a changed rule re-assembles the prefix in the
-    # same build dir (the stamp records the assembly digest) instead of recompiling.
+    return key_of_inputs(key_doc(req, toolchain))
+
+
+def key_of_inputs(doc: Mapping[str, object]) -> str:  # what key_doc gives, or a statement records
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def key_doc(req: BuildRequest, toolchain: Toolchain) -> dict:
+    """What the build key hashes (the binary cache maps the workspace out of it). Pure. Not the assembly: a
+    changed rule re-assembles the prefix in the same build dir (its stamp records that digest)."""
+    return {
+        "schema": STAMP_SCHEMA, "recipe": req.recipe, "component": req.component.name,
+        "source_dir": str(req.source_dir), "source_commit": req.source_commit,
+        "patch_digest": req.patch_digest,  # not the patched head: the key is known before the tree is made
+        "build_type": req.component.build_type, "defines": list(req.defines), "targets": list(req.component.targets),
+        "env": list(req.env), "toolchain": {k: v for k, v in toolchain.as_dict().items() if k != "launcher"},
+        "path_maps": PATH_MAPS, "languages": list(req.languages),
+        **({"inputs": list(req.inputs)} if req.inputs else {}),
+    }
 
 
 def build_dir_for(req: BuildRequest, key: str) -> Path:
@@ -204,56 +199,6 @@ def built_without_compiler(req: BuildRequest) -> tuple[Toolchain, str] | None:
 # --------------------------------------------------------------------------- the stage
 
 
-def _outputs(component: Component, build_dir: Path) -> tuple[Output, ...]:
-    """The declared outputs. A value with a ``*`` is a glob: each regular file it matches
-    (symbolic links are skipped: they name a file that is already listed) is one output.
-    Every output must lie inside the build folder once symbolic links are followed."""
-    outs = []
-    for name, rel in component.outputs:
-        if not relative_inside(rel):  # the recipe was checked at load; a Component made elsewhere may not be
-            raise ConfigError(f"{component.name}: output {name} ({rel}) leaves the build folder",
-                              hint="fix 'outputs' in the recipe")
-        check = _inside(component, build_dir)
-        if "*" in rel:
-            matches = sorted(p for p in build_dir.glob(rel) if p.is_file() and not p.is_symlink())
-            if not matches:
-                raise BuildError(f"{component.name}: output {name} ({rel}) matched no file in {build_dir}",
-                                 hint="check 'outputs' in the recipe")
-            outs += [Output(name=p.name, path=check(p), sha256=sha256_file(p), size=p.stat().st_size) for p in matches]
-            continue
-        p = build_dir / rel
-        if not p.exists():
-            raise BuildError(f"{component.name}: expected output {name} at {p} is missing",
-                             hint="check 'outputs' in the recipe against the targets built")
-        for inner in (p, *(p.rglob("*") if p.is_dir() else ())):
-            check(inner)
-        outs.append(Output(name=name, path=p, sha256=sha256_file(p) if p.is_file() else _tree_digest(p),
-                           size=p.stat().st_size if p.is_file() else 0))
-    return tuple(outs)
-
-
-def _inside(component: Component, build_dir: Path):
-    """A check that an output path, its symbolic links followed, stays in ``build_dir``."""
-    root = build_dir.resolve()
-
-    def check(path: Path) -> Path:
-        real = path.resolve()
-        if real != root and root not in real.parents:
-            raise BuildError(f"{component.name}: output {path} leads outside the build folder (to {real})",
-                             hint="the build linked it out of its folder; fix the recipe's outputs or the build")
-        return path
-
-    return check
-
-
-def _tree_digest(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(f"{p.relative_to(root)}\0{sha256_file(p)}\n".encode())
-    return h.hexdigest()
-
-
 def key_of(req: BuildRequest, tools: Tools, environ: Mapping[str, str] | None = None
            ) -> tuple[Toolchain, str, ToolMissingError | None]:
     """The toolchain and build key of a request. With no compiler, a finished build folder of
@@ -276,7 +221,8 @@ def configure_defines(req: BuildRequest, build_dir: Path,
     """What the initial cache sets besides the launchers: the request's defines with the
     source and build folders mapped out of every object."""
     env = {**(os.environ if environ is None else environ), **dict(req.env)}
-    return with_prefix_maps(req.defines, prefix_maps(req.source_dir, build_dir), req.languages, environ=env)
+    return with_prefix_maps(req.defines, prefix_maps(req.source_dir, build_dir), req.languages, environ=env,
+                            plain_debug=bool(req.launcher.dist) and debug_build(req.defines, req.component.build_type))
 
 
 def init_cache_of(defines: Sequence[tuple[str, str]], launcher: Launcher, languages: Sequence[str],
@@ -300,9 +246,9 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
 
     def result(outs: tuple[Output, ...], reused: bool, cache: dict) -> BuildResult:
         return BuildResult(component=req.component.name, build_dir=bdir, key=key, reused=reused, outputs=outs,
-                           toolchain=toolchain,
-                           configure_argv=tuple(conf), build_argv=tuple(bld), seconds=time.monotonic() - t0,
-                           defines=defines, prefix_maps=maps, compiler_cache=cache)
+                           toolchain=toolchain, configure_argv=tuple(conf), build_argv=tuple(bld),
+                           seconds=time.monotonic() - t0, defines=defines, prefix_maps=maps, compiler_cache=cache,
+                           key_inputs=key_doc(req, toolchain))
 
     reused = None if req.fresh else _reusable(req, key, bdir)
     if reused is not None:
@@ -319,7 +265,7 @@ def build(req: BuildRequest, tools: Tools | None = None) -> BuildResult:
     write_state(stamp_path, STAMP_KIND, STAMP_SCHEMA,
                 {"key": key, "complete": False, "request": _request_doc(req, toolchain)})
     cache = _configure_and_build(req, tools, bdir, defines, conf, bld, env)
-    outs = _outputs(req.component, bdir) + _assemble_prefix(req, bdir, tools)
+    outs = declared_outputs(req.component, bdir) + _assemble_prefix(req, bdir, tools)
     write_state(stamp_path, STAMP_KIND, STAMP_SCHEMA, {
         "key": key, "complete": True, "request": _request_doc(req, toolchain), "assemble": _assemble_digest(req),
         "outputs": [{"name": o.name, "path": str(o.path), "sha256": o.sha256, "size": o.size} for o in outs],
@@ -333,7 +279,7 @@ def _reusable(req: BuildRequest, key: str, bdir: Path) -> tuple[Output, ...] | N
     try:
         stamp = read_state(bdir / "onebit-build.json", STAMP_KIND, STAMP_SCHEMA)
         if stamp.get("key") == key and stamp.get("complete") and stamp.get("assemble") == _assemble_digest(req):
-            outs = _outputs(req.component, bdir) + _prefix_output(req, bdir)
+            outs = declared_outputs(req.component, bdir) + _prefix_output(req, bdir)
             recorded = {o["name"]: o["sha256"] for o in stamp.get("outputs", [])}
             if all(recorded.get(o.name) == o.sha256 for o in outs):
                 return outs
@@ -346,7 +292,8 @@ def _configure_and_build(req: BuildRequest, tools: Tools, bdir: Path, defines: t
                          conf: list[str], bld: list[str], env: dict[str, str]) -> dict:
     """Configure and build through the compiler cache; what the cache did (its one warning
     line, if any, printed)."""
-    session = CacheSession(req.launcher, source_dir=req.source_dir, build_dir=bdir)
+    session = CacheSession(req.launcher, source_dir=req.source_dir, build_dir=bdir, defines=defines,
+                           build_type=req.component.build_type, ninja=tools.ninja)
     shader_run = None
     try:
         with session:
@@ -371,7 +318,7 @@ def _configure_and_build(req: BuildRequest, tools: Tools, bdir: Path, defines: t
                                             {**os.environ, **run_env})
                 run(bld, log=req.log, env={**run_env, **nested}, on_line=on_line, what=f"build of {req.component.name}",
                     tail=40)
-            cross = _repair_cross_file_hits(req, tools, bdir, bld, {**run_env, **nested}, session.launcher.active)
+            cross = _repair_objects(req, tools, bdir, bld, {**run_env, **nested}, session)
     except CommandError as exc:
         raise BuildError(str(exc.message), hint=f"the last lines are above; full log {req.log}",
                          detail=exc.tail) from None
@@ -393,18 +340,22 @@ def _configure_and_build(req: BuildRequest, tools: Tools, bdir: Path, defines: t
     return doc
 
 
-def _repair_cross_file_hits(req: BuildRequest, tools: Tools, bdir: Path, bld: list[str],
-                            env: dict[str, str], cached: bool) -> list[str]:
-    """A cache keys an object on its preprocessed text, so two sources that preprocess alike
-    get one entry, and the second object records the first one's file name: not the bytes the
-    compiler makes. Such objects are compiled again without the cache and linked again."""
-    if not cached:
-        return []
-    fixed, failed = repair_cross_file_hits(bdir, ninja=tools.ninja, env={**os.environ, **env})
-    for why in failed:
+def _repair_objects(req: BuildRequest, tools: Tools, bdir: Path, bld: list[str], env: dict[str, str],
+                    session: CacheSession) -> list[str]:
+    """Objects the cache served from another source's entry (a cache keys an object on its
+    preprocessed text: the second source's object records the first one's file name), and those
+    build servers compiled before a spot-check found one that differs (``cache.dist_watch``):
+    compiled again here, without the cache, and linked again."""
+    env = {**os.environ, **env}
+    fixed, failed = repair_cross_file_hits(bdir, ninja=tools.ninja, env=env) if session.launcher.active else ([], [])
+    remote = session.dist_after_build(lambda names: replace_objects(bdir, names, ninja=tools.ninja, env=env))
+    for why in failed + remote[1]:
         ui.warn(f"compiler cache: {why}; the outputs may differ from a build without the cache")
-    if fixed:
-        ui.info(f"  {len(fixed)} object(s) the cache served from another source's entry compiled again without it")
+    for n, what in ((len(fixed), "the cache served from another source's entry"),
+                    (len(remote[0]), "build servers made before distribution stopped")):
+        if n:
+            ui.info(f"  {n} object(s) {what} compiled again without it")
+    if fixed or remote[0]:
         run(bld, log=req.log, env=env, what=f"relink of {req.component.name}", tail=40)
     return fixed
 
@@ -424,7 +375,7 @@ def _prefix_output(req: BuildRequest, bdir: Path) -> tuple[Output, ...]:
     # carries) every library the prefix provides, those bundled from the build folder included.
     lib = prefix / "lib"
     libs = sorted(p for p in lib.glob("*.so*") if p.is_file() and not p.is_symlink()) if lib.is_dir() else []
-    return (Output(name="prefix", path=prefix, sha256=_tree_digest(prefix), size=0),
+    return (Output(name="prefix", path=prefix, sha256=tree_digest(prefix), size=0),
             *(Output(name=f"prefix/lib/{p.name}", path=p, sha256=sha256_file(p), size=p.stat().st_size) for p in libs))
 
 

@@ -40,10 +40,11 @@ class Item:
     link: bool = False  # copied as the symbolic link it is
 
 
-def install_items(builds: Sequence, manifest: Path) -> list[Item]:
+def install_items(builds: Sequence, manifest: Path, evidence: Sequence[Path] = ()) -> list[Item]:
     """Every output file of the builds (with the links beside a library that name it) into
-    ``bin/``, and the manifest into ``share/onebit-build/``. Two files for one name are an
-    error: the install would depend on their order."""
+    ``bin/``, and the manifest with the build's ``evidence`` (its provenance statement, SBOM
+    and link) into ``share/onebit-build/``. Two files for one name are an error: the install
+    would depend on their order."""
     items: dict[Path, Item] = {}
     # A folder output (an assembled prefix) is carried by its files, listed as outputs of their own.
     files = sorted({p for b in builds for o in b.outputs if not o.path.is_dir() for p in _output_files(o.path)})
@@ -61,6 +62,8 @@ def install_items(builds: Sequence, manifest: Path) -> list[Item]:
         for name, lib in sorted(build_tree_libraries(elves, root).items()):
             items.setdefault(Path("bin") / name, Item(source=lib, rel=Path("bin") / name))
     items[MANIFEST_REL] = Item(source=manifest, rel=MANIFEST_REL)
+    for f in evidence:
+        items[MANIFEST_REL.parent / f.name] = Item(source=f, rel=MANIFEST_REL.parent / f.name)
     return list(items.values())
 
 
@@ -92,10 +95,15 @@ def _output_files(path: Path) -> list[Path]:
     return [path, *(p for p in path.parent.iterdir() if p.is_symlink() and p.resolve() == path.resolve())]
 
 
-def install_tree(builds: Sequence, manifest: Path, prefix: Path) -> list[Path]:
-    """Install the builds' outputs and ``manifest`` into ``prefix`` (see the module text);
-    returns the installed paths. The prefix holds either the old install or the new one."""
-    items = install_items(builds, manifest)
+def install_tree(builds: Sequence, manifest: Path, prefix: Path, evidence: Sequence[Path] = ()) -> list[Path]:
+    """Install the builds' outputs, ``manifest`` and ``evidence`` into ``prefix`` (see the module
+    text); returns the installed paths. The prefix holds either the old install or the new one."""
+    return install_items_into(install_items(builds, manifest, evidence), prefix, builds)
+
+
+def install_items_into(items: Sequence[Item], prefix: Path, builds: Sequence = ()) -> list[Path]:
+    """Stage ``items`` inside ``prefix``, check that nothing loads from the ``builds``' folders,
+    then switch them in (see the module text)."""
     existed = prefix.exists()
     prefix.mkdir(parents=True, exist_ok=True)
     _sweep(prefix)

@@ -100,6 +100,9 @@ class Manifest:
     components: tuple[ComponentRecord, ...] = ()
     project_root: str | None = None  # absent in manifests written before it was recorded
     data_from: str | None = None
+    started: str | None = None  # UTC, when the build part began (absent in older manifests)
+    # The tool binaries the build ran, each {name, path, sha256, purl, components} (evidence.tools).
+    toolchain_files: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any], where: str = "manifest") -> "Manifest":
@@ -119,14 +122,17 @@ class Manifest:
         """The document, in the order and form :func:`make_manifest` writes it."""
         project = {k: v for k, v in (("project_root", self.project_root), ("data_from", self.data_from))
                    if v is not None}
+        times = {"started": self.started} if self.started else {}
         return {
             "tool": dict(self.tool),
             **project,
+            **times,
             "created": self.created,
             "recipe": {"name": self.recipe, "path": self.recipe_path, "sha256": self.recipe_sha256,
                        "backends": list(self.backends)},
             "host": dict(self.host),
             "toolchain": dict(self.toolchain),
+            **({"toolchain_files": [dict(t) for t in self.toolchain_files]} if self.toolchain_files else {}),
             "sources": [_source_doc(s) for s in self.sources],
             "components": [_component_doc(c) for c in self.components],
         }
@@ -165,6 +171,8 @@ def _manifest_from_doc(doc: Mapping[str, Any], where: str) -> Manifest:
         components=tuple(_component_from_doc(c, where) for c in doc.get("components", [])),
         project_root=doc.get("project_root"),
         data_from=doc.get("data_from"),
+        started=doc.get("started"),
+        toolchain_files=tuple(dict(t) for t in doc.get("toolchain_files") or ()),
     )
 
 
@@ -221,6 +229,11 @@ def _component_doc(c: ComponentRecord) -> dict[str, Any]:
 # --------------------------------------------------------------------------- writing and finding
 
 
+def utc_now() -> str:
+    """The time now in UTC, as the manifest and the statements write it: ``2026-12-03T10:17:10Z``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def host_info() -> dict[str, str]:
     info = {
         "hostname": socket.gethostname(),
@@ -275,7 +288,7 @@ def make_manifest(recipe: Recipe, fetched: dict[str, FetchResult], trees: dict[s
     return {
         "tool": {"name": "onebit-build", "version": __version__},
         **(project or {}),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "created": utc_now(),
         "recipe": {"name": recipe.name, "path": str(recipe.path), "sha256": sha256_file(recipe.path),
                    "backends": list(recipe.backends)},
         "host": host_info(),

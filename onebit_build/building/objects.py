@@ -225,8 +225,16 @@ def repair_cross_file_hits(build_dir: Path, *, ninja: Path | None, env: Mapping[
     """Every object the cache served from another source's entry, compiled again without the
     cache in its place, and what Ninja links from it removed (the next build links it again).
     Returns (the objects replaced, what could not be)."""
+    names = [name for name, _source, _found in misnamed_objects(build_dir, ninja)]
+    return replace_objects(build_dir, names, ninja=ninja, env=env, launchers=launchers)
+
+
+def replace_objects(build_dir: Path, names: list[str], *, ninja: Path | None, env: Mapping[str, str] | None = None,
+                    launchers: tuple[str, ...] = ("sccache", "ccache")) -> tuple[list[str], list[str]]:
+    """Each object compiled again without any launcher in its place, and what Ninja links from
+    it removed. Returns (the objects replaced, why others could not be)."""
     fixed, failed = [], []
-    for name, _source, _found in misnamed_objects(build_dir, ninja):
+    for name in names:
         why = compile_in_place(build_dir, name, launchers=launchers, ninja=ninja, env=env)
         (failed if why else fixed).append(why or name)
         for made in dependents(build_dir, name, ninja) if ninja and not why else []:

@@ -21,10 +21,12 @@ def needs(cmd: Command, opts: Options) -> Needs:
     return Needs(git=cmd.git and opts.server is None, writes_project=cmd.writes_project, compiles=compiles)
 
 
-def job(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+def job(opts: Options, project: ProjectRoot, cmd: Command, binary_cache=None) -> int:
+    """The job up to the command's last stage; ``binary_cache``: the command's --binary-cache
+    (job.binary_cache.CacheOptions)."""
     assert cmd.until is not None  # every job command of the table names its last stage
     with open_job(opts, project, needs(cmd, opts)) as j:
-        done = run(j, cmd.until, skip=cmd.skip, server=opts.server)
+        done = run(j, cmd.until, skip=cmd.skip, server=opts.server, binary_cache=binary_cache)
         if cmd.until == Stage.BUILD and done.built is not None:
             ui.answer(str(built_answer(j, done.built)))
         return done.exit_code

@@ -78,6 +78,12 @@ def global_options(p: argparse.ArgumentParser, *, listed: bool) -> None:
         " none (default: $ONEBIT_COMPILER_CACHE, else auto); never part of the build key")
     add("--compiler-cache-url", metavar="redis://HOST:PORT", help="a Redis shared by every machine and CI (also"
         " $ONEBIT_COMPILER_CACHE_URL; sccache's own SCCACHE_* variables are passed through)")
+    add("--compiler-cache-dist", metavar="http://HOST:PORT", help="send compiles to this sccache-dist scheduler (also"
+        " $ONEBIT_COMPILER_CACHE_DIST; its token from $ONEBIT_COMPILER_CACHE_DIST_TOKEN_FILE or"
+        " $ONEBIT_COMPILER_CACHE_DIST_TOKEN); checked against local compiles, never part of the build key")
+    add("--signing-key", metavar="FILE", help="sign the build's provenance statement and in-toto link (and"
+        " verify-run's verdict) with this PEM key, ECDSA P-256 or Ed25519 (default: the file $ONEBIT_SIGNING_KEY"
+        " names; unsigned without one); for the commands that build")
     add("-v", "--verbose", action="store_true", help="echo every command and show full output")
     add("-q", "--quiet", action="store_true", help="print only warnings, errors and the final result")
 

@@ -12,12 +12,15 @@ COMMAND = Command(name="build", help="fetch, patch and build; write build-manife
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
+    from onebit_build.commands._oci import binary_cache_options
     from onebit_build.commands.arguments import run_folder_options
 
+    binary_cache_options(p)
     run_folder_options(p, junit=False)
 
 
 def run(opts, project, cmd: Command) -> int:
     from onebit_build.commands._job import job
+    from onebit_build.job.binary_cache import CacheOptions
 
-    return job(opts, project, cmd)
+    return job(opts, project, cmd, binary_cache=CacheOptions.of(opts.args))  # checked before anything starts

@@ -17,6 +17,11 @@ COMMAND = Command(name="doctor", help="check this machine for what the recipe ne
                   rank=22, json="print the checks as JSON (schema 1)")
 
 
+def arguments(p) -> None:
+    p.add_argument("--binary-cache", metavar="oci://REGISTRY/REPO",
+                   help="also check this binary cache's registry (default: $ONEBIT_BINARY_CACHE)")
+
+
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     from onebit_build.commands.plan import resolved_plan
     from onebit_build.core import ui
@@ -29,7 +34,8 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     report = run_doctor(DoctorRequest(recipe=recipe, pins=pins, workspace=opts.ws,
                                       mirror_dirs=opts.mirror_dirs, offline=opts.offline,
                                       toolchain_root=opts.toolchain_root, patch_root=project.patches,
-                                      planned=planned))
+                                      planned=planned, cache=opts.compiler_cache,
+                                      binary_cache=opts.args.get("binary_cache")))
     if opts.json:
         doc = {"kind": "onebit-build-doctor", "schema": 1, "recipe": report.recipe, "ok": report.ok,
                "project": project.describe(),

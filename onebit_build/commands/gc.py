@@ -24,6 +24,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
                    help="list what would be removed; remove nothing")
     p.add_argument("--test-workspaces", dest="gc_tests", action="store_true",
                    help="also remove the workspaces the project's test command keeps between runs")
+    p.add_argument("--jit-cache", dest="gc_jit_cache", action="store_true",
+                   help="also remove the entries of the run-time kernel caches the recipes name (e.g. hrx0's "
+                        "~/.cache/1bit/hrx-jit): safe, a kernel is compiled again on first use")
 
 
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
@@ -37,7 +40,10 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
 
     ws = opts.ws
     if not ws.root.is_dir():
-        ui.answer(f"nothing to remove: {ws.root} does not exist")
+        freed = _jit_caches(project, remove=opts.args.get("gc_jit_cache") is True, dry_run=opts.gc_dry_run)
+        verb = "would free" if opts.gc_dry_run else "freed"
+        ui.answer(f"nothing to remove: {ws.root} does not exist"
+                  + (f"; {verb} {_size(freed)} of kernel cache entries" if freed else ""))
         return 0
     check_usable(ws.root)
     with WorkspaceLock(ws.lock_file, "onebit-build gc"):
@@ -56,6 +62,7 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
         killed = _killed_runs_leftovers(ws, dry_run=opts.gc_dry_run)
         total += killed[1]
     total += _test_workspaces(ws.root, remove=opts.gc_tests, dry_run=opts.gc_dry_run)
+    total += _jit_caches(project, remove=opts.args.get("gc_jit_cache") is True, dry_run=opts.gc_dry_run)
     verb = "would free" if opts.gc_dry_run else "freed"
     ui.answer(f"{verb} {_size(total)} in {len(removals) + killed[0]} folder(s) and file(s) of {ws.root}")
     return 0
@@ -106,3 +113,41 @@ def _killed_runs_leftovers(ws: Workspace, *, dry_run: bool) -> tuple[int, int]:
     if not dry_run:
         sweep_killed(ws)
     return len(found), sum(sizes)
+
+
+def _jit_caches(project: ProjectRoot, *, remove: bool, dry_run: bool) -> int:
+    """The run-time kernel caches the project's recipes name (each folder once): listed with
+    their size; with ``--jit-cache`` their entries removed. Returns the bytes freed (or that
+    would be). A recipe that does not load is left out here (``recipes`` names its error)."""
+    import os
+
+    from onebit_build.commands.builds import size_text as _size
+    from onebit_build.core import ui
+    from onebit_build.core.errors import OnebitError
+    from onebit_build.job.model import load_pins_and_recipe
+    from onebit_build.running.jit_cache import remove_entries, scan
+
+    seen: dict[Path, list[str]] = {}
+    caches = []
+    for path in sorted(project.recipes.glob("*.yaml")):
+        try:
+            _, recipe = load_pins_and_recipe(project, path.stem)
+        except OnebitError:
+            continue
+        cache = scan(recipe.jit_cache, os.environ) if recipe.jit_cache is not None else None
+        if cache is None or not cache.entries:  # none there: nothing to say
+            continue
+        if cache.folder not in seen:
+            caches.append(cache)
+        seen.setdefault(cache.folder, []).append(recipe.name)
+    for cache in caches:
+        whose = ", ".join(seen[cache.folder])
+        what = f"{cache.folder} ({len(cache.entries)} entries, {_size(cache.size)}; {cache.where})"
+        if not remove:
+            ui.info(f"  kept the run-time kernel cache of {whose}: {what}; 'onebit-build gc --jit-cache' removes its "
+                    "entries")
+            continue
+        ui.info(f"  {'would remove' if dry_run else 'removing'} the entries of {whose}'s kernel cache {what}")
+        if not dry_run:
+            remove_entries(cache)
+    return sum(c.size for c in caches) if remove else 0

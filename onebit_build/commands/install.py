@@ -4,12 +4,14 @@ prefix."""
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
 
 from onebit_build.commands import Command
 from onebit_build.job.stage import Stage
 
 if TYPE_CHECKING:
+    from onebit_build.building.oci_ref import OciRef
     from onebit_build.core.project import ProjectRoot
     from onebit_build.options import Options
 
@@ -18,25 +20,64 @@ COMMAND = Command(name="install", help="build if needed, then copy llama-server,
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
+    from onebit_build.commands._oci import UNVERIFIED_HELP
+
     p.add_argument("--prefix", metavar="DIR", required=True, help="install into DIR/bin and DIR/share/onebit-build")
+    p.add_argument("--from", dest="from_ref", metavar="oci://REGISTRY/REPO[:TAG]",
+                   help="install this plan's build published there (checked against its key and the committed"
+                        " reference) instead of building; a registry that cannot serve it means a build here")
+    p.add_argument("--check", action="store_true", help="with --from: also build here and compare every output first")
+    p.add_argument("--allow-unverified", action="store_true", help=UNVERIFIED_HELP)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FromOptions:
+    """``--from``, ``--check`` and ``--allow-unverified``, checked."""
+
+    source: OciRef | None = None
+    check: bool = False
+    allow_unverified: bool = False
+
+    @classmethod
+    def of(cls, args: Mapping[str, Any]) -> "FromOptions":
+        from onebit_build.building.oci_ref import parse_ref
+        from onebit_build.core.errors import ConfigError
+
+        given = args.get("from_ref")
+        if args.get("check") and not given:
+            raise ConfigError("install --check compares a pulled build with a build here: it needs --from",
+                              hint="e.g. onebit-build install --from oci://REGISTRY/REPO --check --prefix DIR")
+        return cls(source=parse_ref(given, "--from") if given else None, check=bool(args.get("check")),
+                   allow_unverified=bool(args.get("allow_unverified")))
 
 
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
-    """Build if needed, then copy the relocatable ``bin/`` tree and the manifest into a prefix."""
-    from onebit_build.building.install import install_tree
+    """Build if needed, then copy the relocatable ``bin/`` tree, the manifest and the build's
+    provenance statement, SBOM and link into a prefix."""
+    from onebit_build.building.install import MANIFEST_REL, install_tree
     from onebit_build.core import ui
     from onebit_build.core.errors import ConfigError
     from onebit_build.core.workspace import check_target_folder
+    from onebit_build.evidence.emit import carried, clear_stale
     from onebit_build.job.model import Needs, open_job
     from onebit_build.job.run import run as run_job
 
     if opts.prefix is None:
         raise ConfigError("install needs --prefix DIR", hint="e.g. onebit-build install --prefix ~/.local/llama")
     check_target_folder(opts.prefix, "--prefix")  # before building: a file or a read-only folder there is named now
+    fo = FromOptions.of(opts.args)
     with open_job(opts, project, Needs(git=True)) as job:
+        if fo.source is not None:
+            from onebit_build.job.publish import install_from
+
+            files = install_from(job, fo.source, opts.prefix, check=fo.check, allow_unverified=fo.allow_unverified)
+            ui.answer(f"installed {len(files)} file(s) into {opts.prefix}")
+            return 0
         built = run_job(job, Stage.BUILD).built
         assert built is not None  # a job run up to the build has built
-        files = install_tree(built.builds, built.manifest, opts.prefix)
+        evidence = carried(built.manifest.parent)
+        files = install_tree(built.builds, built.manifest, opts.prefix, evidence)
+        clear_stale(opts.prefix / MANIFEST_REL.parent, keep={f.name for f in evidence})  # an older install's
         ui.answer(f"installed {len(files)} file(s) into {opts.prefix}")
         ui.info(f"  run: {opts.prefix / 'bin' / 'llama-server'} -m MODEL.gguf")
         return 0

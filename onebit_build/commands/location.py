@@ -1,7 +1,10 @@
-"""``location``: the path of the recipe's latest llama-server, for scripts (nothing is built)."""
+"""``location``: the path of the recipe's latest llama-server, for scripts (nothing is built);
+with ``--jit-cache``, the folder where the recipe's GPU backend keeps the kernels it compiles."""
 
 from __future__ import annotations
 
+import argparse
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from onebit_build.commands import Command
@@ -14,12 +17,44 @@ COMMAND = Command(name="location", help="print the path of the recipe's latest l
                   rank=51)
 
 
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jit-cache", dest="jit_cache", action="store_true",
+                   help="print the folder of the recipe's run-time kernel cache instead (e.g. hrx0's "
+                        "~/.cache/1bit/hrx-jit, or the folder its variable names)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocationRequest:
+    jit_cache: bool = False
+
+
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """The latest build's llama-server, for scripts: ``$(onebit-build location)``."""
     from onebit_build.building.manifest import latest_server
     from onebit_build.core import ui
     from onebit_build.job.model import load_pins_and_recipe
 
+    req = LocationRequest(jit_cache=opts.args.get("jit_cache") is True)
     _, recipe = load_pins_and_recipe(project, opts.recipe)
+    if req.jit_cache:
+        ui.answer(str(jit_cache_folder(recipe)))
+        return 0
     ui.answer(str(latest_server(opts.ws, recipe.name)))
     return 0
+
+
+def jit_cache_folder(recipe):
+    """The folder of the recipe's run-time kernel cache; a recipe without one is an error (12)."""
+    import os
+
+    from onebit_build.core.errors import NotAvailableError
+    from onebit_build.running.jit_cache import cache_folder
+
+    if recipe.jit_cache is None:
+        raise NotAvailableError(f"recipe {recipe.name} declares no run-time kernel cache",
+                                hint="only a recipe with a 'jit_cache' section has one (e.g. --recipe hrx0)")
+    folder, _ = cache_folder(recipe.jit_cache, os.environ)
+    if folder is None:
+        raise NotAvailableError(f"recipe {recipe.name}: no HOME and no ${recipe.jit_cache.env}, so the backend keeps "
+                                "no kernel cache", hint=f"set HOME or ${recipe.jit_cache.env}")
+    return folder

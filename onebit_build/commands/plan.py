@@ -83,4 +83,6 @@ def plan_doc(the_plan) -> dict:
             "components": [plain(asdict(c)) for c in the_plan.components],
             "runtime_env": dict(the_plan.runtime_env), "problems": list(the_plan.problems),
             "compiler_cache": describe(the_plan.launcher),
-            "shader_cache": the_plan.shader_cache.describe() if the_plan.shader_cache else None}
+            "shader_cache": the_plan.shader_cache.describe() if the_plan.shader_cache else None,
+            "jit_cache": plain(asdict(the_plan.recipe.jit_cache)) if the_plan.recipe.jit_cache else None,
+            "binary_key": the_plan.binary_key}

@@ -154,9 +154,13 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
 
 def compare(job: Job, opts: Options, asked: Asked, prompts) -> vrun.RunOutcome:
     """Build the recipe (if needed), then compare the new build with the working one."""
+    import os
+
     from onebit_build.building.manifest import load_manifest
     from onebit_build.core import ui
     from onebit_build.core.errors import ConfigError
+    from onebit_build.evidence.keys import signing_key_from
+    from onebit_build.evidence.scrub import scrubber
     from onebit_build.job.run import run as run_job
     from onebit_build.job.smoke import resolve_model, with_runtime_env
     from onebit_build.job.verify import references_dir
@@ -183,7 +187,8 @@ def compare(job: Job, opts: Options, asked: Asked, prompts) -> vrun.RunOutcome:
         run_dir=job.run_dir, prompts=prompts, rounds=asked.rounds, tolerance=asked.tolerance, budget_s=asked.budget_s,
         refs_dir=references_dir(job),
         lock=asked.lock, junit=opts.junit, adopt=opts.verify_run.adopt, decode_tokens=asked.decode_tokens,
-        measure_speed=asked.measure_speed,
+        measure_speed=asked.measure_speed, signing_key=signing_key_from(job.settings.signing_key, os.environ),
+        scrub=scrubber(workspace=job.workspace.root, project=job.project.path),
     )
     locks = (("pins.lock", job.pins.lock_path), ("models.lock", job.project.models_lock))
     return vrun.run(req, project_files=tuple((name, f) for name, f in locks if f.is_file()))

@@ -17,13 +17,14 @@ from onebit_build.core.assemble_spec import AssembleSpec, load_assemble
 from onebit_build.core.model_spec import ModelSpec, load_model
 from onebit_build.core.downloads_spec import DownloadSpec, load_downloads
 from onebit_build.core.requires_spec import RequiresSpec, load_requires
+from onebit_build.core.jit_cache_spec import JitCacheSpec, load_jit_cache
 from onebit_build.core.safepath import resolved
 from onebit_build.core.yamlnode import Node, Range, check_schema, load_yaml
 from onebit_build.core.names import is_cmake_name, is_component_name, is_file_name, relative_inside
-from onebit_build.core.references import REF_RE, RESERVED_REF_HEADS, pin_ref_problem, toolchain_ref_problem
+from onebit_build.core.references import (REF_RE, RESERVED_REF_HEADS, pin_ref_problem, toolchain_ref_problem,
+                                          tree_sources)
 
 RECIPE_SCHEMA = 1
-# --------------------------------------------------------------------------- recipes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,12 +122,18 @@ class Recipe:
     toolchain: ToolchainSpec | None = None
     verification: VerificationSpec = VerificationSpec()
     requires: RequiresSpec | None = None  # what a machine needs before configure (doctor checks it)
+    jit_cache: JitCacheSpec | None = None  # where its GPU backend keeps compiled kernels (location, gc)
 
     def sources_used(self, pinned: Iterable[str]) -> set[str]:
         """The pinned sources this recipe builds from or refers to (``${pin.NAME.FIELD}``)."""
         values = [v for c in self.components for _, v in (*c.defines, *c.env)]
         used = {c.source for c in self.components}
         return used | {n for n in pinned if any(f"${{pin.{n}." in v for v in values)}
+
+    def sources_in_order(self) -> list[str]:
+        """The sources a run fetches and patches: each component's, then those it takes as a folder."""
+        values = [v for c in self.components for _, v in (*c.defines, *c.env)]
+        return list(dict.fromkeys([c.source for c in self.components] + tree_sources(values)))
 
     def component(self, name: str) -> Component:
         for c in self.components:
@@ -215,7 +222,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
     path = Path(path).resolve()
     root = Node(path, "", load_yaml(path, "recipe"))
     root.only({"schema", "name", "description", "backends", "components", "model", "smoke", "toolchain", "verification",
-               "requires"})
+               "requires", "jit_cache"})
     check_schema(root, RECIPE_SCHEMA)
     toolchain = _load_toolchain(root)
     name = root.get("name", str)
@@ -240,6 +247,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
         toolchain=toolchain,
         verification=_load_verification(root),
         requires=load_requires(root, {c.name for c in components}),
+        jit_cache=load_jit_cache(root),
     )
 
 
@@ -419,8 +427,7 @@ def _check_toolchain_refs(node: Node, values: Iterable[tuple[str, str]], toolcha
 def _list_separator(node: Node) -> str | None:
     sep = node.get("list_separator", str, required=False)
     if sep is not None and (len(sep) != 1 or sep in ";$\\{}" or sep.isalnum() or sep.isspace()):
-        node.fail(f"{sep!r} cannot separate list items", "use one punctuation character such as '|'",
-                  key="list_separator")
+        node.fail(f"{sep!r} cannot separate list items", "use one punctuation mark such as '|'", key="list_separator")
     return sep
 
 

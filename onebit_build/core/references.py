@@ -6,7 +6,7 @@ wrong (a problem and its fix) or None; the recipe loader and ``-D`` both use the
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from onebit_build.core.names import is_cmake_name
 
@@ -19,7 +19,21 @@ REF_RE = re.compile(r"\$\{([^}]*)\}")
 # ``${pin.SRC.FIELD}`` and ``${toolchain.FIELD}`` are not component references.
 RESERVED_REF_HEADS = ("pin", "toolchain")
 TOOLCHAIN_FIELDS = ("root", "ar", "libhsa")
-PIN_FIELDS = ("commit", "short", "build_number", "branch")
+# ``tree``: the folder of the source's prepared (patched) tree, for a build that takes another
+# pinned source as a folder (the HRX fork's HRX_SOURCE_DIR); that source is fetched and patched
+# with the recipe's own.
+PIN_FIELDS = ("commit", "short", "build_number", "branch", "tree")
+
+
+def tree_sources(values: Iterable[str]) -> list[str]:
+    """The sources ``values`` take as a folder (``${pin.SOURCE.tree}``), in order, once each. Pure."""
+    out: list[str] = []
+    for value in values:
+        for ref in REF_RE.findall(value):
+            parts = ref.split(".")
+            if parts[0] == "pin" and len(parts) >= 3 and parts[-1] == "tree":
+                out.append(".".join(parts[1:-1]))
+    return list(dict.fromkeys(out))
 
 
 def pin_ref_problem(key: str, value: str, pins: Pins) -> tuple[str, str] | None:

@@ -10,6 +10,8 @@ For a recipe it checks, in order:
 - for CUDA: nvcc, and cuobjdump and nvdisasm where the recipe lists cubin artifacts;
 - each pinned source: in a mirror dir, cached, its sdist mirror cached or listed by the
   package index, or its git URL reachable;
+- the caches beyond this machine: the sccache-dist scheduler ``--compiler-cache-dist`` names
+  (``sccache --dist-status``) and the shared store of the shader cache (S3, WebDAV or Redis);
 - once the recipe is built: each component's CMake cache holds the recipe's fixed defines
   (a build made before the recipe changed, e.g. without ``IREE_HAL_DRIVER_AMDGPU=ON``, is
   named), and ``llama-server --list-devices`` shows every smoke device and the recipe's
@@ -32,6 +34,7 @@ from onebit_build.building.builder import resolve_refs
 from onebit_build.building.compilers import compiler_path
 from onebit_build.core.config import Recipe
 from onebit_build.core.pins import Pins
+from onebit_build.core.references import tree_sources
 from onebit_build.core.errors import OnebitError
 from onebit_build.core.fsutil import StateError
 from onebit_build.core.proc import PROBE_TIMEOUT_S, capture, probe, version_line
@@ -44,7 +47,11 @@ from onebit_build.building.toolchain import (ToolchainSettings, resolve_toolchai
 from onebit_build.core.workspace import Workspace
 from onebit_build.running.devices import parse_list_devices
 from onebit_build.requirements import Check, download_checks, gather, requirement_checks
+from onebit_build.doctor.binary_cache import binary_cache_checks
+from onebit_build.doctor.caches import cache_checks
 from onebit_build.doctor.gpu_tools import cuda_checks, vulkan_checks
+from onebit_build.doctor.hsa import hsa_runtime_check
+from onebit_build.building.cache.request import CacheRequest
 from onebit_build.building.cmake import CMAKE_MIN, NINJA_MIN, find_tools
 
 LIST_DEVICES_TIMEOUT_S = 120.0
@@ -63,6 +70,8 @@ class DoctorRequest:
     # Each component's defines as the plan resolves them (job.plan.ComponentPlan.requested):
     # what a build in effect must hold. None: the built components are not checked.
     planned: Mapping[str, tuple[tuple[str, str], ...]] | None = None
+    cache: CacheRequest | None = None  # --compiler-cache*: the scheduler and the shader cache's store
+    binary_cache: str | None = None  # --binary-cache as given (else $ONEBIT_BINARY_CACHE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,20 +130,8 @@ def toolchain_checks(recipe: Recipe, tc: ToolchainSettings, environ: Mapping[str
         else:
             checks.append(Check(name="archiver (CMAKE_AR)", ok=False, detail=f"none of {', '.join(spec.ar)} found",
                                 fix="install binutils (Debian: apt-get install binutils) or LLVM's llvm-ar"))
-    wants_hsa = [k for k, v in recipe.smoke.env if "libhsa" in toolchain_refs(((k, v),))]
-    for key in wants_hsa:
-        given = environ.get(key)
-        if given:
-            ok = Path(given).is_file()
-            checks.append(Check(name="HSA runtime", ok=ok, detail=f"{given} (given in ${key})"
-                                + ("" if ok else ": no such file"),
-                                fix=None if ok else f"point ${key} at TheRock's libhsa-runtime64.so.1, or unset it"))
-        elif tc.libhsa:
-            checks.append(Check(name="HSA runtime", ok=True, detail=f"{tc.libhsa} (for ${key})"))
-        else:
-            checks.append(Check(name="HSA runtime", ok=False, detail=f"no {', '.join(spec.libhsa)} under {tc.root}",
-                                fix="install TheRock (its HSA runtime; a distribution libhsa fails gfx1151's "
-                                    f"PM4 probe) or set ${key}"))
+    for key in [k for k, v in recipe.smoke.env if "libhsa" in toolchain_refs(((k, v),))]:
+        checks.append(hsa_runtime_check(key, tc.libhsa, tc.root, spec.libhsa, environ))
     return checks
 
 
@@ -202,13 +199,11 @@ def listed_versions(text: str) -> list[str]:
 
 def source_checks(req: DoctorRequest, environ: Mapping[str, str]) -> list[Check]:
     checks = []
-    names = []
-    for c in req.recipe.components:
-        if c.source not in names:
-            names.append(c.source)
-    for name in names:
+    given_as = {src: f"{k} of {c.name}"  # a source a component takes as a folder, e.g. HRX_SOURCE_DIR
+                for c in req.recipe.components for k, v in c.defines for src in tree_sources([v])}
+    for name in req.recipe.sources_in_order():
         pin = req.pins.get(name)
-        label = f"source {name}"
+        label = f"source {name}" + (f" ({given_as[name]})" if name in given_as else "")
         mirrors = local_mirror_candidates(name, req.mirror_dirs)
         bare = req.workspace.bare_repo(name)
         if mirrors:
@@ -393,6 +388,8 @@ def run_doctor(req: DoctorRequest) -> DoctorReport:
     checks += download_checks(recipe, req.workspace, req.mirror_dirs, req.offline)
     checks += built_checks(req)
     checks += gpu_checks(req, tc, environ)
+    checks += cache_checks(req.cache, environ)
+    checks += binary_cache_checks(req.binary_cache, environ)
     return DoctorReport(recipe=recipe.name, checks=tuple(checks))
 
 

@@ -6,9 +6,11 @@ this module only passes them on.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from onebit_build.building.artifacts import ArtifactSet, collect
 from onebit_build.building.builder import BuildResult, build
@@ -16,8 +18,8 @@ from onebit_build.building.cmake import Tools, find_tools
 from onebit_build.building.downloads import check_against_lock, provide_all
 from onebit_build.building.cache.compiler import Launcher
 from onebit_build.building.fetch import FetchRequest, FetchResult, fetch
-from onebit_build.building.manifest import (MANIFEST_NAME, SERVER_OUTPUT, latest_path, make_manifest, read_manifest,
-                                            write_manifest)
+from onebit_build.building.manifest import (MANIFEST_NAME, SERVER_OUTPUT, latest_path, load_manifest, make_manifest,
+                                            read_manifest, utc_now, write_manifest)
 from onebit_build.building.patch import PrepareRequest, PreparedTree, list_patches, prepare
 from onebit_build.building.toolchain import component_fields
 from onebit_build.core import ui
@@ -26,18 +28,15 @@ from onebit_build.core.errors import ConfigError, NotAvailableError
 from onebit_build.core.fsutil import StateError, atomic_write_text
 from onebit_build.core.gitops import Git
 from onebit_build.core.pins import Pin, Pins, read_lock, render_lock
+from onebit_build.evidence.emit import EmitRequest, Emitted, emit, toolchain_files
+from onebit_build.evidence.keys import SigningKey, signing_key_from
 from onebit_build.job.model import Job
 from onebit_build.job.resolve import BuildInputs, TreeFacts, component_builds
 from onebit_build.requirements import check_before_build
 from onebit_build.job.stage import Stage
 
-
-def recipe_sources(recipe: Recipe) -> list[str]:
-    seen: list[str] = []
-    for c in recipe.components:
-        if c.source not in seen:
-            seen.append(c.source)
-    return seen
+if TYPE_CHECKING:
+    from onebit_build.job.binary_cache import CacheOptions
 
 
 def run_fetch(job: Job, names: list[str]) -> dict[str, FetchResult]:
@@ -151,12 +150,13 @@ def collect_artifacts(recipe: Recipe, trees: dict[str, PreparedTree],
 
 
 def write_manifests(job: Job, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree],
-                    builds: list[BuildResult], *, latest: bool = True) -> Path:
+                    builds: list[BuildResult], *, latest: bool = True, started: str | None = None) -> Path:
     recipe = job.recipe
     doc = make_manifest(recipe, fetched, trees, builds, collect_artifacts(recipe, trees, builds),
                         project={"project_root": str(job.project.path), "data_from": job.project.data_from})
     if job.overrides:
         doc["overrides"] = list(job.overrides)
+    doc.update({"started": started or doc["created"], "toolchain_files": toolchain_files(builds, launcher_of(builds))})
     final = builds[-1].build_dir / MANIFEST_NAME
     write_manifest(final, doc)
     name = MANIFEST_NAME if latest else f"build-manifest-{builds[-1].build_dir.parent.name}.json"
@@ -164,6 +164,19 @@ def write_manifests(job: Job, fetched: dict[str, FetchResult], trees: dict[str, 
     if latest:
         write_manifest(latest_path(job.workspace, recipe.name), doc)
     return final
+
+
+def launcher_of(builds: list[BuildResult]) -> str | None:
+    """The compiler cache's program the builds compiled through (None: none)."""
+    return next((str(b.compiler_cache["program"]) for b in builds if (b.compiler_cache or {}).get("program")), None)
+
+
+def write_evidence(job: Job, builds: list[BuildResult], manifest: Path, key: SigningKey | None) -> Emitted:
+    """The provenance statement, SBOM and link of the build, beside its manifest."""
+    return emit(EmitRequest(folder=manifest.parent, copies=(job.run_dir,), manifest=load_manifest(manifest),
+                            manifest_path=manifest, recipe=job.recipe, overrides=job.overrides, pins=job.pins.sources,
+                            key_inputs={b.component: b.key_inputs for b in builds}, workspace=job.workspace.root,
+                            project=job.project.path, invocation=job.run_dir.name, key=key))
 
 
 # --------------------------------------------------------------------------- the build part
@@ -179,14 +192,23 @@ class Built:
     manifest: Path
 
 
-def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
-    """Fetch, patch and build, up to ``until``; None when it stops before the build."""
+def build_part(job: Job, until: Stage = Stage.BUILD, binary_cache: CacheOptions | None = None) -> Built | None:
+    """Fetch, patch and build, up to ``until``; None when it stops before the build. With
+    ``binary_cache``, the build is first asked of that registry."""
     recipe = job.recipe
     planned = {c.name: c.requested for c in job.plan.components}
+    started, key = utc_now(), None
     if until >= Stage.BUILD:  # every requirement the build will meet, named at once before anything starts
         check_before_build(recipe, job.pins, job.workspace, planned=planned)
+        key = signing_key_from(job.settings.signing_key, os.environ)  # a bad key stops it here
+        if binary_cache is not None and binary_cache.ref is not None:
+            from onebit_build.job.binary_cache import from_binary_cache  # it builds on this module
+
+            pulled = from_binary_cache(job, binary_cache)
+            if pulled is not None:
+                return pulled
     with ui.stage("fetch") as st:
-        fetched = run_fetch(job, recipe_sources(recipe))
+        fetched = run_fetch(job, recipe.sources_in_order())
         st["note"] = ", ".join(f"{n}@{f.commit[:12]} ({f.mirror_used.split(':')[0]})" for n, f in fetched.items())
         # The configure-time downloads too, so that --offline names a missing one before configure.
         downloaded = provide_all(recipe, job.workspace, job.settings.mirror_dirs, job.settings.offline)
@@ -211,10 +233,11 @@ def build_part(job: Job, until: Stage = Stage.BUILD) -> Built | None:
         t_manifest = time.monotonic()
         before = {**recorded_outputs(latest_path(job.workspace, recipe.name)),  # kept when --fresh empties the folder
                   **recorded_outputs(builds[-1].build_dir / MANIFEST_NAME)}
-        man = write_manifests(job, fetched, trees, builds)
+        man = write_manifests(job, fetched, trees, builds, started=started)
+        evidence = write_evidence(job, builds, man, key)
         manifest_s = time.monotonic() - t_manifest
         st["note"] = "; ".join(f"{b.component}{' (up to date)' if b.reused else f' built in {b.seconds:.0f} s'}"
-                               f"{cache_note(b)}" for b in builds)
+                               f"{cache_note(b)}" for b in builds) + f"; {evidence.note()}"
         if manifest_s >= 1.0:
             st["note"] += f"; artifacts and manifest in {manifest_s:.0f} s"
     show_outputs(builds, man, before)
@@ -253,6 +276,9 @@ def cache_note(build) -> str:
         note += f", {stats['hits']}/{looked} {what} cache hits" if looked else ""
         if what == "compiler" and looked and doc.get("stats_shared_with_builds"):
             note += f" (counted with {doc['stats_shared_with_builds']} other build(s) on the same cache server)"
+        if what == "compiler" and (doc.get("dist") or {}).get("dist_compiles"):
+            servers = doc["dist"]["dist_compiles"]
+            note += f", {sum(servers.values())} compiled on {len(servers)} build server(s)"
     return note
 
 

@@ -46,13 +46,15 @@ class Settings:
     compiler_cache: CacheRequest = field(default_factory=CacheRequest)
     model: Path | None = None
     junit: Path | None = None
+    signing_key: Path | None = None  # --signing-key (else $ONEBIT_SIGNING_KEY names one, or none)
 
 
 def settings_of(opts: Options) -> Settings:
     """The settings of a request: the one place they are taken from the options. Pure."""
     return Settings(recipe=opts.recipe, defines=opts.defines, mirror_dirs=opts.mirror_dirs, offline=opts.offline,
                     locked=opts.locked, fresh=opts.fresh, jobs=opts.jobs, toolchain_root=opts.toolchain_root,
-                    compiler_cache=opts.compiler_cache, model=opts.model, junit=opts.junit)
+                    compiler_cache=opts.compiler_cache, model=opts.model, junit=opts.junit,
+                    signing_key=opts.signing_key)
 
 
 @dataclass(frozen=True, kw_only=True)

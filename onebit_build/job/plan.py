@@ -26,7 +26,7 @@ from onebit_build.core.pins import Pin, Pins
 from onebit_build.building.patch import PatchFile, canonical_path, list_patches, patch_digest
 from onebit_build.core.errors import ConfigError, ToolMissingError
 from onebit_build.core.workspace import Workspace
-from onebit_build.job.resolve import BuildInputs, ComponentBuild, component_builds, planned_tree
+from onebit_build.job.resolve import BuildInputs, ComponentBuild, component_builds, planned_tree, portable_key
 
 # --------------------------------------------------------------------------- the plan
 
@@ -90,6 +90,7 @@ class Plan:
     problems: tuple[str, ...] = field(default_factory=tuple)
     launcher: Launcher = NO_LAUNCHER  # the compiler cache (not part of any build key)
     shader_cache: ShaderCache | None = None  # for builds with Vulkan shaders (not part of any build key)
+    binary_key: str | None = None  # the whole build's key in any workspace (resolve.portable_key), once known
 
 
 def _source_plan(pin: Pin, ws: Workspace, patches_dir: Path, mirror_dirs: tuple[Path, ...],
@@ -130,7 +131,7 @@ def make_plan(
     env = os.environ if environ is None else environ
     toolchain = resolve_toolchain(recipe.toolchain, override=toolchain_root, environ=env) if recipe.toolchain else None
     problems: list[str] = []
-    names = list(dict.fromkeys(c.source for c in recipe.components))
+    names = recipe.sources_in_order()
     sources = tuple(_source_plan(pins.get(n), workspace, patches_dir, mirror_dirs, offline) for n in names)
     fields = _toolchain_fields(recipe, toolchain, problems)
     builds = _component_builds(recipe, pins, workspace=workspace, patches_dir=patches_dir, recipes_dir=recipes_dir,
@@ -144,7 +145,8 @@ def make_plan(
     if any(wants_shaders(c.defines) for c in comps):
         shader_cache = plan_shader_cache(launcher, glslc=shutil.which("glslc", path=env.get("PATH")), env=env)
     return Plan(recipe=recipe, workspace=workspace.root, toolchain=toolchain, sources=sources, components=comps,
-                runtime_env=tuple(run_env), problems=tuple(problems), launcher=launcher, shader_cache=shader_cache)
+                runtime_env=tuple(run_env), problems=tuple(problems), launcher=launcher, shader_cache=shader_cache,
+                binary_key=portable_key(builds, workspace.root))
 
 
 def plan_of(settings, project, pins: Pins, recipe: Recipe, workspace: Workspace) -> Plan:
@@ -165,8 +167,7 @@ def _component_builds(recipe: Recipe, pins: Pins, *, workspace: Workspace, patch
     except ToolMissingError as exc:
         problems.append(f"{exc.message} ({exc.hint})")
         return []
-    trees = {n: planned_tree(pins.get(n), workspace, patches_dir) for n in dict.fromkeys(c.source
-                                                                                         for c in recipe.components)}
+    trees = {n: planned_tree(pins.get(n), workspace, patches_dir) for n in recipe.sources_in_order()}
     downloaded = {d.name: t for c in recipe.components for d in c.downloads
                   if (t := unpacked_tree(workspace, d)) is not None}
     inputs = BuildInputs(trees=trees, downloaded=downloaded, fields=fields, build_root=workspace.build_dir,
@@ -304,12 +305,18 @@ def _cache_lines(plan: Plan) -> list[str]:
         out.append(f"  passed through  {k}={v}")
     sc = plan.shader_cache
     if sc is not None:
-        where = (sc.url.public if sc.url else sc.local) if sc.active else ""
+        where = (sc.remote.public if sc.remote else sc.local) if sc.active else ""
         label = f"glslc launcher, {sc.describe()['backend']} {where}" if sc.active else "none"
         out.append(f"shader cache  {label}  ({sc.reason}; Vulkan_GLSLC_EXECUTABLE for the Vulkan shaders;"
                    " not part of the build key)")
+    if ln.dist:
+        out.append(f"  distributed to {ln.dist}: probed and spot-checked against local compiles; the token from"
+                   " $ONEBIT_COMPILER_CACHE_DIST_TOKEN_FILE or $ONEBIT_COMPILER_CACHE_DIST_TOKEN")
     out.append("path maps  source and build folders mapped to '.' in every object")
     out.append("  (-Xpreprocessor -f{macro,debug}-prefix-map; in the build key)")
+    if plan.binary_key:
+        out.append(f"binary key  {plan.binary_key}")
+        out.append("  (the same in every workspace; 'publish' tags the build with the recipe's name and this key)")
     return out
 
 
@@ -321,8 +328,10 @@ def _toolchain_lines(plan: Plan) -> list[str]:
         out.append("toolchain")
         out.append(f"  root     {tc.root}  (from {tc.root_from}; override with --toolchain-root or ${tc.spec.root_env})"
                    + ("" if tc.root.is_dir() else "  [not present on this machine]"))
-        out.append(f"  ar       {tc.ar or '<not found: tried ' + ', '.join(tc.spec.ar) + '>'}")
-        out.append(f"  libhsa   {tc.libhsa or '<not found under the root: ' + ', '.join(tc.spec.libhsa) + '>'}")
+        if tc.spec.ar:  # a recipe that names no archiver leaves CMake to find one
+            out.append(f"  ar       {tc.ar or '<not found: tried ' + ', '.join(tc.spec.ar) + '>'}")
+        if tc.spec.libhsa:
+            out.append(f"  libhsa   {tc.libhsa or '<not found under the root: ' + ', '.join(tc.spec.libhsa) + '>'}")
     return out
 
 
@@ -406,6 +415,9 @@ def _runtime_lines(plan: Plan) -> list[str]:
     out.append(f"  devices  {', '.join(sm.devices)}")
     for k, v in plan.runtime_env:
         out.append(f"  env      {k}={v}")
+    if r.jit_cache is not None:
+        out.append(f"  kernels  compiled at run time into ~/{r.jit_cache.home} (or ${r.jit_cache.env}): "
+                   "'location --jit-cache' names it, 'gc --jit-cache' empties it")
     m = r.model
     if m is not None:
         out.append(f"  model    {m.name}: {m.file}")

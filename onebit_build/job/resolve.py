@@ -10,23 +10,28 @@ neither the key nor the defines depend on that head.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from onebit_build.building.assemble import AssemblePlan, prefix_path
 from onebit_build.building.assemble import make_plan as make_assemble_plan
 from onebit_build.building.builder import (BuildRequest, Toolchain, build_dir_for, configure_defines, init_cache_of,
-                                           key_of, resolve_refs)
+                                           key_doc, key_of, resolve_refs)
 from onebit_build.building.cache.compiler import Launcher, compile_languages
 from onebit_build.building.cmake import Tools
 from onebit_build.building.downloads import cmake_defines
+from onebit_build.building.cache.dist import dist_defines
 from onebit_build.building.patch import PreparedTree, canonical_path, list_patches, patch_digest
 from onebit_build.building.toolchain import join_lists
 from onebit_build.core.config import Component, Recipe
 from onebit_build.core.errors import ToolMissingError
 from onebit_build.core.pins import FULL_SHA, Pin, Pins
+from onebit_build.core.references import tree_sources
 from onebit_build.core.workspace import Workspace
 
 
@@ -127,11 +132,14 @@ def _resolve_component(recipe: Recipe, comp: Component, pinned: Mapping[str, Pin
                        fields: Mapping[str, Mapping[str, str]], inp: BuildInputs,
                        done: list[ComponentBuild]) -> ComponentBuild:
     tree = inp.trees[comp.source]
-    defines = tuple((k, join_lists(resolve_refs(v, pins=pinned, components=fields), comp.list_separator))
-                    for k, v in comp.defines)
+    folders = {n: t.path for n, t in inp.trees.items()}
+    defines = tuple((k, join_lists(resolve_refs(v, pins=pinned, components=fields, trees=folders),
+                                   comp.list_separator)) for k, v in comp.defines)
     missing = [d.name for d in comp.downloads if d.name not in inp.downloaded]
     defines += cmake_defines(comp, {**{n: Path(f"<{n} unpacked>") for n in missing}, **inp.downloaded})
-    env = tuple((k, resolve_refs(v, pins=pinned, components=fields)) for k, v in comp.env)
+    defines = dist_defines(defines, comp.build_type, inp.launcher.dist,  # -g: -gno-column-info
+                           os.environ if inp.environ is None else inp.environ)
+    env = tuple((k, resolve_refs(v, pins=pinned, components=fields, trees=folders)) for k, v in comp.env)
     req = BuildRequest(
         recipe=recipe.name, component=comp, source_dir=tree.path, source_commit=tree.commit, source_head=tree.head,
         patch_digest=tree.patch_digest, defines=defines, build_root=inp.build_root,
@@ -143,8 +151,10 @@ def _resolve_component(recipe: Recipe, comp: Component, pinned: Mapping[str, Pin
                     if d.name in comp.references() and d.key is None), "")
     if not unknown and missing:
         unknown = f"the configure-time download(s) {', '.join(missing)} are not unpacked yet (fetch unpacks them)"
-    if not unknown and not FULL_SHA.match(tree.commit):
-        unknown = f"the abbreviated pin {comp.source}@{tree.commit} is resolved at fetch"
+    given = tree_sources(v for _, v in (*comp.defines, *comp.env))
+    short = next((n for n in (comp.source, *given) if not FULL_SHA.match(inp.trees[n].commit)), None)
+    if not unknown and short is not None:
+        unknown = f"the abbreviated pin {short}@{inp.trees[short].commit} is resolved at fetch"
     if unknown:
         return ComponentBuild(request=req, toolchain=None, key=None, build_dir=None, defines=defines,
                               init_cache=None, unknown=unknown)
@@ -177,3 +187,32 @@ def dependency_inputs(comp: Component, done: list[ComponentBuild]) -> tuple[tupl
             out.append((d.name, f"{d.key or '?'}:{assembled}"))
     return tuple(out)
 
+
+
+def portable_key(builds: list[ComponentBuild], workspace_root: Path) -> str | None:
+    """One key for the recipe's whole build, the same in every workspace (what a binary cache
+    files it under): each component's key document with the workspace's path, and the keys of
+    the components before it (which name their folders), mapped out. None while a key is not
+    known. Pure."""
+    swaps: dict[str, str] = {str(workspace_root): "<workspace>"}
+    parts = []
+    for cb in builds:
+        if cb.key is None or cb.toolchain is None:
+            return None
+        doc = _mapped(key_doc(cb.request, cb.toolchain), swaps)
+        key = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+        swaps.update({cb.key: key, cb.key[:16]: key[:16]})
+        parts.append(f"{cb.name}={key}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest() if parts else None
+
+
+def _mapped(value: Any, swaps: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        for old, new in swaps.items():
+            value = value.replace(old, new)
+        return value
+    if isinstance(value, dict):
+        return {k: _mapped(v, swaps) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_mapped(v, swaps) for v in value]
+    return value

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from onebit_build.core import ui
 from onebit_build.job.build import Built, build_part, server_of
@@ -16,6 +17,9 @@ from onebit_build.job.model import Job
 from onebit_build.job.stage import Stage
 from onebit_build.job.smoke import smoke_stage
 from onebit_build.job.verify import Verdict, verify_stage
+
+if TYPE_CHECKING:
+    from onebit_build.job.binary_cache import CacheOptions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,13 +29,14 @@ class JobResult:
     exit_code: int = 0
 
 
-def run(job: Job, until: Stage, *, skip: frozenset[Stage] = frozenset(), server: Path | None = None) -> JobResult:
+def run(job: Job, until: Stage, *, skip: frozenset[Stage] = frozenset(), server: Path | None = None,
+        binary_cache: CacheOptions | None = None) -> JobResult:
     """Run ``job``'s stages up to ``until``, leaving out ``skip``. ``server``: smoke this binary,
-    built elsewhere, instead of building the recipe."""
+    built elsewhere, instead of building the recipe; ``binary_cache``: where to take the build from."""
     t_start = time.monotonic()
     if server is not None:
         return JobResult(built=None, exit_code=smoke_stage(job, server=server, manifest_file=None))
-    built = build_part(job, until=min(until, Stage.BUILD))
+    built = build_part(job, until=min(until, Stage.BUILD), binary_cache=binary_cache)
     if built is None or until == Stage.BUILD:
         if built is not None:
             ui.info(f"done in {time.monotonic() - t_start:.1f} s; logs: {job.run_dir}")

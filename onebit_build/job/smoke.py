@@ -6,7 +6,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from onebit_build.building.manifest import load_manifest
+from onebit_build.building.manifest import load_manifest, read_manifest
 from onebit_build.building.toolchain import resolve_toolchain, runtime_env
 from onebit_build.core import model_lock, ui
 from onebit_build.core.config import Recipe
@@ -126,6 +126,9 @@ def smoke_stage(job: Job, *, server: Path, manifest_file: Path | None, verified:
     if manifest_file is not None:
         man = load_manifest(manifest_file)
         manifest, commit = man.to_doc(), man.source_commit(src)
+        origin = read_manifest(manifest_file).get("binary_cache")  # a build taken from a registry says so
+        if isinstance(origin, dict):
+            manifest["binary_cache"] = f"{origin.get('accepted')} ({origin.get('detail')}), from {origin.get('from')}"
     else:  # --server: a binary built elsewhere; it must still name the pinned commit
         manifest = None
         commit = job.pins.get(src).commit

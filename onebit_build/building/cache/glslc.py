@@ -11,8 +11,10 @@ in any of them misses). Where an include cannot be followed that way, the prepro
 source (``glslc -E``) with the input's folder replaced by a placeholder stands instead
 (measured here: ``glslc -E`` costs about as much as compiling a small shader, so the first
 form keeps a hit at the cost of starting Python). The value is the SPIR-V
-and the dependency file with the same paths mapped. Entries live in a local folder and,
-when one is configured, in Redis (read local first, write both).
+and the dependency file with the same paths mapped, behind a header with their sha256 (an
+entry whose bytes do not match it is refused, wherever it was read). Entries live in a local
+folder and, when the compiler cache has one, in its shared store: Redis, an S3-compatible
+bucket or a WebDAV folder (read local first, write both).
 
 This file runs as its own program: the build writes it into the build folder as a module,
 beside its settings ``glslc.json`` and a short program with a shebang of the tool's Python,
@@ -20,8 +22,8 @@ in isolated mode without site, that imports it (so that Python compiles it once,
 every call). It imports the standard library only. It never runs a value as a shell
 command; anything it does not understand, and any cache error, goes to the real glslc with
 the arguments unchanged. Each call appends one
-line to the statistics file: ``hit local``, ``hit redis``, ``miss``, ``uncacheable`` or
-``error WHAT``.
+line to the statistics file: ``hit local``, ``hit redis`` (``hit s3``, ``hit webdav``), ``miss``,
+``uncacheable`` or ``error WHAT``.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ try:  # the JSON helpers: beside this file in a build folder, else this package'
 except ImportError:
     from onebit_build.building.cache.glslc_json import dumps, loads
 
-SCHEMA = 1
+SCHEMA = 1  # of the entries (part of every key)
+SETTINGS_SCHEMA = 2  # of glslc.json (2: the shared store is "remote", of any kind)
 MAGIC = b"onebit-glslc/1\n"
 OUT_TOKEN = b"@ONEBIT-OUT@"
 SRC_TOKEN = b"@ONEBIT-SRC@"
@@ -254,14 +257,21 @@ class LocalStore:
 # --------------------------------------------------------------------------- one call
 
 
-def _redis_store(conf: dict):
-    """The Redis store (its module only when a build has Redis): beside this file in a build
+def remote_store(conf: dict):
+    """The shared store (its module only when a build has one): beside this file in a build
     folder, else this package's."""
+    prefix = f"onebit-glslc/{SCHEMA}/"
+    if conf["kind"] == "redis":
+        try:
+            from onebit_glslc_redis import RedisStore
+        except ImportError:
+            from onebit_build.building.cache.glslc_redis import RedisStore
+        return RedisStore(conf, prefix=prefix)
     try:
-        from onebit_glslc_redis import RedisStore
+        from onebit_glslc_http import S3Store, WebDavStore
     except ImportError:
-        from onebit_build.building.cache.glslc_redis import RedisStore
-    return RedisStore(conf, prefix=f"onebit-glslc/{SCHEMA}/")
+        from onebit_build.building.cache.glslc_http import S3Store, WebDavStore
+    return (S3Store if conf["kind"] == "s3" else WebDavStore)(conf, prefix=prefix)
 
 
 class Launch:
@@ -273,8 +283,9 @@ class Launch:
         self.glslc = conf["glslc"]
         self.stats = conf["stats"]
         self.local = LocalStore(conf["local"])
-        self.redis = _redis_store(conf["redis"]) if conf.get("redis") else None
-        self.redis_down = os.path.join(os.path.dirname(self.stats), "redis-down")
+        self.remote = remote_store(conf["remote"]) if conf.get("remote") else None
+        self.kind = conf["remote"]["kind"] if conf.get("remote") else ""
+        self.remote_down = os.path.join(os.path.dirname(self.stats), "remote-down")
 
     def record(self, what: str) -> None:
         try:
@@ -304,30 +315,29 @@ class Launch:
         blob = self.local.get(key)
         if blob is not None:
             return blob, "local"
-        if self.redis is None or os.path.exists(self.redis_down):
+        if self.remote is None or os.path.exists(self.remote_down):
             return None, ""
         try:
-            blob = self.redis.get(key)
+            blob = self.remote.get(key)
         except (OSError, ValueError) as exc:
-            self._redis_failed(exc)
+            self._remote_failed(exc)
             return None, ""
-        if blob is not None:
-            self.local.put(key, blob)
-        return blob, "redis"
+        return blob, self.kind  # kept here only once it unpacks (see restore)
 
     def store(self, key: str, blob: bytes) -> None:
         self.local.put(key, blob)
-        if self.redis is not None and not os.path.exists(self.redis_down):
+        if self.remote is not None and not os.path.exists(self.remote_down):
             try:
-                self.redis.put(key, blob)
+                self.remote.put(key, blob)
             except (OSError, ValueError) as exc:
-                self._redis_failed(exc)
+                self._remote_failed(exc)
 
-    def _redis_failed(self, exc: Exception) -> None:
-        """The rest of the build skips Redis (one wait for a dead server, not one per shader)."""
-        self.record(f"error redis: {exc}")
+    def _remote_failed(self, exc: Exception) -> None:
+        """The rest of the build skips the shared store (one wait for a dead server, not one per
+        shader); the build says so in one warning line."""
+        self.record(f"error {self.kind}: {exc}")
         try:
-            with open(self.redis_down, "w") as f:
+            with open(self.remote_down, "w") as f:
                 f.write(str(exc)[:200])
         except OSError:
             pass
@@ -351,6 +361,11 @@ class Launch:
             self.record("uncacheable")  # glslc cannot preprocess it: the real compile says why
             return self.real()
         if blob is not None and self.restore(job, blob):
+            if where != "local":
+                try:
+                    self.local.put(key, blob)
+                except OSError as exc:
+                    self.record(f"error store: {exc}")
             self.record(f"hit {where}")
             return 0
         return self.compile_and_store(job, key)
@@ -408,7 +423,7 @@ def main(argv: list[str]) -> int:
     settings = os.path.join(os.path.dirname(os.path.abspath(__file__)), "glslc.json")
     try:
         conf = loads(_read(settings).decode())
-        if conf.get("schema") != SCHEMA:
+        if conf.get("schema") != SETTINGS_SCHEMA:
             raise ValueError(f"schema {conf.get('schema')!r}")
     except (OSError, ValueError) as exc:
         print(f"error: glslc launcher settings {settings}: {exc}; configure the build again", file=sys.stderr)

@@ -1,6 +1,7 @@
-"""What the user asked of the compiler cache: a mode and, maybe, a shared Redis URL, both
-checked where they enter (command line or environment). Pure and cheap to import: the
-command line parses with it before any of the build pipeline is loaded."""
+"""What the user asked of the compiler cache: a mode, maybe a shared Redis URL and maybe a
+scheduler to distribute compiles to, each checked where it enters (command line or
+environment). Pure and cheap to import: the command line parses with it before any of the
+build pipeline is loaded."""
 
 from __future__ import annotations
 
@@ -14,20 +15,25 @@ from onebit_build.core.errors import ConfigError
 MODES = ("auto", "sccache", "ccache", "none")
 ENV_MODE = "ONEBIT_COMPILER_CACHE"
 ENV_URL = "ONEBIT_COMPILER_CACHE_URL"
+ENV_DIST = "ONEBIT_COMPILER_CACHE_DIST"
 URL_SCHEMES = ("redis", "rediss")
+DIST_SCHEMES = ("http", "https")
 
 
 @dataclass(frozen=True, kw_only=True)
 class CacheRequest:
-    """``--compiler-cache`` and ``--compiler-cache-url`` as given (or from the environment)."""
+    """``--compiler-cache``, ``--compiler-cache-url`` and ``--compiler-cache-dist`` as given
+    (or from the environment). ``dist`` is the scheduler's URL, never a token."""
 
     mode: str = "auto"
     url: str | None = None
+    dist: str | None = None
 
 
-def request_from(mode: str | None, url: str | None, env: Mapping[str, str]) -> CacheRequest:
+def request_from(mode: str | None, url: str | None, env: Mapping[str, str], dist: str | None = None) -> CacheRequest:
     """The request from the command line, else ``ONEBIT_COMPILER_CACHE`` /
-    ``ONEBIT_COMPILER_CACHE_URL``, else ``auto`` with no shared backend. Pure."""
+    ``ONEBIT_COMPILER_CACHE_URL`` / ``ONEBIT_COMPILER_CACHE_DIST``, else ``auto`` with no
+    shared backend and no distribution. Pure."""
     text = (mode or env.get(ENV_MODE) or "auto").strip().lower()
     if text not in MODES:
         raise ConfigError(f"compiler cache {text!r} is not one of {', '.join(MODES)}",
@@ -38,7 +44,34 @@ def request_from(mode: str | None, url: str | None, env: Mapping[str, str]) -> C
         if text == "none":
             raise ConfigError("--compiler-cache-url names a shared cache, but --compiler-cache is none",
                               hint="drop one of them")
-    return CacheRequest(mode=text, url=url)
+    dist = dist or env.get(ENV_DIST) or None
+    if dist is not None:
+        dist = parse_dist_url(dist)
+        if text in ("none", "ccache"):
+            raise ConfigError(f"--compiler-cache-dist distributes compiles through sccache, but --compiler-cache "
+                              f"is {text}", hint="use --compiler-cache auto or sccache, or drop --compiler-cache-dist")
+    return CacheRequest(mode=text, url=url, dist=dist)
+
+
+def parse_dist_url(text: str) -> str:
+    """The scheduler's URL as ``http[s]://HOST:PORT`` (sccache-dist's port 10600 when none is
+    given); credentials, a path, a query or a fragment are refused. Pure."""
+    shown = _redact_url(text.strip())
+    hint = "give the scheduler as http://HOST:PORT (its token comes from $ONEBIT_COMPILER_CACHE_DIST_TOKEN_FILE " \
+           "or $ONEBIT_COMPILER_CACHE_DIST_TOKEN)"
+    try:
+        parts = urlsplit(text.strip())
+        port = parts.port or 10600
+    except ValueError as exc:
+        raise ConfigError(f"scheduler URL {shown!r}: {exc}", hint=hint) from None
+    if parts.scheme not in DIST_SCHEMES or not parts.hostname or parts.username or parts.password:
+        raise ConfigError(f"scheduler URL {shown!r} is not http://HOST:PORT", hint=hint)
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ConfigError(f"scheduler URL {shown!r} has a path or query; sccache takes the scheduler's root",
+                          hint=hint)
+    if not re.fullmatch(r"[A-Za-z0-9.:-]+", parts.hostname):
+        raise ConfigError(f"scheduler URL {shown!r}: {parts.hostname!r} is not a host name or address", hint=hint)
+    return f"{parts.scheme}://{_host(parts.hostname)}:{port}"
 
 
 @dataclass(frozen=True, kw_only=True)

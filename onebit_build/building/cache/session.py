@@ -23,6 +23,7 @@ from onebit_build.building.cache.server_use import ServerUse
 from onebit_build.building.cache.compiler import START_TIMEOUT_S, Launcher, base_dir_for, build_env, describe
 from onebit_build.core.proc import capture
 from onebit_build.building.cache.redis_guard import RedisGuard
+from onebit_build.building.cache.dist_run import DistRun, read_counts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +44,10 @@ class CacheStats:
 
     def minus(self, before: "CacheStats") -> "CacheStats":
         return CacheStats(**{k: max(getattr(self, k) - getattr(before, k), 0) for k in
+                             ("requests", "hits", "misses", "errors", "not_cacheable")})
+
+    def plus(self, other: "CacheStats") -> "CacheStats":
+        return CacheStats(**{k: getattr(self, k) + getattr(other, k) for k in
                              ("requests", "hits", "misses", "errors", "not_cacheable")})
 
     def to_dict(self) -> dict[str, Any]:
@@ -221,6 +226,7 @@ class CacheReport:
     warnings: list[str] = field(default_factory=list)
     # Other builds that used the shared server meanwhile: their compiles are in ``stats`` too.
     shared_with: int | None = None
+    dist: dict[str, Any] | None = None  # distributed compiles (dist_run.DistRun.report)
 
     def to_dict(self) -> dict[str, Any]:
         doc = describe(self.launcher)
@@ -229,6 +235,8 @@ class CacheReport:
             doc["stats"] = self.stats.to_dict() if self.stats else None
             if self.shared_with:
                 doc["stats_shared_with_builds"] = self.shared_with
+            if self.dist is not None:
+                doc["dist"] = self.dist
         if self.warnings:
             doc["warnings"] = list(self.warnings)
         return doc
@@ -240,10 +248,14 @@ class CacheSession:
     reads what the cache did. Never fails a build: a launcher that cannot start is
     dropped with a warning (see :attr:`launcher` after entering)."""
 
-    def __init__(self, launcher: Launcher, *, source_dir: Path, build_dir: Path):
+    def __init__(self, launcher: Launcher, *, source_dir: Path, build_dir: Path,
+                 defines: tuple[tuple[str, str], ...] = (), build_type: str = "Release", ninja: Path | None = None):
         self.launcher = launcher
         self.source_dir = source_dir
         self.build_dir = build_dir
+        self._build = {"defines": defines, "build_type": build_type, "ninja": ninja}  # what distribution checks with
+        self.dist: DistRun | None = None
+        self._carried: CacheStats | None = None  # the counts of a server stopped during the build
         self.env: dict[str, str] = {}
         self.report = CacheReport(launcher=launcher)
         self._guard: Any = None
@@ -283,7 +295,7 @@ class CacheSession:
         if ln.kind != "sccache":
             return
         assert ln.program is not None
-        self._per_build = ln.backend != "local"
+        self._per_build = ln.backend != "local" or ln.dist is not None
         endpoint = None
         if ln.url is not None and ln.url.scheme == "redis":
 
@@ -297,7 +309,10 @@ class CacheSession:
             sock = runtime_dir() / f"{shared_server_key(ln)}.sock"
         self.env = build_env(ln, socket_path=sock, redis_endpoint=endpoint, per_build_server=self._per_build)
         self.report.server = "per-build" if self._per_build else "shared"
-        why = start_server(ln.program, {**os.environ, **self.env})
+        if ln.dist and self._sock_dir is not None:
+            self.dist = DistRun(ln, folder=self._sock_dir, build_dir=self.build_dir, **self._build)
+            self.env["SCCACHE_CONF"] = str(self.dist.conf)
+        why = start_server(ln.program, self._server_env())
         if why is not None:
             self.warnings.append(f"compiler cache: sccache could not start ({why}); building without a compiler cache")
             self._close()
@@ -307,7 +322,34 @@ class CacheSession:
             return
         if not self._per_build:
             self._use = ServerUse(sock).enter()
+        if self.dist is not None:  # its probes are not the build's compiles: counted before them
+            self.dist.begin({**os.environ, **self.env}, self._restart_server)
+            self._carried = None
         self._before = read_stats(ln, {**os.environ, **self.env})
+
+    def _server_env(self) -> dict[str, str]:
+        return {**os.environ, **self.env, **(self.dist.server_env() if self.dist else {})}
+
+    def _restart_server(self) -> None:
+        """The per-build server again, with the configuration as it is now (distribution stopped):
+        the counts so far are kept; compiles meanwhile run here (``SCCACHE_IGNORE_SERVER_IO_ERROR``)."""
+        ln, env = self.launcher, {**os.environ, **self.env}
+        assert ln.program is not None and self.dist is not None
+        now = read_stats(ln, env)
+        if now is not None:
+            done = now.minus(self._before) if self._before else now
+            self._carried = self._carried.plus(done) if self._carried else done
+        self.dist.carry(read_counts(ln.program, env))
+        stop_server(ln.program, env)
+        why = start_server(ln.program, self._server_env())
+        if why is not None:
+            self.warnings.append(f"compiler cache: sccache could not start again ({why}); compiles run without it")
+        self._before = read_stats(ln, env)
+
+    def dist_after_build(self, replace) -> tuple[list[str], list[str]]:
+        """Ends distribution's spot-check; where it found a difference, the objects build servers
+        made are compiled again here by ``replace`` (see ``DistRun.repair``)."""
+        return self.dist.repair(replace) if self.dist is not None else ([], [])
 
     def finish(self) -> CacheReport:
         """Read what the cache did, stop what was started for this build; idempotent."""
@@ -319,6 +361,12 @@ class CacheSession:
             after = read_stats(ln, {**os.environ, **self.env})
             if after is not None:
                 self.report.stats = after.minus(self._before) if self._before else after
+            if self._carried is not None:
+                self.report.stats = self._carried.plus(self.report.stats) if self.report.stats else self._carried
+            if self.dist is not None:
+                last = None if self.dist.stopped else read_counts(ln.program, {**os.environ, **self.env})
+                self.report.dist = self.dist.report(last)
+                self.warnings.extend(self.dist.warnings)
         if self._use is not None:
             self.report.shared_with = self._use.others()
         self._close()

@@ -1,5 +1,6 @@
 """The shader cache for one build: where it lives (beside the compiler cache, with the same
-backends: a local folder, and the compiler cache's Redis when there is one), the launcher
+backends: a local folder, and the compiler cache's shared store when the shader cache can use
+it: Redis, an S3-compatible bucket or WebDAV, see ``shader_remote``), the launcher
 written into the build folder and given to CMake as ``Vulkan_GLSLC_EXECUTABLE`` (ggml-vulkan
 hands that path to ``vulkan-shaders-gen``, which runs it once per shader variant), and what
 it did. The launcher itself is ``glslc.py``.
@@ -22,9 +23,11 @@ from typing import Any, Mapping, Sequence
 
 from onebit_build.building.cache import glslc as launcher_module
 from onebit_build.building.cache import glslc_json as json_module
+from onebit_build.building.cache import glslc_http as http_module
 from onebit_build.building.cache import glslc_redis as redis_module
 from onebit_build.building.cache.compiler import Launcher
-from onebit_build.building.cache.request import RedisUrl
+from onebit_build.building.cache.shader_remote import Remote, plan_remote, settings_for
+from onebit_build.core.errors import ConfigError
 from onebit_build.building.cache.session import CacheStats
 from onebit_build.core.proc import capture
 from onebit_build.core.usercache import cache_home
@@ -43,8 +46,9 @@ class ShaderCache:
     glslc: str | None = None
     version: str | None = None
     local: str | None = None
-    url: RedisUrl | None = None
+    remote: Remote | None = None
     reason: str = ""
+    problem: str | None = None  # why the compiler cache's shared store is not used (a warning)
 
     @property
     def active(self) -> bool:
@@ -54,8 +58,9 @@ class ShaderCache:
         """As the plan, the manifest and the report show it: no secrets. Pure."""
         doc: dict[str, Any] = {"launcher": "glslc-cache" if self.active else "none", "reason": self.reason}
         if self.active:
-            doc.update({"glslc": self.glslc, "version": self.version, "backend": "redis" if self.url else "local",
-                        "url": self.url.public if self.url else None, "cache_dir": self.local})
+            doc.update({"glslc": self.glslc, "version": self.version,
+                        "backend": self.remote.kind if self.remote else "local",
+                        "url": self.remote.public if self.remote else None, "cache_dir": self.local})
         return doc
 
 
@@ -73,7 +78,8 @@ def default_dir(env: Mapping[str, str]) -> str:
 
 def plan_shader_cache(launcher: Launcher, *, glslc: str | None, env: Mapping[str, str],
                       version: str | None = None) -> ShaderCache:
-    """On with the compiler cache (same Redis, a folder of its own), off without one. Pure."""
+    """On with the compiler cache (its shared store where the shader cache can use it, a folder
+    of its own), off without one. Pure but for reading AWS credentials."""
     if not launcher.active:
         return ShaderCache(reason="no compiler cache")
     if glslc is None:
@@ -81,7 +87,11 @@ def plan_shader_cache(launcher: Launcher, *, glslc: str | None, env: Mapping[str
     python = sys.executable
     if not python or any(c.isspace() for c in python):
         return ShaderCache(reason=f"this Python's path {python!r} cannot stand in a script's first line")
-    return ShaderCache(glslc=glslc, version=version, local=default_dir(env), url=launcher.url,
+    try:
+        remote, problem = plan_remote(launcher.backend, env, launcher.url), None
+    except ConfigError as exc:
+        remote, problem = None, f"shader cache: {exc}; the shaders are cached in the local folder only"
+    return ShaderCache(glslc=glslc, version=version, local=default_dir(env), remote=remote, problem=problem,
                        reason=f"with the compiler cache ({launcher.kind})")
 
 
@@ -109,24 +119,20 @@ def install(cache: ShaderCache, build_dir: Path, *, redis_endpoint: tuple[str, i
     folder = build_dir / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     st = os.stat(cache.glslc)
-    redis = None
-    if cache.url is not None:
-        host, port = redis_endpoint or (cache.url.host, cache.url.port)
-        redis = {"host": host, "port": port, "db": cache.url.db, "username": cache.url.username,
-                 "password": cache.url.password}
-    conf = {"schema": launcher_module.SCHEMA, "glslc": cache.glslc, "local": cache.local, "redis": redis,
+    conf = {"schema": launcher_module.SETTINGS_SCHEMA, "glslc": cache.glslc, "local": cache.local,
+            "remote": settings_for(cache.remote, redis_endpoint),
             "identity": {"version": cache.version, "size": st.st_size, "mtime_ns": st.st_mtime_ns},
             "stats": str(folder / "stats.log")}
     settings = folder / "glslc.json"
-    fd = os.open(settings, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # may hold a Redis password
+    fd = os.open(settings, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # may hold the store's credentials
     with os.fdopen(fd, "w") as f:
         json.dump(conf, f, indent=1)
-    for name in ("stats.log", "redis-down"):
+    for name in ("stats.log", "remote-down"):
         (folder / name).unlink(missing_ok=True)
     # The launcher proper is a module beside the program that runs it, so that Python compiles
     # it once (into __pycache__ there) instead of at each of a build's thousand calls.
     (folder / f"{MODULE}.py").write_text(Path(launcher_module.__file__).read_text())
-    for module in (json_module, redis_module):  # what it imports: its JSON, and Redis when it has one
+    for module in (json_module, redis_module, http_module):  # its JSON, and the store's module when it has one
         (folder / f"{MODULE}_{module.__name__.rsplit('_', 1)[1]}.py").write_text(Path(module.__file__).read_text())
     script = folder / "glslc"
     script.write_text(f"#!{sys.executable} -IS\n"  # isolated, no site: the standard library only
@@ -165,14 +171,24 @@ class ShaderRun:
     build_dir: Path
     defines: tuple[tuple[str, str], ...] = ()
     warnings: list[str] | None = None
+    _down_said: bool = False
 
     def report(self) -> dict[str, Any]:
+        """What it did; a shared store that failed during the build becomes one warning line."""
         doc = self.cache.describe()
         if self.cache.active:
             stats, errors = read_stats(self.build_dir)
             doc["stats"] = stats.to_dict()
             if errors:
                 doc["errors"] = errors[:5]
+            down = self.build_dir / FOLDER / "remote-down"
+            if self.cache.remote is not None and down.is_file() and not self._down_said:
+                self._down_said = True
+                why = down.read_text(errors="replace").strip()[:200]
+                self.warnings = [*(self.warnings or []), (
+                    f"shader cache: the shared store {self.cache.remote.kind} {self.cache.remote.public} failed "
+                    f"({why}); glslc compiled what it did not serve, and the rest of the build kept its shaders "
+                    "in the local folder only")]
         if self.warnings:
             doc["warnings"] = list(self.warnings)
         return doc
@@ -186,7 +202,7 @@ def prepare(launcher: Launcher, build_dir: Path, defines: Sequence[tuple[str, st
     if not wants_shaders(defines):
         return None
     cache = resolve(launcher, env)
-    run = ShaderRun(cache=cache, build_dir=build_dir)
+    run = ShaderRun(cache=cache, build_dir=build_dir, warnings=[cache.problem] if cache.problem else None)
     if cache.active:
         try:
             run.defines = ((DEFINE, str(install(cache, build_dir, redis_endpoint=redis_endpoint))),)

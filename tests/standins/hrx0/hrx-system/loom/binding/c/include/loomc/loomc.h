@@ -1,0 +1,2 @@
+#pragma once
+int loomc_version(void);

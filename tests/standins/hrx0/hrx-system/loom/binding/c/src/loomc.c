@@ -1,0 +1,3 @@
+#include "loomc/loomc.h"
+
+int loomc_version(void) { return 1; }
