@@ -63,6 +63,7 @@ def test_each_patch_gets_its_outcome(series):
     # Only the three-way patch is written again; the empty one is left out of the series to build.
     assert set(got.changed) == {"0003-touch-b-8.patch", "0004-c-becomes-y.patch"}
     assert got.changed["0004-c-becomes-y.patch"] is None
+    assert not (tmp / "work1").exists()  # the scratch checkout is gone
 
 
 def test_the_series_to_build_applies_as_the_patch_stage_applies_it(series):

@@ -206,10 +206,17 @@ def judge_one(g: Git, p: PatchFile, source: str) -> tuple[PatchOutcome, bytes | 
 
 
 def reapply(req: ReapplyRequest) -> Reapplied:
-    """Judge every patch of ``req.patches`` on ``req.new`` (see the module's docstring)."""
+    """Judge every patch of ``req.patches`` on ``req.new`` (see the module's docstring). The
+    scratch repository (a whole checkout) is removed again afterwards."""
     shutil.rmtree(req.work, ignore_errors=True)
     req.work.mkdir(parents=True)
-    g = Git(req.work, log=req.log)
+    try:
+        return _judge_series(Git(req.work, log=req.log), req)
+    finally:
+        shutil.rmtree(req.work, ignore_errors=True)
+
+
+def _judge_series(g: Git, req: ReapplyRequest) -> Reapplied:
     g.run("init", "-q", ".")
     g.run("config", "core.autocrlf", "false")
     for commit in dict.fromkeys((req.old, req.new)):
