@@ -49,16 +49,21 @@ def read_regular(path: Path) -> bytes:
 
 def resolved(path: str | os.PathLike[str], origin: str) -> Path:
     """``path`` with ``~`` expanded, made absolute and its links followed, as Path.resolve()
-    does (a path that does not exist yet is fine). A loop of symbolic links on the way (which
-    Path.resolve() raises as RuntimeError or OSError) is a ConfigError naming ``origin``, the
-    option or environment variable the path came from."""
+    does (a path that does not exist yet is fine). A loop of symbolic links on the way is a
+    ConfigError naming ``origin``, the option or environment variable the path came from.
+    Python 3.12 and older raise a loop as RuntimeError or OSError (ELOOP) even when not strict;
+    3.13 raises it only in strict mode, so strict mode is asked first, then the lenient one for
+    a path that does not exist yet."""
     given = Path(path).expanduser()
-    try:
-        return given.resolve()
-    except RuntimeError:
-        pass
-    except OSError as exc:
-        if exc.errno != errno.ELOOP:
-            raise
+    for strict in (True, False):
+        try:
+            return given.resolve(strict=strict)
+        except RuntimeError:
+            break
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                break
+            if not strict:
+                raise
     raise ConfigError(f"{origin} {given}: a loop of symbolic links (a link that leads back to itself)",
                       hint=f"point {origin} at a real file or folder, or remove the looping link")
