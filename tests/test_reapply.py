@@ -66,6 +66,22 @@ def test_each_patch_gets_its_outcome(series):
     assert not (tmp / "work1").exists()  # the scratch checkout is gone
 
 
+def test_a_user_with_no_git_identity_gets_the_same_outcomes(series, tmp_path, monkeypatch):
+    """Before: 'git am --abort' after the conflicting patch wanted a committer identity, failed
+    on a machine whose git has none, and left the merge in place, so 0006 'conflicted' too."""
+    config = tmp_path / "gitconfig"
+    config.write_text("[user]\n\tuseConfigOnly = true\n")  # no name or e-mail guessed from the host
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL"):
+        monkeypatch.delenv(name, raising=False)
+    bare, old, new, tmp = series
+    got = reapply(ReapplyRequest(source="src", bare_repo=bare, old=old, new=new,
+                                 patches=list_patches(tmp / "patches", "src"), work=tmp_path / "work"))
+    status = {o.patch[:4]: o.status for o in got.outcomes}
+    assert status == {"0001": APPLIES, "0002": OFFSET, "0003": THREE_WAY, "0004": EMPTY, "0005": CONFLICTS,
+                      "0006": APPLIES}
+
+
 def test_the_series_to_build_applies_as_the_patch_stage_applies_it(series):
     """The new series (unchanged patches as they are, the three-way one written again, the
     empty and the conflicting ones out) applies to the new commit with 'git am' alone."""

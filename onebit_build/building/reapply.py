@@ -151,7 +151,7 @@ def _apply(g: Git, p: PatchFile, *, three_way: bool) -> tuple[bool, str]:
     if _is_mail(p.path.read_bytes()):
         r = g.run("am", "-q", "--keep-cr", "-3" if three_way else "--no-3way", _file(p), env=env, check=False)
         if r.status != 0:
-            g.run("am", "--abort", check=False)
+            g.run("am", "--abort", env=env, check=False)  # git asks for an identity here too
         return r.status == 0, r.err + r.out
     r = g.run("apply", "--index", *(["-3"] if three_way else []), _file(p), check=False)
     if r.status != 0:
@@ -168,7 +168,7 @@ def _conflicted(g: Git, p: PatchFile) -> list[str]:
     if _is_mail(p.path.read_bytes()):
         g.run("am", "-q", "--keep-cr", "-3", _file(p), env=env, check=False)
         files = g.out("diff", "--name-only", "--diff-filter=U", check=False).split()
-        g.run("am", "--abort", check=False)
+        g.run("am", "--abort", env=env, check=False)  # git asks for an identity here too
     else:
         g.run("apply", "--index", "-3", _file(p), check=False)
         files = g.out("diff", "--name-only", "--diff-filter=U", check=False).split()
