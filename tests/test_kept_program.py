@@ -64,3 +64,28 @@ def test_on_one_file_system_the_kept_program_takes_no_space(tmp_path):
     program.unlink()  # the environment it came from is removed
     out = subprocess.run([str(kept), "--version"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.startswith("sccache "), out
+
+
+def test_gc_removes_the_launchers_of_another_sccache_unless_one_runs(tmp_path):
+    from _support import REPO, run_cli
+
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    current = Path(kept_program(SCCACHE, env))
+    tools = current.parent.parent
+    old, running = tools / "sccache-0000000000000000", tools / "sccache-1111111111111111"
+    for folder in (old, running):
+        folder.mkdir()
+        shutil.copy("/bin/sleep", folder / "sccache")  # a program of its own (no link): its bytes are freed
+    (tmp_path / "ws").mkdir()
+    proc = subprocess.Popen([str(running / "sccache"), "300"])
+    try:
+        dry = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "gc", "--dry-run", env=env)
+        assert dry.returncode == 0, dry.stderr
+        assert f"would remove {old} (" in dry.stderr and f"kept {running}: a running program" in dry.stderr
+        assert str(current.parent) not in dry.stderr and old.is_dir()
+        done = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "gc", env=env)
+        assert done.returncode == 0, done.stderr
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not old.exists() and running.is_dir() and current.is_file()

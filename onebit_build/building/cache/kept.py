@@ -85,3 +85,14 @@ def _place(source: Path, target: Path) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def other_programs(env: Mapping[str, str], current: str | None) -> list[Path]:
+    """The kept programs' folders that are not ``current``'s (those of another sccache, from
+    an upgrade or another installation): what ``gc`` may remove. Sorted."""
+    root = cache_home(env) / TOOLS_DIR
+    keep = Path(current).parent if current else None
+    try:
+        return sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and p != keep)
+    except OSError:
+        return []
