@@ -16,6 +16,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from _support import end
+
 from onebit_build.building.cache.compiler import bundled_sccache
 
 SCHEDULER_PORT = 10600
@@ -174,14 +176,8 @@ class DistCluster:
             return ""
 
     def stop(self) -> None:
-        for name, proc in reversed(list(self.procs.items())):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        for proc in reversed(list(self.procs.values())):
+            end(proc)
         for ns in self.namespaces:  # what the servers left running in their namespace (their builds)
             pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
             for pid in pids:

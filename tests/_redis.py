@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from _support import end
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -62,14 +64,7 @@ class RedisServer:
         return self
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        end(self.proc)
         self.proc = None
 
     def command(self, *words: str) -> bytes:

@@ -9,7 +9,6 @@ import ctypes
 import os
 import re
 import shutil
-import signal
 import subprocess
 import textwrap
 import time
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import requests
+
+from _support import end
 
 PROGRAM = "docker-registry"
 
@@ -54,13 +55,7 @@ class LocalRegistry:
         return re.findall(r'"(GET|HEAD|PUT|POST|PATCH|DELETE) (/v2/\S*) HTTP', text)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        end(self.proc, grace=10)
 
 
 def bcrypt_hash(password: str) -> str:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from _redis import free_port
+from _support import end
 
 
 def _answers(port: int) -> bool:
@@ -49,14 +50,7 @@ class _Server:
         return self
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        end(self.proc)
         self.proc = None
 
 

@@ -43,6 +43,26 @@ def cuda_wheel_bin() -> Path | None:
     return None
 
 
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    """The one ``error:`` line a failed command printed (and no traceback)."""
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    return errors[0]
+
+
+def end(proc: subprocess.Popen | None, grace: float = 20) -> None:
+    """Stop a server a test started: SIGTERM, then SIGKILL after ``grace`` seconds; reaped."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def git(cwd: Path, *args: str) -> str:
     env = {**os.environ, **GIT_ENV, "GIT_CEILING_DIRECTORIES": str(cwd.parent)}
     out = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)

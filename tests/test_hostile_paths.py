@@ -11,20 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from _support import REPO
+from _support import REPO, one_line_error
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if k not in ("ONEBIT_WORKSPACE", "ONEBIT_ROOT", "ONEBIT_MIRROR_DIR")}
     return subprocess.run([sys.executable, "-m", "onebit_build", *args], capture_output=True, text=True,
                           cwd=REPO, env={**full, **(env or {})}, timeout=120)
-
-
-def one_line_error(proc: subprocess.CompletedProcess) -> str:
-    assert "Traceback" not in proc.stderr, proc.stderr
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1, proc.stderr
-    return errors[0]
 
 
 @pytest.fixture

