@@ -1,6 +1,6 @@
 """Build step: the wheel carries the project's data as package data.
 
-pins.yaml, recipes/, patches/, references/ and smoke/prompts/ stay at the top of the
+pins.yaml, recipes/, patches/, references/, smoke/prompts/ and smoke/eval/ stay at the top of the
 repository (the one place they are edited). Building the wheel copies them into
 ``onebit_build/data/`` of the build folder, so an installed tool finds them next to its
 code. An editable install needs no copy: it runs from the checkout and reads them there.
@@ -17,7 +17,7 @@ from setuptools.command.build_py import build_py
 HERE = Path(__file__).resolve().parent
 
 # What the installed tool needs, relative to the repository root. pins.lock is optional.
-PROJECT_DATA = ("pins.yaml", "pins.lock", "recipes", "patches", "references", "smoke/prompts")
+PROJECT_DATA = ("pins.yaml", "pins.lock", "recipes", "patches", "references", "smoke/prompts", "smoke/eval")
 DATA_PACKAGE_DIR = "data"
 
 

@@ -120,6 +120,7 @@ class Options:
     verify_run: VerifyRunOptions | None = None
     run_dir: Path | None = None  # --run-dir: this invocation's run folder (new or empty)
     junit: Path | None = None  # --junit: the checks as JUnit XML (smoke, verify-run)
+    write_numerics: Path | None = None  # smoke --write-numerics: the CPU run as a numerical reference
     # --compiler-cache, --compiler-cache-url, --compiler-cache-dist
     compiler_cache: CacheRequest = field(default_factory=CacheRequest)
     signing_key: Path | None = None  # --signing-key: the PEM file (read when the build's evidence is signed)
@@ -231,6 +232,7 @@ def from_args(ns: argparse.Namespace) -> Options:
         bench=_bench_options(get) if command == "bench" else None,
         verify_run=_verify_run_options(get) if command == "verify-run" else None,
         run_dir=_path(get("run_dir"), "--run-dir"), junit=_path(get("junit"), "--junit"),
+        write_numerics=_path(get("write_numerics"), "--write-numerics"),
         compiler_cache=request_from(get("compiler_cache"), get("compiler_cache_url"), os.environ,
                                     dist=get("compiler_cache_dist")),
         signing_key=_path(get("signing_key"), "--signing-key"),

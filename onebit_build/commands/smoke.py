@@ -17,6 +17,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
     run_folder_options(p, junit=True)
     p.add_argument("--server", metavar="PATH",
                    help="smoke this llama-server binary (built elsewhere) instead of building the recipe")
+    p.add_argument("--write-numerics", metavar="FILE",
+                   help="write the CPU run of the numerical check as a numerical reference to FILE "
+                        "(commit it as references/<recipe>/numerics/<toolchain>.json)")
 
 
 def run(opts, project, cmd: Command) -> int:

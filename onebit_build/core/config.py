@@ -18,6 +18,7 @@ from onebit_build.core.model_spec import ModelSpec, load_model
 from onebit_build.core.downloads_spec import DownloadSpec, load_downloads
 from onebit_build.core.requires_spec import RequiresSpec, load_requires
 from onebit_build.core.jit_cache_spec import JitCacheSpec, load_jit_cache
+from onebit_build.core.numerics_spec import NumericsSpec, load_numerics
 from onebit_build.core.safepath import resolved
 from onebit_build.core.yamlnode import Node, Range, check_schema, load_yaml
 from onebit_build.core.names import is_cmake_name, is_component_name, is_file_name, relative_inside
@@ -123,6 +124,7 @@ class Recipe:
     verification: VerificationSpec = VerificationSpec()
     requires: RequiresSpec | None = None  # what a machine needs before configure (doctor checks it)
     jit_cache: JitCacheSpec | None = None  # where its GPU backend keeps compiled kernels (location, gc)
+    numerics: NumericsSpec | None = None  # smoke's numerical check (None: the recipe has none)
 
     def sources_used(self, pinned: Iterable[str]) -> set[str]:
         """The pinned sources this recipe builds from or refers to (``${pin.NAME.FIELD}``)."""
@@ -222,7 +224,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
     path = Path(path).resolve()
     root = Node(path, "", load_yaml(path, "recipe"))
     root.only({"schema", "name", "description", "backends", "components", "model", "smoke", "toolchain", "verification",
-               "requires", "jit_cache"})
+               "requires", "jit_cache", "numerics"})
     check_schema(root, RECIPE_SCHEMA)
     toolchain = _load_toolchain(root)
     name = root.get("name", str)
@@ -248,6 +250,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
         verification=_load_verification(root),
         requires=load_requires(root, {c.name for c in components}),
         jit_cache=load_jit_cache(root),
+        numerics=load_numerics(root),
     )
 
 

@@ -1,4 +1,4 @@
-"""Where the project data comes from: pins.yaml, recipes/, patches/, references/, smoke/prompts/.
+"""Where the project data comes from: pins.yaml, recipes/, patches/, references/, smoke/prompts/, smoke/eval/.
 
 A checkout of the project is used when one is named (``--root DIR``, ``$ONEBIT_ROOT``), when
 the tool runs inside one, or when the package itself was loaded from one (an editable
@@ -51,6 +51,11 @@ class ProjectRoot:
     @property
     def prompts(self) -> Path:
         return self.path / "smoke" / "prompts"
+
+    @property
+    def smoke(self) -> Path:
+        """smoke/: the prompts and the evaluation texts of the numerical check."""
+        return self.path / "smoke"
 
     def describe(self) -> str:
         return f"{self.path} ({self.data_from}, found by {self.found_by})"

@@ -46,6 +46,7 @@ class Settings:
     compiler_cache: CacheRequest = field(default_factory=CacheRequest)
     model: Path | None = None
     junit: Path | None = None
+    write_numerics: Path | None = None  # smoke: write the CPU scoring run as a numerical reference here
     signing_key: Path | None = None  # --signing-key (else $ONEBIT_SIGNING_KEY names one, or none)
 
 
@@ -54,6 +55,7 @@ def settings_of(opts: Options) -> Settings:
     return Settings(recipe=opts.recipe, defines=opts.defines, mirror_dirs=opts.mirror_dirs, offline=opts.offline,
                     locked=opts.locked, fresh=opts.fresh, jobs=opts.jobs, toolchain_root=opts.toolchain_root,
                     compiler_cache=opts.compiler_cache, model=opts.model, junit=opts.junit,
+                    write_numerics=opts.write_numerics,
                     signing_key=opts.signing_key)
 
 

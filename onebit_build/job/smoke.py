@@ -6,7 +6,8 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from onebit_build.building.manifest import load_manifest, read_manifest
+from onebit_build.building.manifest import Manifest, load_manifest, read_manifest
+from onebit_build.building.references import fingerprint, reference_name
 from onebit_build.building.toolchain import resolve_toolchain, runtime_env
 from onebit_build.core import model_lock, ui
 from onebit_build.core.config import Recipe
@@ -14,10 +15,12 @@ from onebit_build.core.errors import ConfigError, IntegrityError, NotAvailableEr
 from onebit_build.job.model import Job, Settings
 from onebit_build.options import Options
 from onebit_build.running import model as model_mod
+from onebit_build.running import numerics_plot
 from onebit_build.running import report as report_mod
 from onebit_build.running import smoke as smoke_mod
 from onebit_build.running import speed_ref
-from onebit_build.running.devices import pick_devices
+from onebit_build.running.devices import CPU_DEVICE, pick_devices
+from onebit_build.running import numerics_ref
 from onebit_build.running.server import list_devices
 from onebit_build.verification.junit import smoke_cases, write_junit
 
@@ -103,6 +106,65 @@ def chat_note(model: model_mod.ModelFile) -> str | None:
     return None
 
 
+# --------------------------------------------------------------------------- the numerical check
+
+
+def toolchain_name(manifest: Manifest | None) -> str | None:
+    """The name the build's toolchain gives its references (None for a server built elsewhere)."""
+    return reference_name(fingerprint(manifest)) if manifest is not None else None
+
+
+def numerics_plan(job: Job, recipe: Recipe, model, manifest: Manifest | None) -> smoke_mod.NumericsPlan | None:
+    """The evaluation text, the workload and the committed numerical reference of this build's
+    toolchain (None with a note when there is none); None when the recipe has no numerical check."""
+    spec = recipe.numerics
+    if spec is None:
+        return None
+    try:
+        text, text_sha = numerics_ref.eval_text(job.project.smoke, spec.text)
+    except ValueError as exc:
+        raise ConfigError(f"{recipe.path}: numerics: {exc}", hint="name a file of smoke/eval/") from None
+    workload = numerics_ref.Workload.of(spec, model_sha256=model.sha256, text_sha256=text_sha,
+                                        ctx_size=recipe.smoke.ctx_size, threads=recipe.smoke.threads)
+    name = toolchain_name(manifest)
+    if name is None:
+        return smoke_mod.NumericsPlan(text=text, workload=workload, reference=None,
+                                      note="a server built elsewhere has no toolchain to find its reference by")
+    path = numerics_ref.reference_path(job.project.references, recipe.name, name)
+    if not path.exists():
+        rel = f"references/{recipe.name}/{numerics_ref.FOLDER}/{path.name}"
+        return smoke_mod.NumericsPlan(text=text, workload=workload, reference=None,
+                                      note=f"no numerical reference for this toolchain ({rel}); record one with "
+                                           f"'onebit-build --recipe {recipe.name} smoke --write-numerics {rel}'")
+    try:
+        reference = numerics_ref.load_reference(path)
+    except ValueError as exc:
+        raise IntegrityError(f"numerical reference: {exc}",
+                             hint="restore it from git, or record it again with 'smoke --write-numerics FILE'") from None
+    return smoke_mod.NumericsPlan(text=text, workload=workload, reference=reference)
+
+
+def write_numerics(path: Path, result, *, recipe: str, commit: str, toolchain: str | None) -> Path:
+    """The smoke's CPU scoring run as a numerical reference at ``path``; SmokeError when the
+    run did not score the text (nothing is written then)."""
+    failed = [c for c in (*result.checks, *(c for d in result.device_results for c in d.checks)) if not c.passed]
+    if failed:
+        raise SmokeError(f"no numerical reference written: the build failed smoke ({failed[0].summary})",
+                         hint="a reference is recorded only from a build that passes every other check")
+    num = result.numerics
+    cpu = next((r for r in num.runs if r.device == CPU_DEVICE), None) if num is not None else None
+    if cpu is None:
+        raise SmokeError("no numerical reference written: the CPU run did not score the text",
+                         hint="read the numerics check above and the server log in the run folder")
+    if cpu.batches_note:
+        raise SmokeError(f"no numerical reference written: {cpu.batches_note}",
+                         hint="the server must keep its prompt cache between the scoring requests")
+    workload = numerics_ref.Workload(**num.workload)
+    return numerics_ref.write_reference(path, workload=workload, scored=cpu.scored, recorded={
+        "recipe": recipe, "toolchain": toolchain, "build_commit": commit, "device": CPU_DEVICE,
+        "date": result.started_at})
+
+
 # --------------------------------------------------------------------------- smoke
 
 
@@ -123,6 +185,7 @@ def smoke_stage(job: Job, *, server: Path, manifest_file: Path | None, verified:
                            lock=job.project.models_lock)
         st["note"] = f"{mf.path.name} sha256 {mf.sha256[:16]}"
     src = recipe.server_component.source
+    man: Manifest | None = None
     if manifest_file is not None:
         man = load_manifest(manifest_file)
         manifest, commit = man.to_doc(), man.source_commit(src)
@@ -136,20 +199,31 @@ def smoke_stage(job: Job, *, server: Path, manifest_file: Path | None, verified:
     devices, skipped = smoke_devices(run_recipe, server, job.log("logs"))
     for dev, why in skipped.items():
         ui.warn(f"smoke on {dev} skipped: {why}")
+    numerics = numerics_plan(job, recipe, mf, man)
     with ui.stage("smoke") as st:
         result = smoke_mod.run_smoke(recipe=run_recipe, server_bin=server, model=mf, run_dir=job.run_dir,
                                      expect_commit=commit[:7], threads=recipe.smoke.threads, devices=devices,
-                                     references=speed_references(job.project, recipe))
+                                     references=speed_references(job.project, recipe), numerics=numerics)
         st["note"] = "all checks passed" if result.passed else "CHECKS FAILED"
         if not result.passed:
             st["status"] = "FAILED"
     chat = chat_note(mf)
     if chat:
         ui.warn(chat)
+    plot_line = None
+    if result.numerics is not None:
+        plotted = numerics_plot.plot(result.numerics, job.run_dir / "numerics.png")
+        plot_line = f"numerics plot: {plotted}" if plotted else f"numerics plot: not drawn ({numerics_plot.HINT})"
     json_path, md_path = report_mod.write_report(job.run_dir, recipe=recipe, smoke=result, manifest=manifest,
                                                  extra={"verify": verified, "skipped_devices": skipped,
                                                         "chat": chat or "checked"})
     report_mod.print_summary(result)
+    if plot_line:
+        ui.answer(plot_line)
+    if opts.write_numerics is not None:
+        written = write_numerics(opts.write_numerics, result, recipe=recipe.name, commit=commit,
+                                 toolchain=toolchain_name(man))
+        ui.answer(f"numerical reference: {written}")
     ui.answer(f"report: {md_path}")
     if opts.junit is not None:
         ui.answer(f"junit: {write_junit(opts.junit, 'smoke', smoke_cases(result), seconds=result.seconds)}")

@@ -85,10 +85,11 @@ def gguf_string_value(path: Path, key: str | None) -> str | None:
         if path.stat().st_size < 24:
             raise ValueError(f"{path}: not a GGUF file (only {path.stat().st_size} bytes)")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return _find(_Reader(data, path), key)
+            value = _find(_Reader(data, path), key)
+            return value if isinstance(value, str) else None
 
 
-def _find(r: _Reader, key: str | None) -> str | None:
+def _find(r: _Reader, key: str | None, *, whole: bool = False) -> str | int | None:
     if r.data[:4] != GGUF_MAGIC:
         raise ValueError(f"{r.path}: not a GGUF file")
     r.take(4)
@@ -97,10 +98,27 @@ def _find(r: _Reader, key: str | None) -> str | None:
     r.u64()  # tensor count
     for _ in range(r.u64()):
         name, kind = r.string().decode("utf-8", "replace"), r.u32()
-        if name == key and kind == _STRING:
+        if name == key and kind == _STRING and not whole:
             return r.string().decode("utf-8", "replace")
+        if name == key and whole and kind in _UNSIGNED:
+            return int.from_bytes(r.data[r.take(_FIXED[kind]):r.pos], "little")
         r.skip(kind)
     return None
+
+
+# GGUF's unsigned whole-number types: uint8, uint16, uint32, uint64.
+_UNSIGNED = (0, 2, 4, 10)
+
+
+def block_count(path: Path) -> int | None:
+    """The model's repeating layers (``<architecture>.block_count``), what llama.cpp's -ngl
+    counts; None when the header does not say. ValueError for a file that is not a sound GGUF."""
+    arch = gguf_string_value(path, "general.architecture")
+    if not arch:
+        return None
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        value = _find(_Reader(data, path), f"{arch}.block_count", whole=True)
+    return value if isinstance(value, int) else None
 
 
 def header_problem(path: Path) -> str | None:

@@ -14,6 +14,7 @@ from onebit_build.core import ui
 from onebit_build.core.config import Recipe
 from onebit_build.core.fsutil import atomic_write_text, write_state
 from onebit_build.running.measure import Sample
+from onebit_build.running import numerics as nm
 from onebit_build.running.smoke import DeviceResult, SmokeResult
 from onebit_build.running.smoke_checks import SmokeCheck, Speed
 
@@ -127,6 +128,7 @@ def report_doc(run_dir: Path, *, recipe: Recipe, smoke: SmokeResult, manifest: d
             }
             for d in smoke.device_results
         ],
+        "numerics": _numerics_doc(smoke, run_dir),
         "logs": {"list_devices": "logs/list-devices.log"},
         "environment": environment(recipe),
         "extra": extra or {},
@@ -263,9 +265,59 @@ def render_markdown(run_dir: Path, *, recipe: Recipe, smoke: SmokeResult, manife
         out.append(f"| {md_cell(c.name)} | {_mark(c.passed)} | {md_cell(c.summary)} |")
     for d in smoke.device_results:
         out.extend(_device_section(d))
+    out.extend(_numerics_section(smoke, run_dir))
     out.extend(_cache_section(manifest))
     out.append("")
     return "\n".join(out)
+
+
+def _numerics_doc(smoke: SmokeResult, run_dir: Path) -> dict[str, Any] | None:
+    """The numerical check in report.json: the workload, the reference, and per run its base,
+    figures (per position too) and budget. Pure."""
+    num = smoke.numerics
+    if num is None:
+        return None
+    figs = {(d, lvl): f for d, lvl, f in num.figures}
+    runs = []
+    for r in num.runs:
+        f = figs.get((r.device, r.level))
+        runs.append({"device": r.device, "level": r.level, "layers": r.layers, "seconds": round(r.seconds, 3),
+                     "log": _rel(r.log, run_dir), "ppl": round(nm.perplexity(r.scored), 6),
+                     "batches": r.batches_note or "as planned",
+                     "against": None if f is None else ("reference" if r.level == "cpu" else "CPU"),
+                     "figures": None if f is None else f.to_dict(per_position=True)})
+    return {"workload": num.workload, "reference": num.reference, "runs": runs,
+            "passed": all(c.passed for c in num.checks)}
+
+
+def _numerics_section(smoke: SmokeResult, run_dir: Path) -> list[str]:
+    num = smoke.numerics
+    if num is None:
+        return []
+    wl = num.workload
+    out = ["", f"## Numerical check: {'pass' if all(c.passed for c in num.checks) else 'FAIL'}", "",
+           f"Text `{wl.get('text')}` (sha256 `{str(wl.get('text_sha256'))[:16]}`), -ub {wl.get('ubatch')}, "
+           f"{wl.get('rounds')} rounds of a {wl.get('jump')}-token batch and {wl.get('steps')} single tokens, "
+           f"top-{wl.get('top_k')}; reference: `{num.reference or 'none'}`.", "",
+           "| device | offload | against | ppl | ppl ratio | KLD mean | KLD p99 | KLD max | top-1 | s |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    figs = {(d, lvl): f for d, lvl, f in num.figures}
+    for r in num.runs:
+        f = figs.get((r.device, r.level))
+        level = "—" if r.level == "cpu" else f"{r.level} (-ngl {r.layers})"
+        if f is None:
+            out.append(f"| {md_cell(r.device)} | {level} | — | {nm.perplexity(r.scored):.4f} | — | — | — | — | — | "
+                       f"{r.seconds:.1f} |")
+            continue
+        against = "reference" if r.level == "cpu" else "CPU"
+        out.append(f"| {md_cell(r.device)} | {level} | {against} | {f.ppl:.4f} | {f.ppl_ratio:.5f} | {f.kld_mean:.3g} | "
+                   f"{f.kld_p99:.3g} | {f.kld_max:.3g} | {f.top1:.1%} | {r.seconds:.1f} |")
+    out += ["", "| check | result | evidence |", "|---|---|---|"]
+    for c in num.checks:
+        out.append(f"| {md_cell(c.name)} ({md_cell(c.device or '')}) | {_mark(c.passed)} | {md_cell(c.summary)} |")
+    if (run_dir / "numerics.png").exists():
+        out += ["", "![KL divergence per position](numerics.png)"]
+    return out
 
 
 def _device_section(d: DeviceResult) -> list[str]:

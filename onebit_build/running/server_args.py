@@ -30,6 +30,7 @@ class ServerSpec:
     port: int | None = None  # preferred port; another free one is chosen when it is taken...
     fixed_port: bool = False  # ...unless the user chose it: then never another
     threads: int | None = None
+    layers: str | None = None  # -ngl on a device other than the CPU (a count, or "all"); None: all
     alias: str | None = None  # the name /v1/models lists (--alias; one in extra_args wins); None: the path
     extra_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
@@ -38,11 +39,12 @@ class ServerSpec:
     stop_timeout_s: float = 5.0  # grace after the first SIGTERM
 
 
-def device_args(device: str) -> list[str]:
-    """Arguments that put the whole model on ``device``; "CPU" means no GPU offload."""
+def device_args(device: str, layers: str | None = None) -> list[str]:
+    """Arguments that put the model on ``device`` (``layers`` of it, all by default); "CPU"
+    means no GPU offload."""
     if device == CPU_DEVICE:
         return ["--device", "none", "-ngl", "0"]
-    return ["--device", device, "-ngl", "all"]
+    return ["--device", device, "-ngl", layers or "all"]
 
 
 # llama-server fits "unset arguments" to free device memory before it loads the model (on by
@@ -134,7 +136,7 @@ def server_argv(spec: ServerSpec, port: int) -> list[str]:
         # libllama's INFO lines (the model load: where each layer went) are logged at the
         # trace level, 4, above the default 3 (common/log.cpp): the offload check reads them.
         "--log-verbosity", str(LOAD_LOG_VERBOSITY),
-        *device_args(spec.device),
+        *device_args(spec.device, spec.layers),
     ]
     argv += ["--alias", spec.alias] if spec.alias and not gives_alias(spec.extra_args) else []
     if spec.threads is not None:
