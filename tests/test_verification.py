@@ -512,7 +512,16 @@ def _set(names_hashes: dict[str, str], facts: dict[str, str] | None = None) -> A
                        facts=facts or {"glslc": "shaderc 2023.2-1"})
 
 
-def _parts(*, spv_ok: bool = True, same: bool = True, slow: bool = False, own: bool = True) -> list[verdict.Part]:
+def _numerics(*, kld: float = 0.0) -> verdict.Part:
+    figures = {"positions": 164, "ppl": 10.0, "ppl_base": 10.0, "ppl_ratio": 1.0, "kld_mean": kld, "kld_p99": kld,
+               "kld_max": kld, "top1": 1.0}
+    missed = (f"kld mean {kld:.4g} > budget 0.0001",) if kld > 1e-4 else ()
+    return verdict.numerics_part([verdict.NumericsComparison(device="CPU", figures=figures, missed=missed)],
+                                 {"kld_mean": 1e-4, "kld_p99": 1e-3, "ppl_ratio": 0.002, "top1": 0.99})
+
+
+def _parts(*, spv_ok: bool = True, same: bool = True, slow: bool = False, own: bool = True,
+           kld: float = 0.0) -> list[verdict.Part]:
     ref = _set({"a.spv": "1" * 64, "b.spv": "2" * 64})
     cur = _set({"a.spv": "1" * 64, "b.spv": ("2" if spv_ok else "3") * 64})
     art = verdict.artifacts_part([compare_sets("llama", cur, ref)], [])
@@ -526,13 +535,21 @@ def _parts(*, spv_ok: bool = True, same: bool = True, slow: bool = False, own: b
                                  detail="" if own else "system")
     prov = verdict.provenance_part([provenance.Provenance(side="new", device="CPU", pid=1,
                                                           executable="/b/bin/llama-server", checks=(check,))])
-    return [prov, sp, ans, art]
+    return [prov, sp, ans, art, _numerics(kld=kld)]
 
 
 def test_verified_only_when_all_parts_hold():
     v = verdict.verdict(_parts())
     assert v.verified and v.exit_code == 0 and v.label == "VERIFIED" and v.failed == ()
     assert [p.name for p in v.parts] == list(verdict.PARTS)
+
+
+def test_numerics_over_budget_is_not_verified_though_every_answer_agrees():
+    v = verdict.verdict(_parts(kld=0.02))
+    assert not v.verified and v.exit_code == 11 and v.failed == ("numerics",)
+    assert "CPU: kld mean 0.02 > budget 0.0001" in v.headline()
+    assert verdict.verdict([p for p in _parts() if p.name != "numerics"]
+                           + [verdict.numerics_not_checked("the recipe has no numerical check")]).verified
 
 
 def test_not_verified_names_each_failed_part():
@@ -598,7 +615,7 @@ def test_speed_not_measured_is_not_judged_and_every_output_says_so(tmp_path):
     assert v.headline().startswith("VERIFIED (speed not measured): Vulkan SPIR-V: 2/2 byte-identical")
     assert "; speed: not measured (--no-speed); " in v.headline()
     speed_p = next(p for p in v.parts if p.name == "speed")
-    assert speed_p.status == "skipped" and [p.status for p in v.parts if p.name != "speed"] == ["ok"] * 3
+    assert speed_p.status == "skipped" and [p.status for p in v.parts if p.name != "speed"] == ["ok"] * 4
     facts = report.RunFacts(**{**_facts(tmp_path).__dict__, "speed_measured": False})
     w = report.write_all(tmp_path, v, facts)
     doc = json.loads(w.json.read_text())

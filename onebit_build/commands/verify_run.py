@@ -152,9 +152,24 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     return out.verdict.exit_code
 
 
+def numerics_text(job: Job) -> str | None:
+    """The recipe's evaluation text for the numerical comparison (None: it has no numerical check)."""
+    from onebit_build.core.errors import ConfigError
+    from onebit_build.running.numerics_ref import eval_text
+
+    spec = job.recipe.numerics
+    if spec is None:
+        return None
+    try:
+        return eval_text(job.project.smoke, spec.text)[0]
+    except ValueError as exc:
+        raise ConfigError(f"{job.recipe.path}: numerics: {exc}", hint="name a file of smoke/eval/") from None
+
+
 def compare(job: Job, opts: Options, asked: Asked, prompts) -> vrun.RunOutcome:
     """Build the recipe (if needed), then compare the new build with the working one."""
     import os
+    from dataclasses import replace
 
     from onebit_build.building.manifest import load_manifest
     from onebit_build.core import ui
@@ -190,5 +205,6 @@ def compare(job: Job, opts: Options, asked: Asked, prompts) -> vrun.RunOutcome:
         measure_speed=asked.measure_speed, signing_key=signing_key_from(job.settings.signing_key, os.environ),
         scrub=scrubber(workspace=job.workspace.root, project=job.project.path),
     )
+    req = replace(req, numerics_text=numerics_text(job))
     locks = (("pins.lock", job.pins.lock_path), ("models.lock", job.project.models_lock))
     return vrun.run(req, project_files=tuple((name, f) for name, f in locks if f.is_file()))

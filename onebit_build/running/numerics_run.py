@@ -125,17 +125,20 @@ class Runner:
     logs: Path
     timeout_s: Callable[[nm.Request], float]
     status: Any = None  # ui.CheckStatus
+    extra_args: tuple[str, ...] = ()  # more llama-server arguments (verify-run's --new-args, --working-args)
+    log_tag: str = ""  # in the log's name, before the device (verify-run: new, working)
 
     def run(self, device: str, level: str, layers: str, text: str,
             tokens: tuple[int, ...] | None) -> tuple[ScoreRun, tuple[int, ...]]:
         """One server, the text scored on it; its tokens (from the server when ``tokens`` is None)."""
         from onebit_build.core.names import label_part
 
-        log = self.logs / f"numerics-{label_part(device)}-{level}.log"
+        tag = f"{self.log_tag}-" if self.log_tag else ""
+        log = self.logs / f"numerics-{tag}{label_part(device)}-{level}.log"
         sspec = ServerSpec(binary=self.server_bin, model=self.model, log=log, device=device, ctx_size=self.ctx_size,
                            env=self.env, health_timeout_s=self.health_timeout_s, threads=self.threads,
                            layers=None if device == CPU_DEVICE else layers,
-                           extra_args=("-ub", str(self.spec.ubatch)))
+                           extra_args=(*self.extra_args, "-ub", str(self.spec.ubatch)))
         t0 = time.monotonic()
         server = srvmod.start(sspec)
         try:

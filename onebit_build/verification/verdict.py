@@ -9,7 +9,12 @@ VERIFIED (exit 0) only when every part holds:
 2. **answers**: on every device, every prompt got the same greedy text from both builds;
 3. **speed**: on every device, decode and prompt tok/s are "on par" or "faster"
    (:mod:`.speed` defines them);
-4. **provenance**: every server of both builds mapped only its build's own files.
+4. **provenance**: every server of both builds mapped only its build's own files;
+5. **numerics**: on every device, the new build's next-token distributions over the recipe's
+   evaluation text are within the recipe's ``numerics.budgets.reference`` of the working
+   build's (KL divergence, perplexity ratio, top-1 agreement; running/numerics.py), even
+   when every greedy answer agrees. A recipe without a numerical check has a numerics part
+   that is not judged.
 
 Otherwise NOT VERIFIED (exit 11), naming each failed part. A run told not to measure speed
 (``--no-speed``) has a speed part that is not judged: it neither passes nor fails the run,
@@ -35,7 +40,8 @@ ARTIFACTS = "artifacts"
 ANSWERS = "answers"
 SPEED = "speed"
 PROVENANCE = "provenance"
-PARTS = (ARTIFACTS, ANSWERS, SPEED, PROVENANCE)
+NUMERICS = "numerics"
+PARTS = (ARTIFACTS, ANSWERS, SPEED, PROVENANCE, NUMERICS)
 SPEED_NOT_MEASURED = "not measured (--no-speed)"
 
 
@@ -173,6 +179,47 @@ def speed_not_measured() -> Part:
     return Part(name=SPEED, ok=True, judged=False, summary=SPEED_NOT_MEASURED,
                 lines=(f"speed: {SPEED_NOT_MEASURED}: no speed rounds were run; the verdict does not judge speed",),
                 data={"measured": False, "per_device": []})
+
+
+@dataclass(frozen=True, kw_only=True)
+class NumericsComparison:
+    """The new build against the working one on one device: the figures, or why there are none."""
+
+    device: str
+    figures: dict[str, Any] | None  # numerics.Figures.to_dict() of new against working
+    missed: tuple[str, ...] = ()  # each figure outside its budget, in words
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.figures is not None and not self.missed and not self.error
+
+
+def numerics_part(comparisons: Sequence[NumericsComparison], budget: dict[str, float]) -> Part:
+    """Every device's distributions within ``budget`` of the working build's."""
+    if not comparisons:
+        return Part(name=NUMERICS, ok=False, summary="no device was scored")
+    ok = all(c.ok for c in comparisons)
+    lines = []
+    for c in comparisons:
+        if c.figures is None:
+            lines.append(f"{c.device}: not compared: {c.error}")
+            continue
+        f = c.figures
+        said = (f"ppl x{f['ppl_ratio']:.5f}, KLD mean {f['kld_mean']:.3g} p99 {f['kld_p99']:.3g}, "
+                f"top-1 {f['top1']:.1%} over {f['positions']} positions")
+        lines.append(f"{c.device}: {'; '.join(c.missed) + ' — ' if c.missed else 'within budget: '}{said}")
+    shown = [line for c, line in zip(comparisons, lines) if not c.ok] or lines
+    return Part(name=NUMERICS, ok=ok, summary="; ".join(shown), lines=tuple(lines),
+                data={"budget": budget, "per_device": [{"device": c.device, "figures": c.figures,
+                                                        "missed": list(c.missed), "error": c.error}
+                                                       for c in comparisons]})
+
+
+def numerics_not_checked(why: str) -> Part:
+    """The numerics part of a run whose recipe has no numerical check: not judged."""
+    return Part(name=NUMERICS, ok=True, judged=False, summary=why, lines=(f"numerics: {why}",),
+                data={"per_device": []})
 
 
 def provenance_part(results: Sequence[Provenance]) -> Part:
