@@ -21,7 +21,7 @@ from onebit_build.core.config import load_recipe
 from onebit_build.core.pins import load_pins
 
 # The project data the installed tool needs, as the repository holds it.
-DATA_ITEMS = ("pins.yaml", "recipes", "patches", "references", "smoke/prompts")
+DATA_ITEMS = ("pins.yaml", "recipes", "patches", "references", "smoke/prompts", "smoke/eval")
 NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__",
                                     ".pytest_cache", "runs")
 

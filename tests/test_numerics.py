@@ -91,11 +91,16 @@ def test_the_server_answer_is_read_and_a_wrong_one_named():
 
 
 def test_a_server_that_reevaluates_whole_prompts_is_named():
-    plan = nm.schedule(rounds=1, jump=4, steps=2)
-    ok = [nm.Scored(pos=r.length, target=1, logprob=-1, top=((1, -1.0),), batch=r.batch) for r in plan]
-    assert nm.batches_as_planned(ok, plan) == ""
+    plan = nm.schedule(rounds=1, jump=40, steps=2)
+    # steps that go back a few tokens (a context checkpoint) are still short batches
+    ok = [nm.Scored(pos=r.length, target=1, logprob=-1, top=((1, -1.0),), batch=r.batch if r.batch > 1 else 6)
+          for r in plan]
+    assert nm.batches_as_planned(ok, plan, 32) == ""
     whole = [nm.Scored(pos=r.length, target=1, logprob=-1, top=((1, -1.0),), batch=r.length) for r in plan]
-    assert "evaluated 5 tokens, not 1" in nm.batches_as_planned(whole, plan)
+    assert "the step to position 41 evaluated 41 tokens, not a short batch (1 to 32)" in \
+        nm.batches_as_planned(whole, plan, 32)
+    short = [nm.Scored(pos=r.length, target=1, logprob=-1, top=((1, -1.0),), batch=1) for r in plan]
+    assert "the jump to position 40 evaluated 1 tokens, not at least 40" in nm.batches_as_planned(short, plan, 32)
 
 
 def _workload(**kw) -> ref.Workload:

@@ -271,11 +271,18 @@ def completion_body(prompt: Sequence[int], target: int, *, top_k: int) -> dict[s
             "temperature": 0.0, "cache_prompt": True, "logit_bias": [[target, 1000.0]], "samplers": ["temperature"]}
 
 
-def batches_as_planned(scored: Iterable[Scored], requests: Sequence[Request]) -> str:
-    """Why the server did not evaluate the batches the schedule meant ("" when it did): a
-    server that evaluates every prompt whole (no prompt cache) still gives the right numbers,
-    but tests other batches than this check claims."""
+def batches_as_planned(scored: Iterable[Scored], requests: Sequence[Request], ubatch: int) -> str:
+    """Why the server did not evaluate the batches the schedule meant ("" when it did): every
+    jump evaluated at least its tokens as one batch (several micro-batches of ``ubatch``), and
+    every step a short batch, at most one micro-batch. A step may evaluate a few tokens more
+    than one: for a model with sliding-window attention (Gemma 3) llama-server goes back to
+    its last context checkpoint, a few tokens before the end of the prompt. A server that
+    evaluates every prompt whole (no prompt cache) still gives the right numbers, but
+    tests other batches than this check claims."""
     for s, r in zip(scored, requests):
-        if s.batch != r.batch:
-            return f"the request for position {r.length} evaluated {s.batch} tokens, not {r.batch}"
+        if r.batch > 1 and s.batch < r.batch:
+            return f"the jump to position {r.length} evaluated {s.batch} tokens, not at least {r.batch}"
+        if r.batch == 1 and not 1 <= s.batch <= ubatch:
+            return (f"the step to position {r.length} evaluated {s.batch} tokens, not a short batch "
+                    f"(1 to {ubatch})")
     return ""

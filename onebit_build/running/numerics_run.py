@@ -159,7 +159,7 @@ class Runner:
             server.stop()
         plan = nm.schedule(rounds=self.spec.rounds, jump=self.spec.jump, steps=self.spec.steps)
         return (ScoreRun(device=device, level=level, layers=layers, scored=scored, seconds=time.monotonic() - t0,
-                         log=log, batches_note=nm.batches_as_planned(scored, plan)), toks)
+                         log=log, batches_note=nm.batches_as_planned(scored, plan, self.spec.ubatch)), toks)
 
 
 def judged(device: str, level: str, run: ScoreRun | None, base: tuple[nm.Scored, ...] | None,
