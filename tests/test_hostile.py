@@ -527,8 +527,9 @@ def test_two_outputs_with_one_file_name_are_refused_before_the_prefix_is_touched
 
 
 def test_code_and_folder_rows_agree_with_their_tests():
-    """Each row of the doc's section on recipes and flags that would run code names tests of this file that exist, and the exit
-    code the row gives is the one those tests assert."""
+    """Each row of the doc's section on recipes and flags that would run code or leave their
+    folder names tests of this file that exist, and the exit code the row gives is the one
+    those tests assert."""
     import inspect
     import re
 
