@@ -19,7 +19,7 @@ from onebit_build.building.cache.request import CacheRequest, request_from
 from onebit_build.core.names import CMAKE_NAME, is_cmake_name
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.safepath import FILE, FILE_OR_FOLDER, FOLDER, check_kind, resolved
-from onebit_build.core.workspace import Workspace, default_workspace, mirror_dirs_from
+from onebit_build.core.workspace import Workspace, check_folder, default_workspace, mirror_dirs_from
 
 HRX_RECIPE = "strix-halo"
 DEFAULT_RECIPE = "default"
@@ -291,11 +291,11 @@ def _path(text: str | None, flag: str = "a path option") -> Path | None:
 
 
 def _workspace(given: str | None) -> Path:
-    """--workspace, else $ONEBIT_WORKSPACE, else the default: resolved, its length checked,
-    and an error naming where it came from."""
+    """--workspace, else $ONEBIT_WORKSPACE, else the default: resolved, its length checked, not
+    a file, and an error naming where it came from."""
     origin = "--workspace" if given else ("$ONEBIT_WORKSPACE" if os.environ.get("ONEBIT_WORKSPACE")
                                           else "the default workspace")
-    return check_path_length(origin, resolved(given or default_workspace(), origin), room=WORKSPACE_ROOM)
+    return check_folder(check_path_length(origin, resolved(given or default_workspace(), origin), room=WORKSPACE_ROOM))
 
 
 # Every path option is checked here, before any work, by what it must name (safepath.check_kind):

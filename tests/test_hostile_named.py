@@ -130,3 +130,63 @@ def test_the_reader_refuses_a_file_that_grew_past_its_cap(tmp_path):
     assert read_regular(f, limit=100) == b"x" * 100
     with pytest.raises(TooLarge):
         read_regular(f, limit=99)
+
+
+# --------------------------------------------------------------------------- files and folders to write
+
+WRITE = [
+    ("--write-reference", ("verify", "--write-reference", "THING")),
+    ("--junit", ("verify-run", "--working", "DIR", "--junit", "THING")),
+    ("--junit", ("smoke", "--junit", "THING")),
+    ("--lock", ("bench", "--lock", "THING")),
+    ("--lock", ("verify-run", "--working", "DIR", "--lock", "THING")),
+]
+WRITE_IDS = ["write-reference", "verify-run-junit", "smoke-junit", "bench-lock", "verify-run-lock"]
+
+
+@pytest.mark.parametrize("flag, args", WRITE, ids=WRITE_IDS)
+def test_a_file_to_write_that_is_a_folder_or_a_fifo_is_refused_before_any_work(tmp_path, flag, args):
+    """Before: `verify --write-reference DIR`, `verify-run --junit DIR` and `smoke --junit DIR`
+    were found only after the work (after a passing smoke), exit 1 naming a temporary file;
+    `--lock FIFO` was exit 1 "Invalid argument"."""
+    folder, fifo = tmp_path / "folder", tmp_path / "pipe"
+    folder.mkdir()
+    os.mkfifo(fifo)
+    for thing, kind in ((folder, "a folder"), (fifo, "a FIFO (named pipe)")):
+        r = cli(tmp_path, *_args(args, thing, tmp_path), timeout=30)
+        assert r.returncode == 2, r.stderr
+        assert f"{flag} {thing} is {kind}, not a file" in one_line_error(r)
+        assert not (tmp_path / "ws").exists()  # refused before any work
+
+
+def test_a_file_to_write_below_a_file_is_refused_before_any_work(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    r = cli(tmp_path, "smoke", "--junit", str(tmp_path / "a-file" / "junit.xml"), timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert f"cannot be made: {tmp_path / 'a-file'} is not a folder" in one_line_error(r)
+
+
+@pytest.mark.parametrize("where", ["bin", "share/onebit-build", "share"])
+def test_an_install_prefix_with_a_file_where_a_folder_goes_is_refused_before_anything_is_made(tmp_path, where):
+    """Before: exit 1 "File exists" after the build, and a new empty bin/ left behind."""
+    prefix = tmp_path / "prefix"
+    (prefix / where).parent.mkdir(parents=True, exist_ok=True)
+    (prefix / where).write_text("a file")
+    before = sorted(prefix.rglob("*"))
+    r = cli(tmp_path, "install", "--prefix", str(prefix), timeout=30)
+    assert r.returncode == 14, r.stderr
+    assert f"--prefix {prefix}: {prefix / where} is a file, not a folder" in one_line_error(r)
+    assert sorted(prefix.rglob("*")) == before  # nothing made: no empty bin/
+    assert not (tmp_path / "ws").exists()
+
+
+@pytest.mark.parametrize("args", [("builds",), ("gc",), ("gc", "--dry-run"), ("location",)], ids=" ".join)
+def test_a_workspace_that_is_a_file_is_refused_by_the_commands_that_only_read_it(tmp_path, args):
+    """Before: `builds` said "no builds" and `gc` "nothing to remove" (exit 0), `location`
+    exit 12 "damaged"."""
+    ws = tmp_path / "ws"
+    ws.write_text("a file")
+    r = cli(tmp_path, *args, timeout=30)
+    assert r.returncode == 14, r.stderr
+    assert f"workspace {ws} is a file, not a folder" in one_line_error(r)
+    assert ws.read_text() == "a file"
