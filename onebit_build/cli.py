@@ -75,7 +75,7 @@ def report_error(err: OnebitError) -> int:
     """Print ``err`` as one line (its detail indented below, the traceback with -v); its exit code."""
     ui.error(str(err))
     if err.detail:
-        ui.block("\n".join("  | " + line for line in err.detail.splitlines()))
+        ui.block("  | " + line for line in err.detail.splitlines())
     if ui.is_verbose():
         traceback.print_exc()
     return err.exit_code

@@ -18,8 +18,8 @@ from typing import Any, Mapping
 from onebit_build.building.cache.request import CacheRequest, request_from
 from onebit_build.core.names import CMAKE_NAME, is_cmake_name
 from onebit_build.core.errors import ConfigError
-from onebit_build.core.safepath import resolved
-from onebit_build.core.workspace import Workspace, default_workspace, mirror_dirs_from
+from onebit_build.core.safepath import FILE, FILE_OR_FOLDER, FOLDER, check_kind, resolved
+from onebit_build.core.workspace import Workspace, check_folder, default_workspace, mirror_dirs_from
 
 HRX_RECIPE = "strix-halo"
 DEFAULT_RECIPE = "default"
@@ -220,22 +220,22 @@ def from_args(ns: argparse.Namespace) -> Options:
         dry_run=bool(get("dry_run")) or command == "plan", gc_dry_run=bool(get("gc_dry_run")),
         gc_tests=bool(get("gc_tests")), names=bool(get("names")),
         shell=get("shell") or "bash",
-        model=_path(get("model"), "--model"), server=_path(get("server"), "--server"),
+        model=_given(get("model"), "--model", FILE), server=_given(get("server"), "--server", FILE),
         toolchain_root=get("toolchain_root"),
         defines=tuple(parse_define(d) for d in (*(get("defines") or ()), *(get("defines_after") or ()))),
         sources=sources, prefix=_path(get("prefix"), "--prefix"),
-        verify=VerifyOptions(reference=_path(get("reference"), "--reference"),
-                             write_reference=_path(get("write_reference"), "--write-reference"),
+        verify=VerifyOptions(reference=_given(get("reference"), "--reference", FILE_OR_FOLDER),
+                             write_reference=_file_path(get("write_reference"), "--write-reference"),
                              rebuild=bool(get("rebuild"))),
         serve=ServeOptions(host=get("host") or "127.0.0.1", port=get("port") or 8080, extra=extra,
-                           api_key_file=_path(get("api_key_file"), "--api-key-file")),
+                           api_key_file=_given(get("api_key_file"), "--api-key-file", FILE)),
         bench=_bench_options(get) if command == "bench" else None,
         verify_run=_verify_run_options(get) if command == "verify-run" else None,
-        run_dir=_path(get("run_dir"), "--run-dir"), junit=_path(get("junit"), "--junit"),
-        write_numerics=_path(get("write_numerics"), "--write-numerics"),
+        run_dir=_path(get("run_dir"), "--run-dir"), junit=_file_path(get("junit"), "--junit"),
+        write_numerics=_file_path(get("write_numerics"), "--write-numerics"),
         compiler_cache=request_from(get("compiler_cache"), get("compiler_cache_url"), os.environ,
                                     dist=get("compiler_cache_dist")),
-        signing_key=_path(get("signing_key"), "--signing-key"),
+        signing_key=_given(get("signing_key"), "--signing-key", FILE),
         args=MappingProxyType(dict(vars(ns))),
     )
 
@@ -256,7 +256,8 @@ def _bench_options(get) -> BenchOptions:
         configs=tuple(get("bench_configs") or ()), builds=tuple(get("bench_builds") or ()),
                         devices=tuple(get("bench_devices") or ()),
         rounds=get("rounds"), decode_tokens=get("decode_tokens"), prefix_tokens=get("prefix_tokens"),
-        tie_margin=max(0.0, get("tie_margin")), ctx_size=get("ctx_size"), expect=_path(get("expect"), "--expect"),
+        tie_margin=max(0.0, get("tie_margin")), ctx_size=get("ctx_size"),
+        expect=_given(get("expect"), "--expect", FILE),
         prompts=_folder_path(get("prompts"), "--prompts"),
         lock=_file_path(get("bench_lock"), "--lock"), wait_s=max(0.0, get("wait") or 0.0),
         out=_path(get("out"), "--out"),
@@ -292,26 +293,30 @@ def _path(text: str | None, flag: str = "a path option") -> Path | None:
 
 
 def _workspace(given: str | None) -> Path:
-    """--workspace, else $ONEBIT_WORKSPACE, else the default: resolved, its length checked,
-    and an error naming where it came from."""
+    """--workspace, else $ONEBIT_WORKSPACE, else the default: resolved, its length checked, not
+    a file, and an error naming where it came from."""
     origin = "--workspace" if given else ("$ONEBIT_WORKSPACE" if os.environ.get("ONEBIT_WORKSPACE")
                                           else "the default workspace")
-    return check_path_length(origin, resolved(given or default_workspace(), origin), room=WORKSPACE_ROOM)
+    return check_folder(check_path_length(origin, resolved(given or default_workspace(), origin), room=WORKSPACE_ROOM))
+
+
+# Every path option is checked here, before any work, by what it must name (safepath.check_kind):
+# a file or folder to read must be one (a FIFO, a device, a folder where a file goes is named as
+# what it is); a file to write may be missing, but then its folder must be there.
+
+
+def _given(text: str | None, flag: str, want: str) -> Path | None:
+    """A path option that names an existing file (or folder, as ``want`` says) to read."""
+    path = _path(text, flag)
+    return check_kind(path, flag, want) if path is not None else None
 
 
 def _file_path(text: str | None, flag: str) -> Path | None:
-    """A path option that names a file: a folder there is refused in one line."""
+    """A path option that names a file to write: missing, or a regular file."""
     path = _path(text, flag)
-    if path is not None and path.is_dir():
-        raise ConfigError(f"{flag} {path} is a folder, not a file", hint=f"give {flag} a file path (it is created when"
-                          " missing), or drop the option for the default")
-    return path
+    return check_kind(path, flag, FILE, missing_ok=True) if path is not None else None
 
 
 def _folder_path(text: str | None, flag: str) -> Path | None:
-    """A path option that names an existing folder: anything else is refused in one line."""
-    path = _path(text, flag)
-    if path is not None and not path.is_dir():
-        what = "is a file, not a folder" if path.exists() else "does not exist"
-        raise ConfigError(f"{flag} {path} {what}", hint=f"give {flag} a folder, or drop the option for the default")
-    return path
+    """A path option that names an existing folder."""
+    return _given(text, flag, FOLDER)

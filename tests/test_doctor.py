@@ -107,7 +107,7 @@ def test_each_missing_item_has_its_fix(tmp_path):
     assert "--toolchain-root" in checks["toolchain root"].fix
     assert "older than 1.3.261" in checks["Vulkan headers"].detail
     assert "--mirror-dir" in checks["source hrx"].fix
-    text = render(report)
+    text = "\n".join(render(report))
     assert text.count("fix: ") >= 6 and "problem(s) to fix" in text
 
 

@@ -1,4 +1,4 @@
-"""Hostile input, round 3: nothing from a recipe or a flag runs as code, leaves its folder or
+"""Hostile input: nothing from a recipe or a flag runs as code, leaves its folder or
 reaches pip as an option; an install is replaced whole or not at all; damaged files and bad
 references are one line with the documented exit code. Each case runs the real thing: CMake
 on a real initial cache, the CLI on a real tiny project, a real interrupted install."""
@@ -526,14 +526,15 @@ def test_two_outputs_with_one_file_name_are_refused_before_the_prefix_is_touched
 # --------------------------------------------------------------------------- the doc's rows
 
 
-def test_round3_rows_agree_with_their_tests():
-    """Each row of the doc's round-3 section names tests of this file that exist, and the exit
-    code the row gives is the one those tests assert."""
+def test_code_and_folder_rows_agree_with_their_tests():
+    """Each row of the doc's section on recipes and flags that would run code or leave their
+    folder names tests of this file that exist, and the exit code the row gives is the one
+    those tests assert."""
     import inspect
     import re
 
     text = (REPO / "docs" / "reliability.md").read_text()
-    section = text.split("## Hostile input (round 3)", 1)[1].split("\n## ", 1)[0]
+    section = text.split("## Recipes and flags that would run code or leave their folder\n", 1)[1].split("\n## ", 1)[0]
     rows = [ln for ln in section.splitlines() if ln.startswith("| ") and not ln.startswith(("| case", "| ---"))]
     assert len(rows) >= 16
     module = sys.modules[__name__]

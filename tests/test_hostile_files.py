@@ -212,8 +212,9 @@ def test_pins_yaml_that_is_a_fifo_is_one_line(project):
 
 # The doc's sections whose rows name tests of these modules (one module per topic).
 ROW_SECTIONS = ("The project's files when they are not what they should be",
-                "Paths that loop, and run folders that are links", "What the terminal shows, and what it never shows")
-ROW_MODULES = ("test_hostile_files", "test_hostile_paths", "test_hostile_output")
+                "Paths that loop, and run folders that are links", "Files and folders named on the command line",
+                "What the terminal shows, and what it never shows")
+ROW_MODULES = ("test_hostile_files", "test_hostile_paths", "test_hostile_named", "test_hostile_output")
 
 
 def test_hostile_rows_agree_with_their_tests():

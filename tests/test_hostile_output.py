@@ -66,6 +66,25 @@ def test_a_newline_in_a_path_cannot_forge_an_error_line(project, tmp_path):
     assert "\nerror: forged" not in r.stdout + r.stderr and "ws\\nerror: forged line" in r.stdout
 
 
+def forged(proc: subprocess.CompletedProcess) -> list[str]:
+    return [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("error: forged")]
+
+
+def test_a_newline_in_a_value_of_a_block_stays_on_its_line(project, tmp_path):
+    """Before: `--workspace "$(printf 'x\\nerror: forged line')" plan` printed a line
+    `error: forged line` (the plan and the other tables were written as one text, its newlines
+    kept); so did a recipe file whose name holds a newline in `recipes --names`. Now every
+    block is written as lines, each escaped."""
+    ws = tmp_path / "ws\nerror: forged line"
+    r = cli(project, "--workspace", str(ws), "plan")
+    assert r.returncode == 0, r.stderr
+    assert not forged(r) and f"workspace  {tmp_path}/ws\\nerror: forged line" in r.stdout
+    shutil.copy(project / "recipes" / "default.yaml", project / "recipes" / "x\nerror: forged.yaml")
+    r = cli(project, "--workspace", str(tmp_path / "ws"), "recipes", "--names")
+    assert r.returncode == 0, r.stderr
+    assert not forged(r) and "x\\nerror: forged" in r.stdout.splitlines()
+
+
 def test_a_newline_in_a_message_stays_on_its_line(project, tmp_path):
     """An error whose text holds the path: the one error line, the newline written as \\n."""
     out = tmp_path / "out\nerror: forged"
@@ -78,7 +97,7 @@ def test_a_newline_in_a_message_stays_on_its_line(project, tmp_path):
 def test_printable_escapes_controls_and_keeps_text():
     assert ui.printable("plain text, tabs\tand ünïcödé") == "plain text, tabs\tand ünïcödé"
     assert ui.printable("a\nb\x1b[2J\x00\x7f\x85") == "a\\nb\\x1b[2J\\x00\\x7f\\x85"
-    assert ui.printable("a\nb\rc", lines=True) == "a\nb\\rc"
+    assert ui.printable("a\nb\rc") == "a\\nb\\rc"
 
 
 # --------------------------------------------------------------------------- credentials in a download URL

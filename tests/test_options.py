@@ -80,6 +80,7 @@ def test_from_args_is_the_one_place_arguments_become_options(tmp_path):
     ns = make_parser().parse_args(["--workspace", str(tmp_path), "serve", "--port", "9000", "--", "--threads", "2"])
     opts = from_args(ns)
     assert opts.serve.port == 9000 and opts.serve.extra == ("--threads", "2") and needs(by_name("serve"), opts).git
+    (tmp_path / "s").write_bytes(b"")  # the path options name what is there, checked when parsed
     ns = make_parser().parse_args(["--workspace", str(tmp_path), "smoke", "--server", str(tmp_path / "s")])
     assert not needs(by_name("smoke"), from_args(ns)).git  # smoking a binary built elsewhere fetches nothing
     assert from_args(make_parser().parse_args(["--workspace", str(tmp_path), "plan"])).dry_run

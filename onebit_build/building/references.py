@@ -19,9 +19,11 @@ from onebit_build.building.artifacts import PATH_FACTS, TOOL_FACTS, ArtifactSet
 from onebit_build.building.manifest import Manifest
 from onebit_build.core.errors import VerifyError
 from onebit_build.core.fsutil import StateError, write_state
+from onebit_build.core.safepath import read_named
 
 REF_KIND = "onebit-build/artifact-reference"
 REF_SCHEMA = 1
+MAX_REFERENCE_BYTES = 64 << 20  # a manifest with every object's digest is a few MiB
 
 
 def _version_of(entry: object) -> str:
@@ -124,12 +126,11 @@ def load_reference(path: Path) -> Reference:
             raise VerifyError(f"{path} holds no build-manifest.json",
                               hint="give a build folder made by onebit-build, or a reference file")
         path = man
+    data = read_named(path, "reference", limit=MAX_REFERENCE_BYTES, what="a reference", error=VerifyError,
+                      hint="check the path, or write one with --write-reference")
     try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise VerifyError(f"reference {path} not found",
-                          hint="check the path, or write one with --write-reference") from None
-    except (OSError, ValueError) as exc:
+        doc = json.loads(data)
+    except ValueError as exc:
         raise VerifyError(f"reference {path} is not valid JSON ({exc})",
                           hint="regenerate it with --write-reference") from None
     if not isinstance(doc, dict):

@@ -17,5 +17,5 @@ def version(project: ProjectRoot | None, error: ConfigError | None = None) -> in
         digest = pins_digest(project)
         lines.append(f"pins.yaml sha256 {digest}" if digest else f"pins.yaml: not readable in {project.path}")
         lines.append(f"recipes from {project.describe()}")
-    ui.answer_block("\n".join(lines) + "\n")
+    ui.answer_lines(lines)
     return 0

@@ -105,7 +105,7 @@ def shown(result, outputs) -> int:
     from onebit_build.core.errors import SmokeError
     from onebit_build.running import bench as b
 
-    ui.answer_block("\n" + b.render_table(result) + "\n")
+    ui.answer_lines(["", *b.table_lines(result), ""])
     for what in ("table", "plot", "json"):
         ui.info(f"{what}: {getattr(outputs, what) or 'not drawn (' + b.PLOT_EXTRA_HINT + ')'}")
     bad = [c for c in result.cells if not c.valid]

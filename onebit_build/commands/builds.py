@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import TYPE_CHECKING
 
 from onebit_build.commands import Command
@@ -44,7 +42,7 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
             for b in found]
     if opts.json:
         doc = {"kind": "onebit-build-builds", "schema": 1, "workspace": str(ws.root), "builds": rows}
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        ui.answer_json(doc)
         return 0
     if not rows:
         ui.answer(f"no builds in {ws.root}")

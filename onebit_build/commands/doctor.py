@@ -3,8 +3,6 @@ its fix."""
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import TYPE_CHECKING
 
 from onebit_build.commands import Command
@@ -40,7 +38,7 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
         doc = {"kind": "onebit-build-doctor", "schema": 1, "recipe": report.recipe, "ok": report.ok,
                "project": project.describe(),
                "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix} for c in report.checks]}
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        ui.answer_json(doc)
     else:
-        ui.answer_block(f"project data: {project.describe()}\n" + render(report))
+        ui.answer_lines([f"project data: {project.describe()}", *render(report)])
     return 0 if report.ok else ToolMissingError.exit_code

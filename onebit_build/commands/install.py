@@ -64,7 +64,8 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
 
     if opts.prefix is None:
         raise ConfigError("install needs --prefix DIR", hint="e.g. onebit-build install --prefix ~/.local/llama")
-    check_target_folder(opts.prefix, "--prefix")  # before building: a file or a read-only folder there is named now
+    # Before building: a file or a read-only folder there, or a file where bin/ or share/onebit-build/ goes.
+    check_target_folder(opts.prefix, "--prefix", inside=("bin", str(MANIFEST_REL.parent)))
     fo = FromOptions.of(opts.args)
     with open_job(opts, project, Needs(git=True)) as job:
         if fo.source is not None:

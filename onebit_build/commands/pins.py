@@ -127,8 +127,6 @@ def lock(opts: Options, project: ProjectRoot) -> int:
 
 def bump(opts: Options, project: ProjectRoot) -> int:
     """Run the bump's gates; the pins move only when all of them pass."""
-    import json
-
     from onebit_build.core import ui
     from onebit_build.core.errors import OnebitError
     from onebit_build.job.bump import BumpRequest, Target, bump as run_bump
@@ -146,13 +144,13 @@ def bump(opts: Options, project: ProjectRoot) -> int:
             run_bump(job, BumpRequest(targets=targets, rounds=bo.rounds, tie_margin=bo.tie_margin), record)
         except OnebitError as exc:
             if opts.json:
-                ui.answer_block(json.dumps(report_doc(record), indent=2) + "\n")
+                ui.answer_json(report_doc(record))
             same = "byte-identical" if record.pins_after == record.pins_before else "CHANGED"
             exc.message = (f"pins bump refused at gate {record.failed_gate or 'fetch'}: {exc.message}; pins.yaml and "
                            f"pins.lock are {same}; report: {job.run_dir / 'bump-report.md'}")
             raise
         if opts.json:
-            ui.answer_block(json.dumps(report_doc(record), indent=2) + "\n")
+            ui.answer_json(report_doc(record))
         elif record.nothing_to_move:
             ui.answer("nothing to move: " + ", ".join(f"{r['source']} is at {r['to'][:12]}" for r in move_rows(record)))
         else:

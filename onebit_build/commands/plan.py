@@ -4,7 +4,6 @@ runtime) without fetching, building or taking the workspace lock."""
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
@@ -42,11 +41,10 @@ def plan(opts: Options, project: ProjectRoot) -> int:
     if opts.json:
         doc = {"kind": "onebit-build-plan", "schema": 1, "project": project.describe(),
                "overrides": [d.render() for d in opts.defines], **plan_doc(the_plan), "built": state}
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        ui.answer_json(doc)
     else:
-        text = render_plan(the_plan, project=project.describe())
-        text += "".join(f"override   -D {d.render()}\n" for d in opts.defines)
-        ui.answer_text(text + f"built      {state['summary']}\n")
+        ui.answer_text([*render_plan(the_plan, project=project.describe()),
+                        *(f"override   -D {d.render()}" for d in opts.defines), f"built      {state['summary']}"])
     return 0
 
 

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from onebit_build.core import usercache
 from onebit_build.core.errors import ConfigError
-from onebit_build.core.project import ProjectRoot
+from onebit_build.core.project import MAX_YAML_BYTES, ProjectRoot
 from onebit_build.core.safepath import read_regular
 
 KIND = "onebit-build-recipe-rows"
@@ -58,7 +58,7 @@ def rows_key(project: ProjectRoot) -> str:
 
 def _content(path: Path) -> str:
     try:
-        return hashlib.sha256(read_regular(path)).hexdigest()
+        return hashlib.sha256(read_regular(path, limit=MAX_YAML_BYTES)).hexdigest()
     except FileNotFoundError:
         return "missing"
     except OSError as exc:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
-import sys
 from typing import TYPE_CHECKING
 
 from onebit_build.commands import Command
@@ -30,21 +28,21 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     from onebit_build.core.errors import ConfigError
 
     if opts.names:
-        ui.answer_block("".join(f"{p.stem}\n" for p in sorted(project.recipes.glob("*.yaml"))))
+        ui.answer_lines(p.stem for p in sorted(project.recipes.glob("*.yaml")))
         return 0
     rows = recipe_rows(project)
     if opts.json:
         doc = {"project_root": str(project.path), "data_from": project.data_from, "recipes": rows}
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        ui.answer_json(doc)
     else:
-        ui.answer_block(recipes_text(rows, project.describe()))
+        ui.answer_lines(recipes_text(rows, project.describe()))
     for r in rows:
         if r["error"] is not None:
             ui.error(r["error"])
     return ConfigError.exit_code if any(r["error"] is not None for r in rows) else 0
 
 
-def recipes_text(rows: list[dict], where: str) -> str:
+def recipes_text(rows: list[dict], where: str) -> list[str]:
     """The table: name, backends, description; a broken recipe says how to see its error. Pure."""
     cells = []
     for r in rows:
@@ -56,4 +54,4 @@ def recipes_text(rows: list[dict], where: str) -> str:
     bwidth = max([len(c[1]) for c in cells] + [8])
     out = [f"recipes from {where}", "", f"{'recipe':<{width}}  {'backends':<{bwidth}}  description"]
     out += [f"{name:<{width}}  {backends:<{bwidth}}  {about}" for name, backends, about in cells]
-    return "\n".join(out) + "\n"
+    return out

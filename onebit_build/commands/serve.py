@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 COMMAND = Command(name="serve", help="build if needed, then run llama-server in the foreground (Ctrl-C stops it)",
                   rank=40, until=Stage.BUILD, git=True, takes_model=True)
+MAX_KEY_FILE_BYTES = 64 << 10  # a key is one line; the file may hold comments
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
@@ -78,16 +79,17 @@ def api_key(key_file: Path | None, environ) -> str | None:
     lines and ``#`` comments skipped), else ``$ONEBIT_API_KEY``; None without either. No
     message ever holds the key itself."""
     from onebit_build.core.errors import ConfigError
+    from onebit_build.core.safepath import read_named
     from onebit_build.running.server_args import SERVE_KEY_VARIABLE
 
     if key_file is None:
         return environ.get(SERVE_KEY_VARIABLE) or None
+    hint = "give a file whose first line is the key (e.g. from: openssl rand -hex 32)"
+    data = read_named(key_file, "--api-key-file", limit=MAX_KEY_FILE_BYTES, what="a key file", hint=hint)
     try:
-        lines = key_file.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not readable text"
-        raise ConfigError(f"--api-key-file {key_file}: {why}",
-                          hint="give a file whose first line is the key (e.g. from: openssl rand -hex 32)") from None
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise ConfigError(f"--api-key-file {key_file}: not readable text", hint=hint) from None
     keys = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
     if not keys:
         raise ConfigError(f"--api-key-file {key_file}: holds no key", hint="write the key on its first line")

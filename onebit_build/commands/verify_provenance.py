@@ -35,10 +35,11 @@ class Asked:
 
 def asked_of(args: Mapping[str, Any]) -> Asked:
     """The command's own options, checked. Pure but for resolving the paths."""
-    from onebit_build.core.safepath import resolved
+    from onebit_build.core.safepath import FILE, FILE_OR_FOLDER, check_kind, resolved
 
     key = args.get("provenance_key")
-    return Asked(path=resolved(str(args["path"]), "PATH"), key=resolved(str(key), "--key") if key else None)
+    return Asked(path=check_kind(resolved(str(args["path"]), "PATH"), "PATH", FILE_OR_FOLDER),
+                 key=check_kind(resolved(str(key), "--key"), "--key", FILE) if key else None)
 
 
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:

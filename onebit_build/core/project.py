@@ -17,6 +17,9 @@ from onebit_build.core.safepath import read_regular, resolved
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
+# The largest file of the project read (a recipe, pins.yaml, a lock): the project's are a few KiB.
+MAX_YAML_BYTES = 4 << 20
+
 CHECKOUT = "checkout"
 PACKAGE = "package"
 
@@ -69,7 +72,7 @@ def is_project(folder: Path) -> bool:
 def pins_digest(root: ProjectRoot) -> str | None:
     """The first 12 hex digits of pins.yaml's sha256, or None when it cannot be read."""
     try:
-        return hashlib.sha256(read_regular(root.pins)).hexdigest()[:12]
+        return hashlib.sha256(read_regular(root.pins, limit=MAX_YAML_BYTES)).hexdigest()[:12]
     except OSError:
         return None
 

@@ -2,7 +2,13 @@
 
 Progress, logs, warnings and errors go to stderr; the lines that answer the command (the
 built server's path, the install prefix, the base URL, PASS/FAIL, the report) go to stdout
-through :func:`answer`, so that ``$(onebit-build -q build)`` is the server's path."""
+through :func:`answer`, so that ``$(onebit-build -q build)`` is the server's path.
+
+This module is the one place text reaches the terminal, and it takes lines, never a text of
+several: a block (a table, the plan, an error's detail) is a sequence of lines, and every line
+goes through :func:`printable`, so a newline in a value (a path, a name) is written as ``\\n``
+inside its line and can never start a line of its own. JSON is written by :func:`answer_json`,
+which escapes control characters itself."""
 
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ import shutil
 import sys
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterable, Iterator
 
 _console_made = None
 _verbose = False
@@ -20,21 +26,18 @@ _quiet = False
 
 
 # What a terminal would act on rather than show: C0 controls but tab (ESC starts colour, title
-# and screen commands, CR and BS overwrite), DEL, C1 controls, and the Unicode marks that
-# reorder or end lines. A newline is one of them in a line; a block of lines keeps its own.
+# and screen commands, CR and BS overwrite, a newline starts a line), DEL, C1 controls, and
+# the Unicode marks that reorder or end lines.
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
-def printable(text: str, *, lines: bool = False) -> str:
-    """``text`` as it may reach a terminal: every control character written as an escape
+def printable(text: str) -> str:
+    """``text`` as one line may show it: every control character written as an escape
     (``\\x1b``, ``\\n``), so that nothing from a recipe, a path or a name sets the window title,
-    clears the screen or starts a line of its own (a forged ``error:``). With ``lines`` the
-    newlines stay (a block of lines); every other one is escaped. Pure."""
+    clears the screen or starts a line of its own (a forged ``error:``). Pure."""
     def escape(m: re.Match[str]) -> str:
         ch = m.group()
-        if ch == "\n":
-            return ch if lines else "\\n"
-        return {"\r": "\\r"}.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+        return {"\n": "\\n", "\r": "\\r"}.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
     return _CONTROL.sub(escape, text)
 
 
@@ -70,10 +73,10 @@ def info(msg: str) -> None:
         _console().print(printable(msg), markup=False)
 
 
-def block(text: str) -> None:
-    """Several lines at once (an error's detail): each line printable, the newlines kept."""
+def block(lines: Iterable[str]) -> None:
+    """Several lines at once (an error's detail), each one line, printable."""
     if not _quiet:
-        _console().print(printable(text, lines=True), markup=False)
+        _console().print("\n".join(printable(line) for line in lines), markup=False)
 
 
 def result(msg: str) -> None:
@@ -87,19 +90,26 @@ def answer(msg: str) -> None:
     sys.stdout.flush()
 
 
-def answer_block(text: str) -> None:
-    """A block of lines for stdout (a table, a listing): each line printable, newlines kept.
-    JSON needs none of it (it escapes control characters itself); a completion script is code
-    and is written as it is."""
-    sys.stdout.write(printable(text, lines=True))
+def answer_lines(lines: Iterable[str]) -> None:
+    """Lines for stdout (a table, a listing), each one line, printable. A completion script is
+    code and is written as it is."""
+    sys.stdout.write("".join(printable(line) + "\n" for line in lines))
     sys.stdout.flush()
 
 
-def answer_text(text: str) -> None:
-    """A multi-line answer (the plan) on stdout, each line cut to the terminal's width; when
-    any was cut, stderr says how to see them whole."""
+def answer_json(doc: object) -> None:
+    """A JSON document for stdout, indented: JSON escapes every control character itself."""
+    import json
+
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    sys.stdout.flush()
+
+
+def answer_text(lines: Iterable[str]) -> None:
+    """A long answer (the plan) on stdout, each line printable and cut to the terminal's width;
+    when any was cut, stderr says how to see them whole."""
     columns = width(sys.stdout)
-    lines = printable(text, lines=True).splitlines()
+    lines = [printable(line) for line in lines]
     fitted = [fit(line, columns) if columns else line for line in lines]
     sys.stdout.write("".join(line + "\n" for line in fitted))
     sys.stdout.flush()

@@ -33,6 +33,7 @@ from onebit_build.core.safepath import read_regular
 SCHEMA = 2  # 2: entries carry a seal
 SECRET_FILE = "answers.secret"
 SECRET_BYTES = 32
+MAX_ENTRY_BYTES = 16 << 20  # an answer kept here (a recipe table, a completion script) is a few KiB
 
 
 def cache_home(env: Mapping[str, str]) -> Path:
@@ -102,7 +103,8 @@ def read(path: Path, kind: str, key: str) -> dict[str, Any] | None:
     """The payload stored at ``path`` for ``key``, or None (none, another key, unreadable, or
     a seal that does not hold)."""
     try:
-        doc = json.loads(read_regular(path))  # a FIFO or a device there: refused at once, never waited on
+        # a FIFO or a device there: refused at once, never waited on
+        doc = json.loads(read_regular(path, limit=MAX_ENTRY_BYTES))
     except (OSError, ValueError):
         return None
     if not isinstance(doc, dict) or (doc.get("kind"), doc.get("schema"), doc.get("key")) != (kind, SCHEMA, key):

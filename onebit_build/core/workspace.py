@@ -209,11 +209,19 @@ def _holder_of(path: Path) -> str:
         os.close(fd)
 
 
-def check_usable(root: Path) -> None:
-    """Refuse a workspace that is a file or cannot be written, in one line with the fix."""
+def check_folder(root: Path) -> Path:
+    """``root`` unless a workspace there could not be a folder: a file (or a FIFO, a device)
+    in its place is one line with the fix. Every command checks it while its options are
+    parsed, the ones that only read the workspace (``builds``, ``location``, ``gc``) too."""
     if root.exists() and not root.is_dir():
         raise WorkspaceError(f"workspace {root} is a file, not a folder",
                              hint="give --workspace a folder (it is created when missing)")
+    return root
+
+
+def check_usable(root: Path) -> None:
+    """Refuse a workspace that is a file or cannot be written, in one line with the fix."""
+    check_folder(root)
     try:
         root.mkdir(parents=True, exist_ok=True)
         probe = root / f".write-test-{os.getpid()}"
@@ -232,10 +240,14 @@ def check_usable(root: Path) -> None:
                                  hint=f"remove it (the tool makes {sub.name}/ again), or choose another --workspace")
 
 
-def check_target_folder(path: Path, flag: str) -> None:
+def check_target_folder(path: Path, flag: str, *, inside: tuple[str, ...] = ()) -> None:
     """A folder a command will create or write into (``--prefix``, ``--out``), checked before
     anything runs: a file in its place, or a folder that cannot be written, is one line
-    naming it. Nothing is created."""
+    naming it; so is a file where one of the folders ``inside`` it goes (``bin``,
+    ``share/onebit-build``). Nothing is created."""
+    for rel in map(Path, inside):
+        for part in (*reversed(rel.parents[:-1]), rel):  # share, then share/onebit-build
+            _no_file_at(path / part, flag, path)
     there = path
     while not there.exists() and not there.is_symlink() and there != there.parent:
         there = there.parent
@@ -250,6 +262,12 @@ def check_target_folder(path: Path, flag: str) -> None:
         at = "" if there == path else f" at {there}"
         raise WorkspaceError(f"{flag} {path} is not writable ({exc.strerror or exc}{at})",
                              hint=f"choose a writable {flag}, or fix the permissions of {there}") from None
+
+
+def _no_file_at(folder: Path, flag: str, path: Path) -> None:
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise WorkspaceError(f"{flag} {path}: {folder} is a file, not a folder",
+                             hint=f"remove {folder}, or give {flag} another folder")
 
 
 def pid_alive(pid: int) -> bool:

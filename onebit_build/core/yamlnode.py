@@ -13,7 +13,8 @@ from typing import Any, Iterable
 import yaml
 
 from onebit_build.core.errors import ConfigError
-from onebit_build.core.safepath import NotRegularFile, read_regular
+from onebit_build.core.project import MAX_YAML_BYTES
+from onebit_build.core.safepath import NotRegularFile, TooLarge, read_regular
 
 # How much larger than the file's own text the values may grow through aliases (``*name``),
 # counted in characters of scalars and in nodes: the project's files use a few aliases of
@@ -204,12 +205,15 @@ def load_yaml(path: Path, what: str) -> Any:
     blocking on a FIFO), its aliases bounded (:data:`ALIAS_ROOM`), duplicate keys refused. Every
     failure is a ConfigError of one line naming the file."""
     try:
-        text = read_regular(path).decode("utf-8")
+        text = read_regular(path, limit=MAX_YAML_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: {what} file not found", hint="check the path or create it") from None
     except NotRegularFile as exc:
         raise ConfigError(f"{path}: {what} file is {exc.kind}, not a regular file",
                           hint="replace it with a YAML file") from None
+    except TooLarge as exc:
+        raise ConfigError(f"{path}: {what} file {exc.strerror}",
+                          hint="give a YAML file of this project's size") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: {what} file is not UTF-8 text (byte {exc.start})",
                           hint="save it as UTF-8") from None

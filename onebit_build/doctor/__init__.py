@@ -393,7 +393,7 @@ def run_doctor(req: DoctorRequest) -> DoctorReport:
     return DoctorReport(recipe=recipe.name, checks=tuple(checks))
 
 
-def render(report: DoctorReport) -> str:
+def render(report: DoctorReport) -> list[str]:
     mark = {True: "ok  ", False: "FAIL", None: "--  "}
     width = max((len(c.name) for c in report.checks), default=10)
     lines = [f"doctor for recipe {report.recipe}"]
@@ -403,4 +403,4 @@ def render(report: DoctorReport) -> str:
             lines.append(f"        {'':<{width}}  fix: {c.fix}")
     n = len(report.problems)
     lines.append(f"{n} problem(s) to fix" if n else "everything the recipe needs is here")
-    return "\n".join(lines) + "\n"
+    return lines

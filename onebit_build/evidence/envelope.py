@@ -21,7 +21,7 @@ from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import Key
 
 from onebit_build.core.errors import VerifyError
-from onebit_build.core.safepath import read_regular
+from onebit_build.core.safepath import read_named
 from onebit_build.evidence.keys import SigningKey
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -69,12 +69,8 @@ def _bad(path: Path, why: str) -> VerifyError:
 def read_statement(path: Path) -> Opened:
     """The statement in ``path``: a DSSE envelope (one line) or a bare statement. VerifyError
     naming what is wrong with a file that is neither; nothing in it is trusted yet."""
-    try:
-        data = read_regular(path)
-    except OSError as exc:
-        raise VerifyError(f"{path} cannot be read ({exc.strerror or exc})", hint="check the path") from None
-    if len(data) > MAX_STATEMENT_BYTES:
-        raise _bad(path, f"{len(data)} bytes, more than a statement holds")
+    data = read_named(path, "statement", limit=MAX_STATEMENT_BYTES, what="a statement", error=VerifyError,
+                      hint="give a statement onebit-build wrote: provenance.intoto.jsonl or provenance.json")
     lines = [ln for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
     try:
         docs = [json.loads(ln) for ln in lines] if path.name.endswith(SIGNED_SUFFIX) else [json.loads(data)]

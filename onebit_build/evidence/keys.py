@@ -22,7 +22,7 @@ from securesystemslib.signer import CryptoSigner, SSlibKey
 
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError
-from onebit_build.core.safepath import NotRegularFile, read_regular
+from onebit_build.core.safepath import read_named
 
 ENV_SIGNING_KEY = "ONEBIT_SIGNING_KEY"
 MAX_KEY_BYTES = 64 * 1024  # a PEM key is a few hundred bytes; anything this large is not one
@@ -42,16 +42,9 @@ class SigningKey:
 
 
 def _read(path: Path, what: str, origin: str) -> bytes:
-    try:
-        data = read_regular(path)
-    except FileNotFoundError:
-        raise ConfigError(f"{origin} {path}: no such file", hint=f"give the path of a PEM {what}; {MAKE_KEY}") from None
-    except NotRegularFile as exc:
-        raise ConfigError(f"{origin} {path} {exc.strerror}", hint=f"give the path of a PEM {what} file") from None
-    except OSError as exc:
-        raise ConfigError(f"{origin} {path} cannot be read ({exc.strerror or exc})",
-                          hint="check the file's permissions") from None
-    if len(data) > MAX_KEY_BYTES or b"-----BEGIN" not in data:
+    data = read_named(path, origin, limit=MAX_KEY_BYTES, what=f"a PEM {what}",
+                      hint=f"give the path of a PEM {what}; {MAKE_KEY}")
+    if b"-----BEGIN" not in data:
         raise ConfigError(f"{origin} {path} is not a PEM {what}", hint=f"give a PEM file; {MAKE_KEY}")
     return data
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Iterator
 from onebit_build.building.cache.request import CacheRequest
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe, find_recipe, load_recipe
-from onebit_build.core.safepath import resolved
+from onebit_build.core.safepath import FILE, check_kind, resolved
 from onebit_build.core.references import define_problem
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.pins import Pins, apply_lock, check_locked, load_pins, read_lock
@@ -88,11 +88,7 @@ class Job:
 def recipe_file(project: ProjectRoot, name_or_path: str) -> Path:
     """The recipe file ``--recipe`` names: a recipe of the project, or a file of the user's."""
     if recipe_is_file(name_or_path):
-        path = resolved(name_or_path, "--recipe")
-        if not path.is_file():
-            raise ConfigError(f"--recipe {name_or_path}: no such file",
-                              hint="give a recipe YAML file, or a name from 'onebit-build recipes'")
-        return path
+        return check_kind(resolved(name_or_path, "--recipe"), "--recipe", FILE)
     return find_recipe(project.recipes, name_or_path)
 
 

@@ -279,7 +279,8 @@ def fold(line: str, width: int = PLAN_WIDTH, indent: str | None = None) -> list[
     return [line]
 
 
-def render_plan(plan: Plan, *, project: str | None = None) -> str:
+def render_plan(plan: Plan, *, project: str | None = None) -> list[str]:
+    """The plan's lines, as ``plan`` prints them."""
     r = plan.recipe
     out = [f"plan for recipe {r.name}: {r.description}", "(dry run: nothing is fetched, built or started)", ""]
     if project:
@@ -294,7 +295,7 @@ def render_plan(plan: Plan, *, project: str | None = None) -> str:
         out.append("")
         out.append("problems a real run would meet")
         out += [f"  {p}" for p in plan.problems]
-    return "\n".join(folded for line in out for folded in fold(line)) + "\n"
+    return [folded for line in out for folded in fold(line)]
 
 
 def _cache_lines(plan: Plan) -> list[str]:

@@ -28,6 +28,7 @@ from onebit_build.core.model_spec import pinned
 from onebit_build.core.errors import ConfigError, FetchError, IntegrityError, SpaceError, is_disk_full
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
 from onebit_build.core.names import member_problem, plain_name
+from onebit_build.core.safepath import FILE, check_kind
 from onebit_build.running import gguf
 from onebit_build.running.gguf import header_problem
 
@@ -300,8 +301,9 @@ def local_model(path: Path) -> ModelFile:
     have a metadata header that reads whole (IntegrityError otherwise); its sha256 is computed
     and recorded."""
     path = Path(path).expanduser().resolve()
-    if not path.is_file():
+    if not path.exists():
         raise FetchError(f"model file not found: {path}", hint="check the --model path")
+    check_kind(path, "model file", FILE)  # a FIFO or a folder is named as what it is, never opened
     with open(path, "rb") as f:
         head = f.read(4)
     if not gguf_magic_ok(head):

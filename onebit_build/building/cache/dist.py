@@ -40,13 +40,14 @@ from typing import Any, Mapping, Sequence
 
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.fsutil import StateError, read_state, write_state
-from onebit_build.core.safepath import read_regular
+from onebit_build.core.safepath import read_named
 from onebit_build.core.usercache import cache_home, key_of
 
 ENV_TOKEN = "ONEBIT_COMPILER_CACHE_DIST_TOKEN"
 ENV_TOKEN_FILE = "ONEBIT_COMPILER_CACHE_DIST_TOKEN_FILE"
 # What sccache-dist's shared tokens and JWTs are made of; nothing that could end a TOML string.
 TOKEN_RE = re.compile(r"[A-Za-z0-9._~+/=-]{8,4096}")
+MAX_TOKEN_FILE_BYTES = 16 << 10  # a token file holds one line of at most 4096 characters, and comments
 DEBUG_BUILD_TYPES = ("Debug", "RelWithDebInfo")
 NO_COLUMNS = "-gno-column-info"
 FLAG_DEFINES = ("CMAKE_C_FLAGS", "CMAKE_CXX_FLAGS")
@@ -64,10 +65,11 @@ def read_token(env: Mapping[str, str]) -> str:
             f"{ENV_TOKEN_FILE} to it (or set {ENV_TOKEN})")
     if env.get(ENV_TOKEN_FILE):
         path = Path(env[ENV_TOKEN_FILE]).expanduser()
+        data = read_named(path, f"${ENV_TOKEN_FILE}", limit=MAX_TOKEN_FILE_BYTES, what="a token", hint=hint)
         try:
-            text = read_regular(path)[:16384].decode("utf-8")
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise ConfigError(f"${ENV_TOKEN_FILE} {path}: cannot read the token ({exc})", hint=hint) from None
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"${ENV_TOKEN_FILE} {path}: not UTF-8 text (byte {exc.start})", hint=hint) from None
         token, where = (text.splitlines() or [""])[0].strip(), f"${ENV_TOKEN_FILE} {path}"
     elif env.get(ENV_TOKEN):
         token, where = env[ENV_TOKEN].strip(), f"${ENV_TOKEN}"

@@ -32,7 +32,7 @@ _WHERE = {
     "resolve_devices": "plan", "server_in": "plan",
     "PLOT_EXTRA_HINT": "chart", "plot": "chart",
     "BenchOutputs": "render", "bench_doc": "render", "render_markdown": "render", "render_table": "render",
-    "write_outputs": "render",
+    "table_lines": "render", "write_outputs": "render",
     "BenchLock": "run", "BenchRequest": "run", "BenchResult": "run", "ServerRun": "run", "run_bench": "run",
     "BenchDefaults": "settings", "DEFAULTS": "settings",
     "Cell": "summary", "summarize": "summary",

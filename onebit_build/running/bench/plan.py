@@ -17,6 +17,7 @@ from typing import Any, Iterable
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.fsutil import StateError, read_state
 from onebit_build.core.names import is_label, label_part
+from onebit_build.core.safepath import FILE_OR_FOLDER, check_kind, read_named
 from onebit_build.core.yamlnode import yaml_problem
 from onebit_build.running import server as srvmod
 from onebit_build.running.devices import CPU_DEVICE, missing_devices
@@ -110,8 +111,9 @@ def server_in(path: Path) -> Path:
                 return cand.resolve()
         raise ConfigError(f"no llama-server in {path} (looked in bin/ and the folder itself)",
                           hint="pass the build folder or the binary")
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"llama-server not found: {path}", hint="pass an existing binary or build folder")
+    check_kind(path, "--server", FILE_OR_FOLDER)  # a FIFO or a device is named as what it is
     if not os.access(path, os.X_OK):
         raise ConfigError(f"{path} is not executable", hint="pass the llama-server binary")
     return path.resolve()
@@ -142,11 +144,13 @@ def load_prompts(folder: Path, names: tuple[str, ...] = PROMPT_NAMES) -> tuple[P
     out = []
     for name in names:
         path = Path(folder) / f"{name}.txt"
+        data = read_named(path, "prompt file", limit=MAX_PROMPT_BYTES, what="a prompt",
+                          hint="restore smoke/prompts/ or pass --prompts DIR")
         try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ConfigError(f"prompt file {path} is missing",
-                              hint="restore smoke/prompts/ or pass --prompts DIR") from None
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"prompt file {path}: not UTF-8 text (byte {exc.start})",
+                              hint="save it as UTF-8") from None
         if text.endswith("\n"):
             text = text[:-1]
         if not text.strip():
@@ -159,10 +163,12 @@ def load_expectations(path: Path, prompts: tuple[str, ...]) -> tuple[Expectation
     """Expected prefixes from a file: an earlier run's ``bench.json`` (its recorded
     expectations) or a YAML/JSON mapping ``prompt name: expected text``."""
     path = Path(path)
+    data = read_named(path, "--expect", limit=MAX_EXPECT_BYTES, what="a file of expected prefixes",
+                      hint="pass a bench.json or a YAML file of 'prompt: expected text' lines")
     try:
-        raw = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"--expect {path}: cannot read it ({exc.strerror})", hint="pass an existing file") from None
+        raw = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--expect {path}: not UTF-8 text (byte {exc.start})", hint="save it as UTF-8") from None
     try:
         doc = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
@@ -258,6 +264,8 @@ def resolve_devices(builds: tuple[Build, ...], requested: tuple[str, ...], *, en
 # Every bench request generates exactly the tokens asked for (the end of text is ignored)
 # and returns their ids.
 REQUEST_FLAGS = {"ignore_eos": True, "return_tokens": True}
+MAX_EXPECT_BYTES = 16 << 20  # a bench.json of many rounds is a few MiB at most
+MAX_PROMPT_BYTES = 1 << 20
 
 
 def completion_body(prompt: str, n_predict: int) -> dict[str, Any]:

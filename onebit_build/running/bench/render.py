@@ -59,11 +59,15 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", "\\n")
 
 
-def render_table(result: BenchResult) -> str:
+def table_lines(result: BenchResult) -> list[str]:
+    """The Markdown table of the figures, one string a line."""
     rows = [[_md_escape(c) for c in r] for r in table_rows(result)]
     lines = ["| " + " | ".join(TABLE_HEADER) + " |", "|" + "|".join(["---"] * len(TABLE_HEADER)) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+    return lines + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def render_table(result: BenchResult) -> str:
+    return "\n".join(table_lines(result)) + "\n"
 
 
 def render_markdown(result: BenchResult, *, plot_name: str | None = None) -> str:
