@@ -52,6 +52,40 @@ def test_listening_beyond_loopback_without_a_key_is_warned(host, warned):
     assert open_without_key(_spec(host=host, extra_args=("--api-key-file", "k")), {}) is None
 
 
+@pytest.mark.parametrize("extra", [("--host", "0.0.0.0"), ("--host=0.0.0.0",), ("--host", "127.0.0.1,0.0.0.0")])
+def test_a_host_after_the_double_dash_is_the_one_judged_and_printed(extra):
+    """llama-server listens where the last --host says: that host is the spec's, the only one
+    on its command line, and the one the key check judges."""
+    spec = _spec(host="127.0.0.1", extra_args=("-t", "2", *extra))
+    assert spec.host == extra[-1].removeprefix("--host=") and spec.extra_args == ("-t", "2")
+    argv = server_argv(spec, 8080)
+    assert argv.count("--host") == 1 and argv[argv.index("--host") + 1] == spec.host
+    assert not any(a.startswith("--host=") for a in argv)
+    assert open_without_key(spec, {}) is not None and spec.host in open_without_key(spec, {})
+    assert open_without_key(_spec(extra_args=("--host", "::1")), {}) is None
+
+
+def test_serve_checks_the_host_after_the_double_dash_before_anything_is_built(tmp_path):
+    """``serve -- --host 0.0.0.0`` is probed as 0.0.0.0 before the build: a port in use on
+    another address of the machine (free on 127.0.0.1) is refused at once; a bad host too."""
+    import socket
+
+    from onebit_build.running.ports import free_port
+
+    port = free_port("127.0.0.2")
+    with socket.socket() as s:
+        s.bind(("127.0.0.2", port))
+        s.listen(1)
+        out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--offline", "serve", "--port", str(port),
+                      "--", "--host", "0.0.0.0", timeout=120)
+    assert out.returncode == 2 and f"port {port} is in use on some address" in out.stderr, out.stderr
+    assert not (tmp_path / "ws" / "src").exists()
+    for host, said in (("999.1.1.1", "not an IP address"), ("127.0.0.1,0.0.0.0", "one address")):
+        out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "serve", "--", f"--host={host}", timeout=120)
+        errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+        assert out.returncode == 2 and len(errors) == 1 and said in errors[0], out.stderr
+
+
 def test_the_process_runner_never_logs_a_key(tmp_path):
     """Whatever program gets --api-key, the runner's echo and log show *** instead."""
     log = tmp_path / "run.log"
