@@ -214,7 +214,8 @@ def _serve_options(host: str, port: int, extra: tuple[str, ...], *, api_key_file
         try:
             host = check_host(host)
         except ValueError as exc:
-            raise ConfigError(f"-- {HOST_OPTION}: {exc}", hint="give an address of this machine, e.g. 127.0.0.1") from None
+            raise ConfigError(f"-- {HOST_OPTION}: {exc}",
+                              hint="give an address of this machine, e.g. 127.0.0.1") from None
     return ServeOptions(host=host, port=port, extra=extra, api_key_file=api_key_file)
 
 
