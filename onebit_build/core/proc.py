@@ -9,9 +9,10 @@ import signal
 import subprocess
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Mapping, Sequence
+from typing import BinaryIO, Callable, Iterator, Mapping, Sequence
 
 from onebit_build.core import reaper, ui
 from onebit_build.core.errors import CommandError, ToolMissingError
@@ -140,9 +141,30 @@ def _stop_steps(proc: subprocess.Popen[bytes], steps: Sequence[tuple[signal.Sign
     return sent
 
 
+@contextmanager
+def interrupts_held() -> Iterator[list[int]]:
+    """Hold Ctrl-C (and SIGTERM) for the body; the list says whether one came. Outside the
+    main thread nothing is held (signals go to the main thread anyway)."""
+    got: list[int] = []
+    try:
+        before = {s: signal.signal(s, lambda signum, _frame: got.append(signum))
+                  for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        yield got
+        return
+    try:
+        yield got
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
 def _popen(args: list[str], **kw) -> subprocess.Popen[bytes]:
     """Start ``args`` as every program of the tool starts: in a process group of its own that
-    the tool's watcher kills if the tool dies first, and with a parent-death signal."""
+    the tool's watcher kills if the tool dies first, and with a parent-death signal. A Ctrl-C
+    that lands while it starts (the program forked but not yet on the watcher's list, or
+    Popen not yet returned: in its own session, nothing else would stop it) is held until it
+    is listed; then its whole group is stopped and the interrupt goes on."""
     hook = kw.pop("preexec_fn", None)
 
     def setup() -> None:
@@ -150,8 +172,17 @@ def _popen(args: list[str], **kw) -> subprocess.Popen[bytes]:
         if hook is not None:
             hook()
 
-    child = subprocess.Popen(args, start_new_session=True, preexec_fn=setup, **kw)
-    reaper.own(child.pid)
+    child = None
+    held: list[int] = []
+    try:
+        with interrupts_held() as held:
+            child = subprocess.Popen(args, start_new_session=True, preexec_fn=setup, **kw)
+            reaper.own(child.pid)
+    finally:
+        if held:
+            if child is not None:
+                stop_group(child)
+            raise KeyboardInterrupt
     return child
 
 
