@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Mapping, Sequence
 
 from onebit_build.core import reaper, ui
+from onebit_build.core.child_env import child_environ
 from onebit_build.core.errors import CommandError, ToolMissingError
 from onebit_build.core.fsutil import tail_lines
 from onebit_build.core.reaper import die_with_parent  # noqa: F401 - importable from here
@@ -192,11 +193,8 @@ def _done(child: subprocess.Popen[bytes]) -> None:
 
 
 def _environ(env: Mapping[str, str] | None) -> dict[str, str]:
-    """This process's environment with ``env``'s entries on top."""
-    full = dict(os.environ)
-    if env:
-        full.update(env)
-    return full
+    """This process's environment with ``env``'s entries on top, less the tool's secrets."""
+    return child_environ(env)
 
 
 # --------------------------------------------------------------------------- short runs
@@ -439,17 +437,17 @@ def spawn(
     cwd: Path | None = None,
     preexec_fn: Callable[[], None] | None = None,
     shown_env: Sequence[str] = (),
+    given: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     """Start a long-running program (a server) in its own process group and return at once.
     Its stdin is closed; its output is appended to ``log`` after a ``$ command`` line (and a
     ``# environment:`` line with the variables named in ``shown_env``, as the program gets
     them). Stop it with :func:`stop_group`. ``preexec_fn`` runs in the child before the
-    program starts."""
+    program starts. It gets no secret variable of the tool's but those ``given`` by name."""
     args = [os.fspath(a) for a in argv]
     args[0] = which(args[0])
     ui.detail(f"$ {shown_command(args)}")
-    full_env = dict(os.environ)
-    full_env.update(env or {})
+    full_env = child_environ(env, given=given)
     shown = " ".join(f"{k}={shlex.quote(full_env[k])}" for k in shown_env if k in full_env)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as logf:
