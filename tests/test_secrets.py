@@ -197,3 +197,48 @@ def test_serve_open_to_the_network_without_a_key_warns_on_start_and_in_its_log(l
     finally:
         text += _stop(p)
     assert "without an API key" not in text and KEY not in text
+
+
+# --------------------------------------------------------------------------- secret files others can read
+
+
+def _pem_key() -> bytes:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    return ed25519.Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+
+def _read_dist_token(path: Path) -> None:
+    from onebit_build.building.cache import dist
+
+    dist.read_token({dist.ENV_TOKEN_FILE: str(path)})
+
+
+def _read_api_key(path: Path) -> None:
+    from onebit_build.commands.serve import api_key
+
+    api_key(path, {})
+
+
+def _read_signing_key(path: Path) -> None:
+    from onebit_build.evidence.keys import load_signing_key
+
+    load_signing_key(path)
+
+
+@pytest.mark.parametrize("read,origin,content", [
+    (_read_signing_key, "--signing-key", None),
+    (_read_dist_token, "$ONEBIT_COMPILER_CACHE_DIST_TOKEN_FILE", b"dist-token-0123456789\n"),
+    (_read_api_key, "--api-key-file", KEY.encode() + b"\n"),
+])
+def test_a_secret_file_others_can_read_is_warned_about_as_a_signing_key_is(tmp_path, capsys, read, origin, content):
+    for mode, warned in ((0o600, False), (0o640, True), (0o644, True)):
+        f = tmp_path / f"secret-{mode:o}"
+        f.write_bytes(content if content is not None else _pem_key())
+        f.chmod(mode)
+        read(f)
+        err = capsys.readouterr().err
+        assert (f"warning: {origin} {f} can be read by other users (mode {mode:o}): chmod 600 it" in err) is warned, err
+        assert KEY not in err and "dist-token" not in err

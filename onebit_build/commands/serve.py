@@ -78,6 +78,7 @@ def api_key(key_file: Path | None, environ) -> str | None:
     lines and ``#`` comments skipped), else ``$ONEBIT_API_KEY``; None without either. No
     message ever holds the key itself."""
     from onebit_build.core.errors import ConfigError
+    from onebit_build.core.safepath import warn_if_shared
     from onebit_build.running.server_args import SERVE_KEY_VARIABLE
 
     if key_file is None:
@@ -88,6 +89,7 @@ def api_key(key_file: Path | None, environ) -> str | None:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not readable text"
         raise ConfigError(f"--api-key-file {key_file}: {why}",
                           hint="give a file whose first line is the key (e.g. from: openssl rand -hex 32)") from None
+    warn_if_shared(key_file, "--api-key-file")
     keys = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
     if not keys:
         raise ConfigError(f"--api-key-file {key_file}: holds no key", hint="write the key on its first line")

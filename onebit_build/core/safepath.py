@@ -11,6 +11,7 @@ import os
 import stat
 from pathlib import Path
 
+from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError
 
 
@@ -45,6 +46,21 @@ def read_regular(path: Path) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def warn_if_shared(path: Path, origin: str) -> None:
+    """Warn (once a run for each file) when the secret in ``path`` (a key, a token) can be read
+    by the group or by others; ``origin`` is the option or variable that named it."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if mode & (stat.S_IRGRP | stat.S_IROTH) and (origin, str(path)) not in _WARNED:
+        _WARNED.add((origin, str(path)))
+        ui.warn(f"{origin} {path} can be read by other users (mode {stat.S_IMODE(mode):o}): chmod 600 it")
 
 
 def resolved(path: str | os.PathLike[str], origin: str) -> Path:
