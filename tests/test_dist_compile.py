@@ -5,7 +5,6 @@ checked object by object against builds made here."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
