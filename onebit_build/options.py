@@ -200,6 +200,26 @@ def parse_define(text: str) -> Define:
     return Define(component=comp, name=name, value=m.group("value"))
 
 
+def _serve_options(host: str, port: int, extra: tuple[str, ...], *, api_key_file: Path | None) -> ServeOptions:
+    """``serve``'s options, with a ``--host`` after ``--`` taken as its own ``--host`` (where
+    llama-server would listen: the last one given), checked the same way."""
+    if any(a == "--host" or a.startswith("--host=") for a in extra):
+        from onebit_build.running.ports import check_host
+        from onebit_build.running.server_args import HOST_OPTION, take_option
+
+        extra, hosts = take_option(extra, HOST_OPTION)
+        host = hosts[-1]
+        if "," in host:
+            raise ConfigError(f"-- {HOST_OPTION} {host}: serve listens on one address",
+                              hint="give one address: 127.0.0.1, or 0.0.0.0 for every address")
+        try:
+            host = check_host(host)
+        except ValueError as exc:
+            raise ConfigError(f"-- {HOST_OPTION}: {exc}",
+                              hint="give an address of this machine, e.g. 127.0.0.1") from None
+    return ServeOptions(host=host, port=port, extra=extra, api_key_file=api_key_file)
+
+
 def from_args(ns: argparse.Namespace) -> Options:
     """The one place where parsed arguments become options."""
     get = ns.__dict__.get
@@ -227,8 +247,8 @@ def from_args(ns: argparse.Namespace) -> Options:
         verify=VerifyOptions(reference=_given(get("reference"), "--reference", FILE_OR_FOLDER),
                              write_reference=_file_path(get("write_reference"), "--write-reference"),
                              rebuild=bool(get("rebuild"))),
-        serve=ServeOptions(host=get("host") or "127.0.0.1", port=get("port") or 8080, extra=extra,
-                           api_key_file=_given(get("api_key_file"), "--api-key-file", FILE)),
+        serve=_serve_options(get("host") or "127.0.0.1", get("port") or 8080, extra,
+                             api_key_file=_given(get("api_key_file"), "--api-key-file", FILE)),
         bench=_bench_options(get) if command == "bench" else None,
         verify_run=_verify_run_options(get) if command == "verify-run" else None,
         run_dir=_path(get("run_dir"), "--run-dir"), junit=_file_path(get("junit"), "--junit"),

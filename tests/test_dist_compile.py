@@ -309,6 +309,20 @@ def test_without_a_token_the_build_stops_before_it_starts(tmp_path):
     assert out.returncode == 2 and "needs the scheduler's token" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_a_missing_token_is_refused_before_any_stage_and_before_fresh_empties_a_folder(tmp_path):
+    """The token is read when the job's plan is made: without one, nothing is fetched, no
+    build folder is made or emptied (--fresh), whether the build would run or is up to date."""
+    root = project(tmp_path, many_files())
+    out, _ = build(root, tmp_path, "ws", "--compiler-cache", "none")
+    assert out.returncode == 0, out.stderr
+    folders = {p: sorted(p.rglob("*")) for p in (tmp_path / "ws" / "build").iterdir()}
+    for flags in ((), ("--fresh",)):
+        out, _ = build(root, tmp_path, "ws", *flags, "--compiler-cache-dist", "http://127.0.0.1:9")
+        assert out.returncode == 2 and "needs the scheduler's token" in out.stderr, (flags, out.stderr)
+        assert "fetch " not in out.stderr and "build " not in out.stderr, out.stderr  # no stage began
+        assert {p: sorted(p.rglob("*")) for p in (tmp_path / "ws" / "build").iterdir()} == folders, flags
+
+
 @pytest.mark.slow
 def test_the_default_recipe_on_two_build_servers_is_its_reference_byte_for_byte(cluster, tmp_path):
     """A cold distributed build of llama-server (an empty compiler cache, so that every compile

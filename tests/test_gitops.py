@@ -96,3 +96,42 @@ def test_ctrl_c_stops_git_and_everything_it_started(tmp_path):
         child.kill()
         for pid in naps():
             os.kill(pid, signal.SIGKILL)
+
+
+def test_ctrl_c_while_git_starts_stops_it_too(tmp_path):
+    """A Ctrl-C that lands after git has forked but before the tool has it on its list (made
+    a wide window here: the listing waits 3 s) is held until then: git's group is stopped."""
+    make_repo(tmp_path / "r", {"a.txt": "x\n"})
+    marker = tmp_path / "listing"
+    script = textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from onebit_build.core import reaper
+        from onebit_build.core.gitops import Git
+        own = reaper.own
+        def slow_own(pgid):
+            Path({str(marker)!r}).write_text("")
+            time.sleep(3)
+            own(pgid)
+        reaper.own = slow_own
+        try:
+            Git(Path({str(tmp_path / 'r')!r})).run("nap", env={NAP_ENV!r})
+        except KeyboardInterrupt:
+            sys.exit(130)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], preexec_fn=sigint_default)
+    try:
+        deadline = time.monotonic() + 30
+        while not (naps() and marker.exists()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert naps() and marker.exists(), "git's child never started"
+        os.kill(child.pid, signal.SIGINT)  # while the tool is still listing git's group
+        assert child.wait(timeout=30) == 130
+        deadline = time.monotonic() + 10
+        while naps() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert naps() == [], "git's child outlived a Ctrl-C that came while git started"
+    finally:
+        child.kill()
+        for pid in naps():
+            os.kill(pid, signal.SIGKILL)

@@ -221,3 +221,24 @@ def test_the_bench_gate_runs_old_against_new_on_real_servers(llama_server, gemma
     assert sorted((r.split(" | ")[0].strip("| "), r.split(" | ")[1]) for r in rows) == sorted(
         (p, v) for p in ("code", "prose", "short") for v in ("old", "new"))
     assert "baseline" in table and (tmp_path / "bench" / "bench.md").is_file()
+
+
+def test_a_ctrl_c_during_a_gate_is_reported_as_interrupted_at_that_gate(tmp_path):
+    """Ctrl-C arrives as KeyboardInterrupt in the gate that runs: the report is headed
+    INTERRUPTED at that gate, lists it as interrupted (not "not run"), and the later ones as
+    not run."""
+    from onebit_build.job.bump_report import BumpRecord, gate, report_doc, write_report
+
+    record = BumpRecord(recipe="tiny")
+    with gate(record, "fetch"):
+        pass
+    with pytest.raises(KeyboardInterrupt):
+        with gate(record, "build"):
+            raise KeyboardInterrupt
+    js, md = write_report(tmp_path, record)
+    text = md.read_text()
+    assert text.startswith("# Pin bump (tiny): INTERRUPTED at gate build\n"), text
+    assert "| build | interrupted |" in text and "| fetch | passed |" in text and "| verify | not run |" in text
+    doc = json.loads(js.read_text())
+    assert report_doc(record)["result"] == "interrupted" and doc["failed_gate"] == "build", doc
+    assert "gate None" not in text

@@ -52,6 +52,40 @@ def test_listening_beyond_loopback_without_a_key_is_warned(host, warned):
     assert open_without_key(_spec(host=host, extra_args=("--api-key-file", "k")), {}) is None
 
 
+@pytest.mark.parametrize("extra", [("--host", "0.0.0.0"), ("--host=0.0.0.0",), ("--host", "127.0.0.1,0.0.0.0")])
+def test_a_host_after_the_double_dash_is_the_one_judged_and_printed(extra):
+    """llama-server listens where the last --host says: that host is the spec's, the only one
+    on its command line, and the one the key check judges."""
+    spec = _spec(host="127.0.0.1", extra_args=("-t", "2", *extra))
+    assert spec.host == extra[-1].removeprefix("--host=") and spec.extra_args == ("-t", "2")
+    argv = server_argv(spec, 8080)
+    assert argv.count("--host") == 1 and argv[argv.index("--host") + 1] == spec.host
+    assert not any(a.startswith("--host=") for a in argv)
+    assert open_without_key(spec, {}) is not None and spec.host in open_without_key(spec, {})
+    assert open_without_key(_spec(extra_args=("--host", "::1")), {}) is None
+
+
+def test_serve_checks_the_host_after_the_double_dash_before_anything_is_built(tmp_path):
+    """``serve -- --host 0.0.0.0`` is probed as 0.0.0.0 before the build: a port in use on
+    another address of the machine (free on 127.0.0.1) is refused at once; a bad host too."""
+    import socket
+
+    from onebit_build.running.ports import free_port
+
+    port = free_port("127.0.0.2")
+    with socket.socket() as s:
+        s.bind(("127.0.0.2", port))
+        s.listen(1)
+        out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--offline", "serve", "--port", str(port),
+                      "--", "--host", "0.0.0.0", timeout=120)
+    assert out.returncode == 2 and f"port {port} is in use on some address" in out.stderr, out.stderr
+    assert not (tmp_path / "ws" / "src").exists()
+    for host, said in (("999.1.1.1", "not an IP address"), ("127.0.0.1,0.0.0.0", "one address")):
+        out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "serve", "--", f"--host={host}", timeout=120)
+        errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+        assert out.returncode == 2 and len(errors) == 1 and said in errors[0], out.stderr
+
+
 def test_the_process_runner_never_logs_a_key(tmp_path):
     """Whatever program gets --api-key, the runner's echo and log show *** instead."""
     log = tmp_path / "run.log"
@@ -163,3 +197,48 @@ def test_serve_open_to_the_network_without_a_key_warns_on_start_and_in_its_log(l
     finally:
         text += _stop(p)
     assert "without an API key" not in text and KEY not in text
+
+
+# --------------------------------------------------------------------------- secret files others can read
+
+
+def _pem_key() -> bytes:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    return ed25519.Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+
+def _read_dist_token(path: Path) -> None:
+    from onebit_build.building.cache import dist
+
+    dist.read_token({dist.ENV_TOKEN_FILE: str(path)})
+
+
+def _read_api_key(path: Path) -> None:
+    from onebit_build.commands.serve import api_key
+
+    api_key(path, {})
+
+
+def _read_signing_key(path: Path) -> None:
+    from onebit_build.evidence.keys import load_signing_key
+
+    load_signing_key(path)
+
+
+@pytest.mark.parametrize("read,origin,content", [
+    (_read_signing_key, "--signing-key", None),
+    (_read_dist_token, "$ONEBIT_COMPILER_CACHE_DIST_TOKEN_FILE", b"dist-token-0123456789\n"),
+    (_read_api_key, "--api-key-file", KEY.encode() + b"\n"),
+])
+def test_a_secret_file_others_can_read_is_warned_about_as_a_signing_key_is(tmp_path, capsys, read, origin, content):
+    for mode, warned in ((0o600, False), (0o640, True), (0o644, True)):
+        f = tmp_path / f"secret-{mode:o}"
+        f.write_bytes(content if content is not None else _pem_key())
+        f.chmod(mode)
+        read(f)
+        err = capsys.readouterr().err
+        assert (f"warning: {origin} {f} can be read by other users (mode {mode:o}): chmod 600 it" in err) is warned, err
+        assert KEY not in err and "dist-token" not in err

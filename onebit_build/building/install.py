@@ -15,15 +15,14 @@ import filecmp
 import os
 import re
 import shutil
-import signal
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from onebit_build.building.elfdeps import build_tree_libraries, outside_loads
 from onebit_build.core import ui
 from onebit_build.core.errors import BuildError, ConfigError, OnebitError, SpaceError, is_disk_full
+from onebit_build.core.proc import interrupts_held
 from onebit_build.core.workspace import pid_alive
 
 STAGING_PREFIX = ".onebit-build-install.tmp-"
@@ -166,7 +165,7 @@ def _switch(items: Sequence[Item], staging: Path, prefix: Path) -> bool:
     error every replaced file is put back, so the prefix holds the old install again.
     Returns whether Ctrl-C (or SIGTERM) came meanwhile: it is held until the end."""
     done: list[tuple[Path, Path | None]] = []  # (target, where the old one was put)
-    with _sigint_held() as held:
+    with interrupts_held() as held:
         try:
             for it in items:
                 target = prefix / it.rel
@@ -210,20 +209,3 @@ def _move(src: Path, dst: Path) -> None:
         if tmp.is_symlink() or tmp.exists():
             tmp.unlink()
     src.unlink()
-
-
-@contextmanager
-def _sigint_held() -> Iterator[list[int]]:
-    """Hold Ctrl-C (and SIGTERM) for the body; the list says whether one came."""
-    got: list[int] = []
-    try:
-        before = {s: signal.signal(s, lambda signum, _frame: got.append(signum))
-                  for s in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread: signals go to the main thread anyway
-        yield got
-        return
-    try:
-        yield got
-    finally:
-        for s, handler in before.items():
-            signal.signal(s, handler)

@@ -79,7 +79,7 @@ def api_key(key_file: Path | None, environ) -> str | None:
     lines and ``#`` comments skipped), else ``$ONEBIT_API_KEY``; None without either. No
     message ever holds the key itself."""
     from onebit_build.core.errors import ConfigError
-    from onebit_build.core.safepath import read_named
+    from onebit_build.core.safepath import read_named, warn_if_shared
     from onebit_build.running.server_args import SERVE_KEY_VARIABLE
 
     if key_file is None:
@@ -90,6 +90,7 @@ def api_key(key_file: Path | None, environ) -> str | None:
         lines = data.decode("utf-8").splitlines()
     except UnicodeDecodeError:
         raise ConfigError(f"--api-key-file {key_file}: not readable text", hint=hint) from None
+    warn_if_shared(key_file, "--api-key-file")
     keys = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
     if not keys:
         raise ConfigError(f"--api-key-file {key_file}: holds no key", hint="write the key on its first line")

@@ -9,11 +9,13 @@ import signal
 import subprocess
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Mapping, Sequence
+from typing import BinaryIO, Callable, Iterator, Mapping, Sequence
 
 from onebit_build.core import reaper, ui
+from onebit_build.core.child_env import child_environ
 from onebit_build.core.errors import CommandError, ToolMissingError
 from onebit_build.core.fsutil import tail_lines
 from onebit_build.core.reaper import die_with_parent  # noqa: F401 - importable from here
@@ -140,9 +142,30 @@ def _stop_steps(proc: subprocess.Popen[bytes], steps: Sequence[tuple[signal.Sign
     return sent
 
 
+@contextmanager
+def interrupts_held() -> Iterator[list[int]]:
+    """Hold Ctrl-C (and SIGTERM) for the body; the list says whether one came. Outside the
+    main thread nothing is held (signals go to the main thread anyway)."""
+    got: list[int] = []
+    try:
+        before = {s: signal.signal(s, lambda signum, _frame: got.append(signum))
+                  for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        yield got
+        return
+    try:
+        yield got
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
 def _popen(args: list[str], **kw) -> subprocess.Popen[bytes]:
     """Start ``args`` as every program of the tool starts: in a process group of its own that
-    the tool's watcher kills if the tool dies first, and with a parent-death signal."""
+    the tool's watcher kills if the tool dies first, and with a parent-death signal. A Ctrl-C
+    that lands while it starts (the program forked but not yet on the watcher's list, or
+    Popen not yet returned: in its own session, nothing else would stop it) is held until it
+    is listed; then its whole group is stopped and the interrupt goes on."""
     hook = kw.pop("preexec_fn", None)
 
     def setup() -> None:
@@ -150,8 +173,17 @@ def _popen(args: list[str], **kw) -> subprocess.Popen[bytes]:
         if hook is not None:
             hook()
 
-    child = subprocess.Popen(args, start_new_session=True, preexec_fn=setup, **kw)
-    reaper.own(child.pid)
+    child = None
+    held: list[int] = []
+    try:
+        with interrupts_held() as held:
+            child = subprocess.Popen(args, start_new_session=True, preexec_fn=setup, **kw)
+            reaper.own(child.pid)
+    finally:
+        if held:
+            if child is not None:
+                stop_group(child)
+            raise KeyboardInterrupt
     return child
 
 
@@ -161,11 +193,8 @@ def _done(child: subprocess.Popen[bytes]) -> None:
 
 
 def _environ(env: Mapping[str, str] | None) -> dict[str, str]:
-    """This process's environment with ``env``'s entries on top."""
-    full = dict(os.environ)
-    if env:
-        full.update(env)
-    return full
+    """This process's environment with ``env``'s entries on top, less the tool's secrets."""
+    return child_environ(env)
 
 
 # --------------------------------------------------------------------------- short runs
@@ -408,17 +437,17 @@ def spawn(
     cwd: Path | None = None,
     preexec_fn: Callable[[], None] | None = None,
     shown_env: Sequence[str] = (),
+    given: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     """Start a long-running program (a server) in its own process group and return at once.
     Its stdin is closed; its output is appended to ``log`` after a ``$ command`` line (and a
     ``# environment:`` line with the variables named in ``shown_env``, as the program gets
     them). Stop it with :func:`stop_group`. ``preexec_fn`` runs in the child before the
-    program starts."""
+    program starts. It gets no secret variable of the tool's but those ``given`` by name."""
     args = [os.fspath(a) for a in argv]
     args[0] = which(args[0])
     ui.detail(f"$ {shown_command(args)}")
-    full_env = dict(os.environ)
-    full_env.update(env or {})
+    full_env = child_environ(env, given=given)
     shown = " ".join(f"{k}={shlex.quote(full_env[k])}" for k in shown_env if k in full_env)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as logf:

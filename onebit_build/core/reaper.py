@@ -17,6 +17,8 @@ import subprocess
 import sys
 import threading
 
+from onebit_build.core.child_env import child_environ
+
 _LIBC = None
 if sys.platform.startswith("linux"):
     try:
@@ -64,6 +66,7 @@ def _tell(line: str) -> None:
             if _WATCHER is None or _WATCHER.poll() is not None:
                 _WATCHER = subprocess.Popen([sys.executable, "-I", "-S", "-c", WATCHER], stdin=subprocess.PIPE,
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+                                            env=child_environ(),  # none of the tool's secrets
                                             start_new_session=True)  # a Ctrl-C at the terminal leaves it be
             assert _WATCHER.stdin is not None
             _WATCHER.stdin.write(line + "\n")

@@ -15,6 +15,7 @@ import os
 import stat
 from pathlib import Path
 
+from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, OnebitError
 
 
@@ -124,6 +125,21 @@ def check_kind(path: Path, origin: str, want: str, *, missing_ok: bool = False) 
         raise ConfigError(f"{origin} {path} is {kind}, not {want}",
                           hint=f"give {origin} {want}" + ("; it is made when missing" if missing_ok else ""))
     return path
+
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def warn_if_shared(path: Path, origin: str) -> None:
+    """Warn (once a run for each file) when the secret in ``path`` (a key, a token) can be read
+    by the group or by others; ``origin`` is the option or variable that named it."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if mode & (stat.S_IRGRP | stat.S_IROTH) and (origin, str(path)) not in _WARNED:
+        _WARNED.add((origin, str(path)))
+        ui.warn(f"{origin} {path} can be read by other users (mode {stat.S_IMODE(mode):o}): chmod 600 it")
 
 
 def resolved(path: str | os.PathLike[str], origin: str) -> Path:

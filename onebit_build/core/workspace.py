@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from onebit_build.core.errors import ConfigError, LockError, WorkspaceError
+from onebit_build.core.errors import ConfigError, LockError, WorkspaceError, is_disk_full
 from onebit_build.core.names import file_part
 from onebit_build.core.safepath import resolved
 from onebit_build.core.usercache import cache_home
@@ -138,11 +138,13 @@ class FileLock:
                         self.on_wait(self.waiting(holder))
                     told = True
                 time.sleep(self.poll_s)
-        os.ftruncate(fd, 0)
-        doc = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command,
-               "since": time.strftime("%Y-%m-%d %H:%M:%S")}
-        os.pwrite(fd, json.dumps(doc).encode(), 0)
         self._fd = fd
+        try:
+            _name_holder(fd, {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command,
+                              "since": time.strftime("%Y-%m-%d %H:%M:%S")})
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -153,6 +155,21 @@ class FileLock:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
                 os.close(self._fd)
                 self._fd = None
+
+
+def _name_holder(fd: int, doc: dict[str, object]) -> None:
+    """Write the holder into the held lock's file, best-effort: the lock is the flock, and a
+    full disk (where ``gc`` must still run) leaves the file naming no holder."""
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(doc).encode(), 0)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        try:
+            os.ftruncate(fd, 0)  # never half a holder
+        except OSError:
+            pass
 
 
 class WorkspaceLock(FileLock):

@@ -9,8 +9,6 @@ are shown. A public key for ``verify-provenance --key`` is a PEM ``PUBLIC KEY`` 
 
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -20,9 +18,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from securesystemslib.signer import CryptoSigner, SSlibKey
 
-from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError
-from onebit_build.core.safepath import read_named
+from onebit_build.core.safepath import read_named, warn_if_shared
 
 ENV_SIGNING_KEY = "ONEBIT_SIGNING_KEY"
 MAX_KEY_BYTES = 64 * 1024  # a PEM key is a few hundred bytes; anything this large is not one
@@ -72,19 +69,10 @@ def load_signing_key(path: Path, origin: str = "--signing-key") -> SigningKey:
     if not _supported(private):
         raise ConfigError(f"{origin} {path}: a {type(private).__name__.removeprefix('_')} key cannot sign here",
                           hint=f"use an ECDSA P-256 or Ed25519 key; {MAKE_KEY}")
-    _warn_if_shared(path, origin)
+    warn_if_shared(path, origin)
     public = SSlibKey.from_crypto(private.public_key())
     return SigningKey(signer=CryptoSigner(private, public), public=public, keyid=public.keyid, scheme=public.scheme,
                       origin=origin)
-
-
-def _warn_if_shared(path: Path, origin: str) -> None:
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return
-    if mode & (stat.S_IRGRP | stat.S_IROTH):
-        ui.warn(f"{origin} {path} can be read by other users (mode {stat.S_IMODE(mode):o}): chmod 600 it")
 
 
 def load_public_key(path: Path, origin: str = "--key") -> SSlibKey:

@@ -74,7 +74,7 @@ def bump(job: Job, req: BumpRequest, record: BumpRecord) -> None:
     kept = latest.read_bytes() if latest.is_file() else None
     try:
         _gates(job, req, record)
-    except OnebitError:
+    except (OnebitError, KeyboardInterrupt):
         if kept is not None:  # the workspace's latest build of the recipe stays the pinned one
             atomic_write_bytes(latest, kept)
         raise

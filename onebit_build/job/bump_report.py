@@ -20,7 +20,7 @@ from onebit_build.core.pins_edit import PinMove
 REPORT_KIND = "onebit-build/pin-bump-report"
 REPORT_SCHEMA = 1
 GATES = ("fetch", "patches", "build", "verify", "smoke", "bench", "write")
-PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
+PASSED, FAILED, INTERRUPTED, NOT_RUN = "passed", "failed", "interrupted", "not run"
 
 
 @dataclass
@@ -54,12 +54,15 @@ class BumpRecord:
 
     @property
     def failed_gate(self) -> str | None:
-        return next((g.name for g in self.gates if g.status == FAILED), None)
+        """The gate that failed, or that was running when the run was interrupted."""
+        return next((g.name for g in self.gates if g.status in (FAILED, INTERRUPTED)), None)
 
     @property
     def result(self) -> str:
         if self.nothing_to_move:
             return "nothing to move"
+        if any(g.status == INTERRUPTED for g in self.gates):
+            return "interrupted"
         return "moved" if self.gate("write").status == PASSED else "refused"
 
 
@@ -76,6 +79,9 @@ def gate(record: BumpRecord, name: str) -> Iterator[Gate]:
     except OnebitError as exc:
         g.status, g.note = FAILED, str(exc)
         record.error = exc
+        raise
+    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM): the report names the gate it stopped
+        g.status, g.note = INTERRUPTED, "interrupted (Ctrl-C)"
         raise
     finally:
         g.seconds = time.monotonic() - t0
@@ -133,6 +139,7 @@ def patch_table(record: BumpRecord) -> list[str]:
 def render_markdown(record: BumpRecord) -> str:
     doc = report_doc(record)
     head = {"moved": "moved", "refused": f"REFUSED at gate {doc['failed_gate']}",
+            "interrupted": f"INTERRUPTED at gate {doc['failed_gate']}",
             "nothing to move": "nothing to move"}[record.result]
     out = [f"# Pin bump ({record.recipe}): {head}", ""]
     for m in doc["moves"]:
@@ -141,7 +148,7 @@ def render_markdown(record: BumpRecord) -> str:
                    f"{m['build_number_from']} -> {m['build_number_to']}")
     if record.error is not None:
         out += ["", f"**{record.error}**", "", f"Remedy: {record.error.hint or '-'}"]
-    if record.result == "refused":
+    if record.result in ("refused", "interrupted"):
         same = "byte-identical" if doc["pins_byte_identical"] else "CHANGED"
         out += ["", f"pins.yaml and pins.lock are {same} after the run."]
     out += ["", "## Patches", "", "| patch | source | outcome | detail |", "|---|---|---|---|"]

@@ -25,7 +25,7 @@ from onebit_build.running.devices import parse_list_devices
 from onebit_build.running.measure import Completion
 from onebit_build.running.ports import HOST, bind_error, bind_problem, client_host, free_port, port_is_free
 from onebit_build.running.server_args import (
-    FIT_VARIABLE, ServerSpec, gives_alias, open_without_key, server_argv, server_env)
+    API_KEY_VARIABLE, FIT_VARIABLE, ServerSpec, gives_alias, open_without_key, server_argv, server_env)
 
 if TYPE_CHECKING:  # requests is imported where a server is started: not at every start of the tool
     import requests
@@ -251,7 +251,8 @@ def _spawn(spec: ServerSpec, port: int, *, first: bool) -> Server:
         spec.log.parent.mkdir(parents=True, exist_ok=True)
         with open(spec.log, "a", encoding="utf-8") as f:
             f.write(f"# warning: {open_warning}\n")
-    popen = proc.spawn(argv, log=spec.log, env=server_env(spec, os.environ), shown_env=(FIT_VARIABLE,))
+    popen = proc.spawn(argv, log=spec.log, env=server_env(spec, os.environ), shown_env=(FIT_VARIABLE,),
+                       given=(API_KEY_VARIABLE,))
     server = Server(spec, port, popen, argv)
     _LIVE.add(server)
     return server

@@ -38,6 +38,15 @@ class ServerSpec:
     health_timeout_s: float = 60.0
     stop_timeout_s: float = 5.0  # grace after the first SIGTERM
 
+    def __post_init__(self) -> None:
+        # A --host among the extra arguments is where llama-server really listens (it takes the
+        # last one it is given): it becomes the spec's host, so that the key check, the address
+        # printed and the one probed are the real ones, and the command line names one host.
+        kept, hosts = take_option(self.extra_args, HOST_OPTION)
+        if hosts:
+            object.__setattr__(self, "host", hosts[-1])
+            object.__setattr__(self, "extra_args", kept)
+
 
 def device_args(device: str, layers: str | None = None) -> list[str]:
     """Arguments that put the model on ``device`` (``layers`` of it, all by default); "CPU"
@@ -81,19 +90,31 @@ KEY_FILE_VARIABLE = "LLAMA_ARG_API_KEY_FILE"
 SERVE_KEY_VARIABLE = "ONEBIT_API_KEY"  # where 'serve' takes a key from without --api-key-file
 
 
-def split_secrets(args: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
-    """``args`` without their ``--api-key KEY`` / ``--api-key=KEY``, and those keys. Pure."""
+# The address llama-server listens on: the tool always gives it on the command line, which
+# llama.cpp reads after its variable LLAMA_ARG_HOST (common/arg.cpp at the pin), so the
+# variable never decides it; a --host among the user's arguments does (the last one wins).
+HOST_OPTION = "--host"
+
+
+def take_option(args: tuple[str, ...], option: str) -> tuple[tuple[str, ...], list[str]]:
+    """``args`` without their ``OPTION VALUE`` / ``OPTION=VALUE``, and those values in order. Pure."""
     kept: list[str] = []
-    keys: list[str] = []
+    values: list[str] = []
     it = iter(args)
     for a in it:
-        if a == API_KEY_OPTION:
-            keys.append(next(it, ""))
-        elif a.startswith(API_KEY_OPTION + "="):
-            keys.append(a.split("=", 1)[1])
+        if a == option:
+            values.append(next(it, ""))
+        elif a.startswith(option + "="):
+            values.append(a.split("=", 1)[1])
         else:
             kept.append(a)
-    return tuple(kept), [k for k in keys if k]
+    return tuple(kept), values
+
+
+def split_secrets(args: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
+    """``args`` without their ``--api-key KEY`` / ``--api-key=KEY``, and those keys. Pure."""
+    kept, keys = take_option(args, API_KEY_OPTION)
+    return kept, [k for k in keys if k]
 
 
 def has_api_key(spec: ServerSpec, environ: Mapping[str, str]) -> bool:
@@ -106,7 +127,13 @@ def has_api_key(spec: ServerSpec, environ: Mapping[str, str]) -> bool:
 
 
 def is_loopback(host: str) -> bool:
-    """Whether ``host`` is reachable from this machine only. Pure."""
+    """Whether ``host`` is reachable from this machine only (llama-server takes a list of
+    addresses separated by commas: each of them). Pure."""
+    addresses = [h.strip() for h in host.split(",")]
+    return all(_is_loopback_address(h) for h in addresses)
+
+
+def _is_loopback_address(host: str) -> bool:
     if host == "localhost":
         return True
     try:

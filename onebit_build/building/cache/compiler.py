@@ -213,12 +213,20 @@ def _redis_from_env(env: Mapping[str, str]) -> RedisUrl | None:
 
 
 def resolve(request: CacheRequest, env: Mapping[str, str] | None = None) -> Launcher:
-    """:func:`plan_launcher` on this machine (finds the programs and their versions)."""
+    """:func:`plan_launcher` on this machine (finds the programs and their versions). With
+    ``--compiler-cache-dist``, the token is read here, when the job's plan is made: a missing
+    one is a usage error before anything is done (a ``--fresh`` build folder emptied) or
+    skipped (a build already up to date)."""
+    from onebit_build.building.cache.dist import read_token
+
     env = dict(os.environ if env is None else env)
     programs = find_programs(env)
     kind, program, _ = choose(request.mode, programs)
     versions = {kind: program_version(program)} if program else {}
-    return plan_launcher(request, programs=programs, env=env, versions=versions)
+    launcher = plan_launcher(request, programs=programs, env=env, versions=versions)
+    if launcher.dist:
+        read_token(env)
+    return launcher
 
 
 def program_version(program: str) -> str | None:

@@ -40,7 +40,7 @@ from typing import Any, Mapping, Sequence
 
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.fsutil import StateError, read_state, write_state
-from onebit_build.core.safepath import read_named
+from onebit_build.core.safepath import read_named, warn_if_shared
 from onebit_build.core.usercache import cache_home, key_of
 
 ENV_TOKEN = "ONEBIT_COMPILER_CACHE_DIST_TOKEN"
@@ -71,6 +71,7 @@ def read_token(env: Mapping[str, str]) -> str:
         except UnicodeDecodeError as exc:
             raise ConfigError(f"${ENV_TOKEN_FILE} {path}: not UTF-8 text (byte {exc.start})", hint=hint) from None
         token, where = (text.splitlines() or [""])[0].strip(), f"${ENV_TOKEN_FILE} {path}"
+        warn_if_shared(path, f"${ENV_TOKEN_FILE}")
     elif env.get(ENV_TOKEN):
         token, where = env[ENV_TOKEN].strip(), f"${ENV_TOKEN}"
     else:
