@@ -12,11 +12,13 @@ COMMAND = Command(name="smoke", help="start the built llama-server and check it 
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
+    from onebit_build.commands._oci import USE_HELP
     from onebit_build.commands.arguments import run_folder_options
 
     run_folder_options(p, junit=True)
     p.add_argument("--server", metavar="PATH",
                    help="smoke this llama-server binary (built elsewhere) instead of building the recipe")
+    p.add_argument("--allow-unverified", action="store_true", help=USE_HELP)
 
 
 def run(opts, project, cmd: Command) -> int:

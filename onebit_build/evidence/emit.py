@@ -31,6 +31,7 @@ from onebit_build.evidence.tools import tool_files
 SIGNED = "provenance.intoto.jsonl"
 UNSIGNED = "provenance.json"
 LINK_GLOB = "build.*.link"
+STATEMENT_PATTERNS = (SIGNED, UNSIGNED, LINK_GLOB)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,8 +166,7 @@ def keep_signed(folder: Path, outputs: set[tuple[str, str]], copies: tuple[Path,
                    keyid=opened.keyids[0], kept=True)
 
 
-def clear_stale(folder: Path, *, keep: set[str], patterns: tuple[str, ...] | list[str] = (SIGNED, UNSIGNED, LINK_GLOB)
-                ) -> None:
+def clear_stale(folder: Path, *, keep: set[str], patterns: tuple[str, ...] | list[str] = STATEMENT_PATTERNS) -> None:
     """Remove the evidence files of another build or signing state from ``folder`` (those in
     ``keep`` stay): a folder holds one build's statement, never a stale one beside it."""
     for pattern in patterns:
