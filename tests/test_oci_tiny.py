@@ -235,3 +235,70 @@ def test_doctor_says_whether_the_binary_cache_answers(tiny, registry, tmp_path):
                    f"oci://127.0.0.1:{free_port()}/tiny")
     assert out.returncode == 7 and re.search(r"FAIL +binary cache +.*did not answer \(connection refused\)", out.stdout)
     assert "builds fall back to compiling here" in out.stdout
+
+
+def lying_copy(tiny: Tiny, registry: LocalRegistry, *, declare: int = 0, **how):
+    """A lying registry serving the published tiny build: ``bin/hello`` declared ``declare``
+    bytes in its manifest (0: its real size) and sent as ``how`` says."""
+    import requests
+
+    from _lying_registry import Blob, LyingRegistry
+
+    body = requests.get(f"http://{registry.address}/v2/tiny/manifests/{tiny.digest}",
+                        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}, timeout=30).content
+    doc = json.loads(body)
+    hello = f"sha256:{sha256(tiny.hello)}"
+    blobs = {}
+    for layer in doc["layers"]:
+        data = registry.blob_file(layer["digest"]).read_bytes()
+        blobs[layer["digest"]] = Blob(data=data, **(how if layer["digest"] == hello else {}))
+        if layer["digest"] == hello and declare:
+            layer["size"] = declare
+    return LyingRegistry(manifest=json.dumps(doc).encode(), blobs=blobs).start(), hello
+
+
+def test_a_registry_cannot_choose_how_much_is_written(tiny, registry, tmp_path):
+    real = tiny.hello.stat().st_size
+    # The reference's digest declared as 200 MB: refused from the reference's size, before the blob is asked for.
+    liar, hello = lying_copy(tiny, registry, declare=200_000_000, pad_to=200_000_000)
+    try:
+        out = tiny.cli(tmp_path / "w", "--recipe", "tiny", "install", "--from", liar.ref(), "--prefix",
+                       str(tmp_path / "p"))
+        assert out.returncode == 5, out.stderr
+        assert f"declares 200000000 bytes for bin/hello, but the committed reference names {hello[:19]}... with " \
+               f"{real} bytes" in out.stderr, out.stderr
+        assert liar.sent.get(hello, 0) == 0 and not (tmp_path / "p").exists()
+    finally:
+        liar.stop()
+    # Declared honestly, but the body runs on (no length announced), or is announced longer: cut off, refused.
+    for how in ({"pad_to": 200_000_000}, {"announce": 200_000_000}):
+        liar, hello = lying_copy(tiny, registry, **how)
+        try:
+            out = tiny.cli(tmp_path / "w", "--recipe", "tiny", "install", "--from", liar.ref(), "--prefix",
+                           str(tmp_path / "p"))
+            assert out.returncode == 5, out.stderr
+            assert f"blob {hello[:19]}... for bin/hello is longer than the {real} bytes expected" in out.stderr
+            assert liar.sent.get(hello, 0) < 20_000_000, liar.sent  # what the sockets' buffers took, no more
+            assert not (tmp_path / "p").exists() and not any((tmp_path / "w" / "pulled").iterdir())
+        finally:
+            liar.stop()
+
+
+def test_a_blob_sent_one_byte_at_a_time_meets_its_deadline(tiny, registry, tmp_path):
+    import time
+
+    from onebit_build.building.oci import Registry, RegistryUnreachable, blob_deadline
+    from onebit_build.building.oci_ref import parse_ref
+
+    assert blob_deadline(0) == 60 and blob_deadline(912_256) < 64 and blob_deadline(1 << 30) == 60 + 4096
+    liar, hello = lying_copy(tiny, registry, every=0.05)
+    try:
+        t0 = time.monotonic()
+        with Registry(parse_ref(liar.ref(), "test")) as reg, pytest.raises(RegistryUnreachable) as caught:
+            reg.download(hello, tiny.hello.stat().st_size, tmp_path / "hello", name="bin/hello", deadline=1.5)
+        assert time.monotonic() - t0 < 5
+        line = str(caught.value)
+        assert "\n" not in line and f"blob {hello[:19]}... for bin/hello did not arrive within 1.5 s (" in line, line
+        assert not (tmp_path / "hello").exists()
+    finally:
+        liar.stop()

@@ -93,7 +93,7 @@ def test_nothing_signed_names_the_machine_and_the_key_never_shows(signed):
 
 def test_install_carries_the_evidence_and_a_download_folder_verifies(signed, tmp_path):
     """On the other recipe (its own build folder: the signed one stays as it is), with an
-    Ed25519 key; installed again without a key, the prefix's signed statement is gone."""
+    Ed25519 key; installed again without a key, the build and the prefix stay signed."""
     proj, _key, _folder = signed
     key = write_key(tmp_path / "keys", "ed", "ed25519")
     shout_ref = proj.root / "references" / "shout" / "r.json"
@@ -112,10 +112,54 @@ def test_install_carries_the_evidence_and_a_download_folder_verifies(signed, tmp
     shutil.copy2(share / "provenance.intoto.jsonl", download)
     out = verify(proj, str(download / "provenance.intoto.jsonl"), "--key", str(key.public))
     assert out.returncode == 0 and "1/1 files match" in out.stderr, out.stderr
-    unsigned = proj.cli("--recipe", "shout", "install", "--prefix", str(prefix))
-    assert unsigned.returncode == 0 and not (share / "provenance.intoto.jsonl").exists()
+    again = proj.cli("--recipe", "shout", "install", "--prefix", str(prefix))
+    assert again.returncode == 0 and "(kept: the outputs are those it names)" in again.stderr, again.stderr
+    assert (share / "provenance.intoto.jsonl").is_file() and not (share / "provenance.json").exists()
+    out = verify(proj, str(prefix), "--key", str(key.public))
+    assert out.returncode == 0 and out.stdout.strip() == "VERIFIED", out.stderr
     out = verify(proj, str(prefix))
-    assert out.returncode == 12 and "UNVERIFIED: the statement is unsigned" in out.stderr, out.stderr
+    assert out.returncode == 12 and "UNVERIFIED: signed by key" in out.stderr and "give --key" in out.stderr, out.stderr
+
+
+def test_a_run_without_the_key_keeps_the_signed_evidence_of_unchanged_outputs(signed, tmp_path):
+    """A command that passes the build stage without the key (install, build) keeps the
+    statement, its link and the manifest it names; the run folder gets copies of them."""
+    proj, key, folder = signed
+    before = {p.name: sha256_file(p) for p in folder.iterdir()
+              if p.name.endswith((".intoto.jsonl", ".link", ".cdx.json")) or p.name == "build-manifest.json"}
+    assert "provenance.intoto.jsonl" in before and any(n.endswith(".link") for n in before)
+    for args in (("install", "--prefix", str(tmp_path / "p")), ("build",)):
+        out = proj.cli("--recipe", "tiny", *args)
+        assert out.returncode == 0 and "provenance signed by key" in out.stderr and "(kept" in out.stderr, out.stderr
+        assert {n: sha256_file(folder / n) for n in before} == before and not (folder / "provenance.json").exists()
+    run = sorted((proj.ws / "runs").iterdir())[-1]
+    assert (run / "provenance.intoto.jsonl").read_bytes() == (folder / "provenance.intoto.jsonl").read_bytes()
+    share = tmp_path / "p" / "share" / "onebit-build"
+    assert (share / "provenance.intoto.jsonl").is_file() and any(share.glob("build.*.link"))
+    for where in (folder, tmp_path / "p", run):
+        out = verify(proj, str(where), "--key", str(key.public))
+        assert out.returncode == 0 and out.stdout.strip() == "VERIFIED", (where, out.stderr)
+
+
+def test_signed_evidence_of_other_outputs_is_not_kept(signed):
+    """Decided on the real files of the signed build: other output bytes, another file name,
+    a manifest changed beside the statement, or an unsigned statement: nothing is kept."""
+    from onebit_build.evidence.emit import keep_signed
+
+    _proj, _key, folder = signed
+    outputs = {("hello", sha256_file(folder / "hello"))}
+    copy = copy_build(folder, "keep")
+    assert keep_signed(copy, {("hello", "0" * 64)}, ()) is None
+    assert keep_signed(copy, {*outputs, ("other", "1" * 64)}, ()) is None
+    kept = keep_signed(copy, outputs, ())
+    assert kept is not None and kept.kept and kept.link is not None and kept.keyid
+    man = copy / "build-manifest.json"
+    man.write_text(man.read_text().replace('"created"', '"created" ', 1))
+    assert keep_signed(copy, outputs, ()) is None
+    envelope = read_envelope(folder / "provenance.intoto.jsonl")
+    write_envelope(copy / "provenance.intoto.jsonl", {**envelope, "signatures": []})
+    shutil.copy2(folder / "build-manifest.json", man)
+    assert keep_signed(copy, outputs, ()) is None
 
 
 def test_flipped_byte_in_an_output(signed):

@@ -47,7 +47,8 @@ FOLDERS = ("bin", "share/onebit-build")
 CARRIED = ("*.intoto.jsonl", "*.cdx.json", "provenance.json", "build.*.link")  # evidence beside a build manifest
 MAX_FILES = 4096
 MAX_LINK = 255
-MAX_FILE = 1 << 33  # 8 GiB: no output of a recipe comes near it
+MAX_FILE = 1 << 31  # 2 GiB for a file under bin/: no output of a recipe comes near it
+MAX_EVIDENCE = 64 << 20  # a file under share/onebit-build/: a manifest, provenance, an SBOM
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,8 +153,11 @@ def _entry(layer: object, bad: Callable[[str], FetchError]) -> Entry:
         raise bad(f"the path {str(rel)[:80]!r} is not a file under {' or '.join(FOLDERS)}")
     if not (isinstance(digest, str) and DIGEST.fullmatch(digest)):
         raise bad(f"{rel}: the digest is not sha256:<64 hex>")
-    if not (isinstance(size, int) and not isinstance(size, bool) and 0 <= size <= MAX_FILE):
+    if not (isinstance(size, int) and not isinstance(size, bool) and size >= 0):
         raise bad(f"{rel}: the size is not a number of bytes")
+    cap = MAX_FILE if rel.startswith("bin/") else MAX_EVIDENCE
+    if size > cap:
+        raise bad(f"{rel}: {size} bytes is more than a file there may hold ({cap} bytes)")
     mode = {"0755": 0o755, "0644": 0o644}.get(str(notes.get(MODE)))
     media = layer.get("mediaType")
     if media not in (FILE_MEDIA, LINK_MEDIA) or mode is None:
@@ -186,11 +190,11 @@ def pull_into(registry: Registry, artifact: Artifact, dest: Path, progress: Call
     for e in sorted(artifact.entries, key=lambda e: e.link is not None):  # files first, then links
         target = dest / e.rel
         if e.link is None:
-            registry.download(e.digest, e.size, target, progress)
+            registry.download(e.digest, e.size, target, progress, name=e.rel)
             os.chmod(target, e.mode)
             continue
         holder = dest / f".link-{PurePosixPath(e.rel).name}"
-        registry.download(e.digest, e.size, holder)
+        registry.download(e.digest, e.size, holder, name=e.rel)
         text = holder.read_bytes().decode("utf-8", errors="replace")
         holder.unlink()
         if not is_file_name(text, max_len=255) or artifact.entry(f"{PurePosixPath(e.rel).parent}/{text}") is None:

@@ -2,7 +2,9 @@
 a digest, read a manifest and blobs by digest, upload blobs and put a manifest.
 
 Every byte read is checked against the digest it was asked by: a manifest is hashed whole,
-a blob is hashed while it is written and may not grow past the size its descriptor says. The
+a blob is hashed while it is written, no byte past the size expected of it is ever written
+(its caller gives that size: the committed reference's, or the manifest's within a cap), and
+it has a deadline of its own for the whole of it, not only for each read. The
 registry's own ``Docker-Content-Digest`` is only a hint, never trusted over the hash. A
 registry that does not answer (refused, timed out, a 5xx or 429) raises
 :class:`RegistryUnreachable`, so that a build can go on without it; a refused login, a
@@ -18,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 from urllib.parse import urlencode, urljoin, urlsplit
@@ -32,11 +35,18 @@ MANIFEST_MEDIA = "application/vnd.oci.image.manifest.v1+json"
 MAX_MANIFEST = 4 << 20  # the distribution specification's limit for a manifest
 _CHUNK = 1 << 16
 TIMEOUT = (5.0, 120.0)  # connect, read (seconds)
+DEADLINE_BASE_S = 60.0  # a blob's whole deadline: this, plus its size at the slowest rate taken
+SLOWEST_RATE = 256 << 10  # bytes a second
 _CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
 
 
 class RegistryUnreachable(FetchError):
     """The registry did not answer, or answered that it cannot serve now (5xx, 429)."""
+
+
+def blob_deadline(size: int) -> float:
+    """Seconds a blob of ``size`` bytes may take, all of it: a minute, plus its size at 256 KiB/s. Pure."""
+    return DEADLINE_BASE_S + size / SLOWEST_RATE
 
 
 def sha256_digest(data: bytes) -> str:
@@ -100,24 +110,31 @@ class Registry:
                                  hint="the registry's storage is damaged or tampered with; publish the build again")
         return body
 
-    def download(self, digest: str, size: int, dest: Path, progress: Callable[[int], None] | None = None) -> None:
-        """Blob ``digest`` (``size`` bytes) into the new file ``dest``, hashed while written;
-        IntegrityError (and ``dest`` removed) when its bytes are not the digest's."""
-        r = self._request("GET", f"blobs/{digest}", f"blob {digest[:19]}", stream=True)
+    def download(self, digest: str, size: int, dest: Path, progress: Callable[[int], None] | None = None, *,
+                 name: str = "", deadline: float | None = None) -> None:
+        """Blob ``digest`` (``size`` bytes, ``name`` in messages) into the new file ``dest``,
+        hashed while written. No more than ``size`` bytes are ever written: an answer announced
+        longer is refused before a byte is read, and a body that runs past ``size`` is cut off
+        there and refused (IntegrityError, ``dest`` removed). The whole blob must arrive within
+        ``deadline`` seconds (:func:`blob_deadline` of its size), or RegistryUnreachable says so."""
+        name = name or dest.name
+        limit = blob_deadline(size) if deadline is None else deadline
+        t0 = time.monotonic()
+        r = self._request("GET", f"blobs/{digest}", f"blob {digest[:19]}", stream=True,
+                          headers={"Accept-Encoding": "identity"}, read_timeout=min(TIMEOUT[1], limit))
         if r.status_code == 404:
+            r.close()
             raise IntegrityError(f"{self.ref}: blob {digest} is missing from the registry",
                                  hint="publish the build again")
-        h, got = hashlib.sha256(), 0
+        announced = r.headers.get("Content-Length", "")
+        if announced.isdigit() and int(announced) > size:
+            r.close()
+            raise self._too_long(digest, name, size, f"announced {int(announced)} bytes")
         try:
-            with open(dest, "xb") as f:
-                for block in r.iter_content(_CHUNK):
-                    got += len(block)
-                    if got > size:
-                        break
-                    h.update(block)
-                    f.write(block)
-                    if progress is not None:
-                        progress(len(block))
+            got, hexd = self._write(r, dest, digest, name, size, (t0, limit), progress)
+        except (IntegrityError, RegistryUnreachable):
+            dest.unlink(missing_ok=True)
+            raise
         except OSError as exc:
             dest.unlink(missing_ok=True)
             if is_disk_full(exc):
@@ -130,12 +147,39 @@ class Registry:
                                       f"{digest[:19]} ({type(exc).__name__})", hint="run it again") from None
         finally:
             r.close()
-        if got != size or f"sha256:{h.hexdigest()}" != digest:
+        if got != size or f"sha256:{hexd}" != digest:
             dest.unlink(missing_ok=True)
-            found = f"{got} bytes" if got != size else f"sha256 {h.hexdigest()[:16]}..."
-            raise IntegrityError(f"{self.ref}: blob {digest[:19]}... for {dest.name} is not the one the manifest "
+            found = f"{got} bytes" if got != size else f"sha256 {hexd[:16]}..."
+            raise IntegrityError(f"{self.ref}: blob {digest[:19]}... for {name} is not the one the manifest "
                                  f"names ({found}; expected {size} bytes, {digest[7:23]}...)",
                                  hint="the registry's storage is damaged or tampered with; nothing was switched in")
+
+    def _write(self, r: "requests.Response", dest: Path, digest: str, name: str, size: int,
+               deadline: tuple[float, float], progress: Callable[[int], None] | None) -> tuple[int, str]:
+        """The body into the new file ``dest``, one read of the socket at a time, until ``size``
+        bytes are passed (refused) or ``deadline`` (start, seconds) is; (bytes, sha256 hex)."""
+        h, got, (start, limit) = hashlib.sha256(), 0, deadline
+        with open(dest, "xb") as f:
+            while block := r.raw.read1(_CHUNK, decode_content=False):  # the bytes as sent, each read returned
+                got += len(block)
+                if got > size:
+                    raise self._too_long(digest, name, size, "sent more; cut off there")
+                if time.monotonic() - start > limit:
+                    raise RegistryUnreachable(
+                        f"{self.ref.registry}: blob {digest[:19]}... for {name} did not arrive within "
+                        f"{round(limit, 1):g} s ({got} of {size} bytes)",
+                        hint="the registry is too slow or stalls; run it again later, or build here without the "
+                             "binary cache")
+                h.update(block)
+                f.write(block)
+                if progress is not None:
+                    progress(len(block))
+        return got, h.hexdigest()
+
+    def _too_long(self, digest: str, name: str, size: int, what: str) -> IntegrityError:
+        return IntegrityError(f"{self.ref}: blob {digest[:19]}... for {name} is longer than the {size} bytes "
+                              f"expected ({what})",
+                              hint="the registry's storage is damaged or tampered with; nothing was switched in")
 
     def has_blob(self, digest: str) -> bool:
         return self._request("HEAD", f"blobs/{digest}", f"blob {digest[:19]}").status_code == 200
@@ -172,17 +216,20 @@ class Registry:
 
     def _errors(self) -> tuple[type[BaseException], ...]:
         import requests
+        import urllib3
 
-        return (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
+        return (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
+                urllib3.exceptions.HTTPError)  # a blob is read from the raw stream: urllib3's own errors
 
     def _request(self, method: str, path: str, what: str, *, headers: Mapping[str, str] | None = None,
                  body: Callable[[], Any] | None = None, stream: bool = False, absolute: bool = False,
-                 expect: tuple[int, ...] = (200, 404)) -> "requests.Response":
+                 expect: tuple[int, ...] = (200, 404), read_timeout: float = TIMEOUT[1]) -> "requests.Response":
         url = path if absolute else f"{self.ref.base_url}/{path}"
         for attempt in (1, 2):
             try:
                 r = self._session.request(method, url, headers={**(headers or {}), **self._auth},
-                                          data=body() if body else None, stream=stream, timeout=TIMEOUT)
+                                          data=body() if body else None, stream=stream,
+                                          timeout=(TIMEOUT[0], read_timeout))
             except self._errors() as exc:
                 raise RegistryUnreachable(f"registry {self.ref.registry} did not answer ({_reason(exc)})",
                                           hint="check that it runs and is reachable") from None

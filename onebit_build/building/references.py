@@ -195,6 +195,19 @@ def _readable(refs_dir: Path, described: list[str]):
             described.append(f"{p.name} (unreadable: {exc.message})")
 
 
+def known_sizes(refs_dir: Path) -> dict[str, int]:
+    """``sha256:<hex>`` -> size of every output the committed references of a recipe name: a
+    file with that digest has that size, whatever a registry says."""
+    sizes: dict[str, int] = {}
+    if refs_dir.is_dir():
+        for _p, ref in _readable(refs_dir, []):
+            for out in (o for outs in ref.outputs.values() for o in outs if isinstance(o, dict)):
+                sha, size = out.get("sha256"), out.get("size")
+                if isinstance(sha, str) and isinstance(size, int) and not isinstance(size, bool) and size >= 0:
+                    sizes[f"sha256:{sha}"] = size
+    return sizes
+
+
 def find_reference(refs_dir: Path, manifest: Manifest) -> tuple[Path | None, list[str]]:
     """The committed reference whose toolchain fingerprint is this build's. Returns (path or
     None, descriptions of the candidates)."""

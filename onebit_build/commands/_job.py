@@ -26,7 +26,8 @@ def job(opts: Options, project: ProjectRoot, cmd: Command, binary_cache=None) ->
     (job.binary_cache.CacheOptions)."""
     assert cmd.until is not None  # every job command of the table names its last stage
     with open_job(opts, project, needs(cmd, opts)) as j:
-        done = run(j, cmd.until, skip=cmd.skip, server=opts.server, binary_cache=binary_cache)
+        done = run(j, cmd.until, skip=cmd.skip, server=opts.server, binary_cache=binary_cache,
+                   allow_unverified=opts.args.get("allow_unverified") is True)
         if cmd.until == Stage.BUILD and done.built is not None:
             ui.answer(str(built_answer(j, done.built)))
         return done.exit_code

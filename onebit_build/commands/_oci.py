@@ -6,6 +6,8 @@ import argparse
 
 UNVERIFIED_HELP = ("take (or publish) a build of a toolchain that has no committed reference, whose bytes cannot be"
                    " checked; the report and the manifest say so")
+USE_HELP = ("use a build that 'verify' judged NOT VERIFIED all the same (refused otherwise, exit 11); it is said, and"
+            " recorded in what the command writes")
 
 
 def binary_cache_options(p: argparse.ArgumentParser) -> None:

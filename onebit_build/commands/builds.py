@@ -1,4 +1,5 @@
-"""``builds``: every build in the workspace (recipe, key, when built, size, up to date or stale)."""
+"""``builds``: every build in the workspace (recipe, key, when built, size, up to date or stale, and the
+verdict ``verify`` recorded on its outputs)."""
 
 from __future__ import annotations
 
@@ -34,11 +35,16 @@ def size_text(n: int) -> str:
 
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     from onebit_build.building.inventory import folder_size
+    from onebit_build.building.manifest import MANIFEST_NAME
+    from onebit_build.building.verdict import STATUSES, recorded_verdict
     from onebit_build.core import ui
 
     ws, found = entries(opts, project)
+    judged = {b.folder: recorded_verdict(b.folder / MANIFEST_NAME, b.manifest) for b in found}
     rows = [{"recipe": b.recipe, "key": b.key, "folder": str(b.folder), "built": utc_text(b.built_at()),
-             "bytes": sum(folder_size(f) for f in b.folders), "up_to_date": not b.stale, "stale": list(b.stale)}
+             "bytes": sum(folder_size(f) for f in b.folders), "up_to_date": not b.stale, "stale": list(b.stale),
+             "verdict": judged[b.folder].status if judged[b.folder] else None,
+             "verdict_line": judged[b.folder].line if judged[b.folder] else None}
             for b in found]
     if opts.json:
         doc = {"kind": "onebit-build-builds", "schema": 1, "workspace": str(ws.root), "builds": rows}
@@ -49,7 +55,9 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
         return 0
     lines = [("recipe", "key", "built (UTC)", "size", "state", "folder")]
     for r in rows:
-        state = "up to date" if r["up_to_date"] else "stale: " + ", ".join(r["stale"])
+        label = STATUSES.get(r["verdict"] or "", "")  # what verify said of these outputs, where it was asked
+        state = (label or "up to date") if r["up_to_date"] else "stale: " + ", ".join(r["stale"]) + \
+            (f"; {label}" if label else "")
         lines.append((r["recipe"], r["key"], r["built"] or "?", size_text(r["bytes"]), state, r["folder"]))
     widths = [max(len(line[i]) for line in lines) for i in range(5)]
     for line in lines:

@@ -20,14 +20,15 @@ COMMAND = Command(name="install", help="build if needed, then copy llama-server,
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    from onebit_build.commands._oci import UNVERIFIED_HELP
+    from onebit_build.commands._oci import UNVERIFIED_HELP, USE_HELP
 
     p.add_argument("--prefix", metavar="DIR", required=True, help="install into DIR/bin and DIR/share/onebit-build")
     p.add_argument("--from", dest="from_ref", metavar="oci://REGISTRY/REPO[:TAG]",
                    help="install this plan's build published there (checked against its key and the committed"
                         " reference) instead of building; a registry that cannot serve it means a build here")
     p.add_argument("--check", action="store_true", help="with --from: also build here and compare every output first")
-    p.add_argument("--allow-unverified", action="store_true", help=UNVERIFIED_HELP)
+    p.add_argument("--allow-unverified", action="store_true",
+                   help=f"with --from: {UNVERIFIED_HELP}; without: {USE_HELP}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,7 +59,8 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     from onebit_build.core import ui
     from onebit_build.core.errors import ConfigError
     from onebit_build.core.workspace import check_target_folder
-    from onebit_build.evidence.emit import carried, clear_stale
+    from onebit_build.building.verdict import VERDICT_NAME, refuse_not_verified
+    from onebit_build.evidence.emit import STATEMENT_PATTERNS, carried, clear_stale
     from onebit_build.job.model import Needs, open_job
     from onebit_build.job.run import run as run_job
 
@@ -76,9 +78,12 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
             return 0
         built = run_job(job, Stage.BUILD).built
         assert built is not None  # a job run up to the build has built
-        evidence = carried(built.manifest.parent)
+        recorded = refuse_not_verified(built.manifest, allow=fo.allow_unverified, what="install")
+        verdict = [built.manifest.parent / VERDICT_NAME] if recorded is not None else []
+        evidence = carried(built.manifest.parent) + verdict  # the verdict travels with the build it judged
         files = install_tree(built.builds, built.manifest, opts.prefix, evidence)
-        clear_stale(opts.prefix / MANIFEST_REL.parent, keep={f.name for f in evidence})  # an older install's
+        clear_stale(opts.prefix / MANIFEST_REL.parent, keep={f.name for f in evidence},
+                    patterns=(*STATEMENT_PATTERNS, VERDICT_NAME))  # an older install's
         ui.answer(f"installed {len(files)} file(s) into {opts.prefix}")
         ui.info(f"  run: {opts.prefix / 'bin' / 'llama-server'} -m MODEL.gguf")
         return 0

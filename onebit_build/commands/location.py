@@ -18,28 +18,41 @@ COMMAND = Command(name="location", help="print the path of the recipe's latest l
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
+    from onebit_build.commands._oci import USE_HELP
+
     p.add_argument("--jit-cache", dest="jit_cache", action="store_true",
                    help="print the folder of the recipe's run-time kernel cache instead (e.g. hrx0's "
                         "~/.cache/1bit/hrx-jit, or the folder its variable names)")
+    p.add_argument("--allow-unverified", action="store_true", help=USE_HELP)
 
 
 @dataclass(frozen=True, kw_only=True)
 class LocationRequest:
     jit_cache: bool = False
+    allow_unverified: bool = False
 
 
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """The latest build's llama-server, for scripts: ``$(onebit-build location)``."""
-    from onebit_build.building.manifest import latest_server
+    from pathlib import Path
+
+    from onebit_build.building.manifest import MANIFEST_NAME, latest_server, load_latest
+    from onebit_build.building.verdict import refuse_not_verified
     from onebit_build.core import ui
     from onebit_build.job.model import load_pins_and_recipe
 
-    req = LocationRequest(jit_cache=opts.args.get("jit_cache") is True)
+    req = LocationRequest(jit_cache=opts.args.get("jit_cache") is True,
+                          allow_unverified=opts.args.get("allow_unverified") is True)
     _, recipe = load_pins_and_recipe(project, opts.recipe)
     if req.jit_cache:
         ui.answer(str(jit_cache_folder(recipe)))
         return 0
-    ui.answer(str(latest_server(opts.ws, recipe.name)))
+    server = latest_server(opts.ws, recipe.name)
+    man = load_latest(opts.ws, recipe.name)
+    assert man is not None  # latest_server found it
+    refuse_not_verified(Path(man.components[-1].build_dir) / MANIFEST_NAME, allow=req.allow_unverified,
+                        what="location", man=man)
+    ui.answer(str(server))
     return 0
 
 

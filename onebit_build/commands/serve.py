@@ -20,6 +20,7 @@ MAX_KEY_FILE_BYTES = 64 << 10  # a key is one line; the file may hold comments
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
+    from onebit_build.commands._oci import USE_HELP
     from onebit_build.commands.arguments import checked
     from onebit_build.running.ports import check_host, check_port
 
@@ -30,6 +31,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key-file", metavar="FILE",
                    help="clients must send the key in FILE (its first line; default: $ONEBIT_API_KEY); it reaches"
                    " llama-server in its environment, never on its command line or in a log")
+    p.add_argument("--allow-unverified", action="store_true", help=USE_HELP)
     p.add_argument("server_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
                    help="more llama-server arguments, after --")
 
@@ -53,6 +55,7 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
 
 def serve_spec(opts: Options, project: ProjectRoot, key: str | None = None) -> ServerSpec:
     """What ``serve`` runs: the built server and the model, made ready under the workspace lock."""
+    from onebit_build.building.verdict import refuse_not_verified
     from onebit_build.core.model_spec import served_name
     from onebit_build.job.build import server_of
     from onebit_build.job.model import Needs, open_job
@@ -63,6 +66,7 @@ def serve_spec(opts: Options, project: ProjectRoot, key: str | None = None) -> S
     with open_job(opts, project, Needs(git=True)) as job:
         built = run_job(job, Stage.BUILD).built
         assert built is not None  # a job run up to the build has built
+        refuse_not_verified(built.manifest, allow=opts.args.get("allow_unverified") is True, what="serve")
         model = resolve_model(job.recipe, opts, models_dir=job.workspace.models, log=job.log("model.log"),
                               lock=project.models_lock)
         log = job.log("server.log")

@@ -12,6 +12,7 @@ COMMAND = Command(name="smoke", help="start the built llama-server and check it 
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
+    from onebit_build.commands._oci import USE_HELP
     from onebit_build.commands.arguments import run_folder_options
 
     run_folder_options(p, junit=True)
@@ -20,6 +21,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--write-numerics", metavar="FILE",
                    help="write the CPU run of the numerical check as a numerical reference to FILE "
                         "(commit it as references/<recipe>/numerics/<toolchain>.json)")
+    p.add_argument("--allow-unverified", action="store_true", help=USE_HELP)
 
 
 def run(opts, project, cmd: Command) -> int:

@@ -2,7 +2,9 @@
 ``provenance.intoto.jsonl``; unsigned: ``provenance.json``), the SBOM (``sbom.cdx.json``)
 and, when signed, the in-toto link ``build.<keyid8>.link``. The build folder gets them, and
 the run folder a copy. A file of the other form left by an earlier run is removed, so a
-folder never holds a statement of another signing state than its latest build's.
+folder never holds a statement of another signing state than its latest build's. A run
+without a key keeps the signed evidence of the build it finds, when that evidence names the
+very outputs and manifest the folder holds (:func:`keep_signed`): a signed build stays signed.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from onebit_build.building.manifest import SERVER_OUTPUT, Manifest
+from onebit_build.building.manifest import MANIFEST_NAME, SERVER_OUTPUT, Manifest
 from onebit_build.core.config import Recipe
-from onebit_build.core.fsutil import atomic_write_text, sha256_bytes, sha256_file
+from onebit_build.core.errors import VerifyError
+from onebit_build.core.fsutil import atomic_write_bytes, atomic_write_text, sha256_bytes, sha256_file
 from onebit_build.core.pins import Pin
 from onebit_build.evidence import debian, sbom as sbom_mod
-from onebit_build.evidence.envelope import envelope_line, sign
+from onebit_build.evidence.envelope import envelope_line, read_statement, sign
 from onebit_build.evidence.keys import SigningKey
 from onebit_build.evidence.link import build_link, link_name
 from onebit_build.evidence.runtime import RuntimeLib, runtime_libraries
@@ -28,6 +31,7 @@ from onebit_build.evidence.tools import tool_files
 SIGNED = "provenance.intoto.jsonl"
 UNSIGNED = "provenance.json"
 LINK_GLOB = "build.*.link"
+STATEMENT_PATTERNS = (SIGNED, UNSIGNED, LINK_GLOB)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +56,7 @@ class Emitted:
     sbom: Path
     link: Path | None
     keyid: str | None  # None: unsigned
+    kept: bool = False  # the signed evidence of an earlier run of this build, kept as it was
 
     def note(self) -> str:
         """What the build line says about it."""
@@ -59,6 +64,8 @@ class Emitted:
             return "no provenance statement (the recipe declares no output file)"
         if self.keyid is None:
             return "provenance unsigned (no --signing-key or $ONEBIT_SIGNING_KEY)"
+        if self.kept:
+            return f"provenance signed by key {self.keyid[:16]} (kept: the outputs are those it names)"
         return f"provenance signed by key {self.keyid[:16]}"
 
 
@@ -131,8 +138,35 @@ def emit(req: EmitRequest) -> Emitted:
                    keyid=req.key.keyid if req.key and statement else None)
 
 
-def clear_stale(folder: Path, *, keep: set[str], patterns: tuple[str, ...] | list[str] = (SIGNED, UNSIGNED, LINK_GLOB)
-                ) -> None:
+def keep_signed(folder: Path, outputs: set[tuple[str, str]], copies: tuple[Path, ...]) -> Emitted | None:
+    """The signed evidence in ``folder`` kept as it is (and copied into ``copies``) when it is
+    of this build: its subjects are ``outputs`` (file name, sha256) and the manifest and SBOM
+    it names are the files beside it. None when there is none, or it is of other bytes."""
+    try:
+        opened = read_statement(folder / SIGNED)
+    except VerifyError:
+        return None
+    st = opened.statement
+    named = {(str(s.get("name")), str((s.get("digest") or {}).get("sha256"))) for s in st.get("subject") or []
+             if isinstance(s, dict)}
+    made = {str(b.get("name")): str((b.get("digest") or {}).get("sha256"))
+            for b in (st.get("predicate", {}).get("runDetails") or {}).get("byproducts") or [] if isinstance(b, dict)}
+    beside = (MANIFEST_NAME, sbom_mod.NAME)
+    if not opened.signed or not named or named != outputs or any(
+            not (folder / n).is_file() or made.get(n) != sha256_file(folder / n) for n in beside):
+        return None
+    link = folder / link_name(opened.keyids[0])
+    files = [folder / SIGNED, folder / sbom_mod.NAME, *([link] if link.is_file() else [])]
+    for target in (folder, *copies):
+        clear_stale(target, keep={f.name for f in files})
+        if target != folder:
+            for f in files:
+                atomic_write_bytes(target / f.name, f.read_bytes())
+    return Emitted(statement=folder / SIGNED, sbom=folder / sbom_mod.NAME, link=link if link.is_file() else None,
+                   keyid=opened.keyids[0], kept=True)
+
+
+def clear_stale(folder: Path, *, keep: set[str], patterns: tuple[str, ...] | list[str] = STATEMENT_PATTERNS) -> None:
     """Remove the evidence files of another build or signing state from ``folder`` (those in
     ``keep`` stay): a folder holds one build's statement, never a stale one beside it."""
     for pattern in patterns:

@@ -31,7 +31,7 @@ from onebit_build.building.oci import Registry, RegistryUnreachable
 from onebit_build.building.oci_ref import OciRef, parse_ref
 from onebit_build.building.patch import patch_digest
 from onebit_build.building.pkgindex import ByteProgress
-from onebit_build.building.references import find_reference, load_reference
+from onebit_build.building.references import find_reference, known_sizes, load_reference
 from onebit_build.building.verify import verify_against
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, FetchError, IntegrityError, NotAvailableError, VerifyError
@@ -106,6 +106,7 @@ def pull(job: Job, ref: OciRef, *, allow_unverified: bool = False) -> Pulled | N
             raise VerifyError(f"{where} holds build {art.recipe} {art.key[:16]}, but this plan is {job.recipe.name} "
                               f"{key[:16]} (pins, patches, recipe or toolchain differ)",
                               hint="publish a build of this plan, or leave the tag out to ask for this plan's")
+        sizes_are_the_references(art, known_sizes(references_dir(job)), str(where))
         root = job.workspace.root / PULLED
         root.mkdir(parents=True, exist_ok=True)
         sweep_stale(root)  # what pulls that were killed left
@@ -129,6 +130,18 @@ def pull(job: Job, ref: OciRef, *, allow_unverified: bool = False) -> Pulled | N
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return Pulled(ref=where, key=key, artifact=art, folder=folder, verdict=verdict)
+
+
+def sizes_are_the_references(art: Artifact, known: Mapping[str, int], where: str) -> None:
+    """Each file whose digest a committed reference names is declared with the reference's
+    size, which is then all that is read of it; IntegrityError before a byte is pulled
+    otherwise. (A file no reference names is read up to its declared size, within the cap
+    parse_manifest holds it to.) Pure."""
+    for e in art.entries:
+        if e.link is None and e.digest in known and e.size != known[e.digest]:
+            raise IntegrityError(f"{where}: declares {e.size} bytes for {e.rel}, but the committed reference "
+                                 f"names {e.digest[:19]}... with {known[e.digest]} bytes",
+                                 hint="the registry's manifest lies about the file; nothing was pulled")
 
 
 def accept(job: Job, art: Artifact, folder: Path, where: str, *, allow_unverified: bool) -> Verdict:

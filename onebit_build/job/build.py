@@ -28,7 +28,7 @@ from onebit_build.core.errors import ConfigError, NotAvailableError
 from onebit_build.core.fsutil import StateError, atomic_write_text
 from onebit_build.core.gitops import Git
 from onebit_build.core.pins import Pin, Pins, read_lock, render_lock
-from onebit_build.evidence.emit import EmitRequest, Emitted, emit, toolchain_files
+from onebit_build.evidence.emit import EmitRequest, Emitted, emit, keep_signed, toolchain_files
 from onebit_build.evidence.keys import SigningKey, signing_key_from
 from onebit_build.job.model import Job
 from onebit_build.job.resolve import BuildInputs, TreeFacts, component_builds
@@ -179,6 +179,24 @@ def write_evidence(job: Job, builds: list[BuildResult], manifest: Path, key: Sig
                             project=job.project.path, invocation=job.run_dir.name, key=key))
 
 
+def manifests_and_evidence(job: Job, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree],
+                           builds: list[BuildResult], *, started: str, key: SigningKey | None) -> tuple[Path, Emitted]:
+    """The build's manifest and evidence: written anew, unless this run has no key and the
+    build folder holds signed evidence of these very outputs; then that evidence and the
+    manifest it names are kept as they are, and the run and the workspace get their copies."""
+    final = builds[-1].build_dir / MANIFEST_NAME
+    if key is None:
+        outputs = {(o.path.name, o.sha256) for b in builds for o in b.outputs if o.path.is_file()}
+        kept = keep_signed(final.parent, outputs, (job.run_dir,))
+        if kept is not None:
+            doc = read_manifest(final)
+            for path in (job.run_dir / MANIFEST_NAME, latest_path(job.workspace, job.recipe.name)):
+                write_manifest(path, doc)
+            return final, kept
+    man = write_manifests(job, fetched, trees, builds, started=started)
+    return man, write_evidence(job, builds, man, key)
+
+
 # --------------------------------------------------------------------------- the build part
 
 
@@ -233,8 +251,7 @@ def build_part(job: Job, until: Stage = Stage.BUILD, binary_cache: CacheOptions 
         t_manifest = time.monotonic()
         before = {**recorded_outputs(latest_path(job.workspace, recipe.name)),  # kept when --fresh empties the folder
                   **recorded_outputs(builds[-1].build_dir / MANIFEST_NAME)}
-        man = write_manifests(job, fetched, trees, builds, started=started)
-        evidence = write_evidence(job, builds, man, key)
+        man, evidence = manifests_and_evidence(job, fetched, trees, builds, started=started, key=key)
         manifest_s = time.monotonic() - t_manifest
         st["note"] = "; ".join(f"{b.component}{' (up to date)' if b.reused else f' built in {b.seconds:.0f} s'}"
                                f"{cache_note(b)}" for b in builds) + f"; {evidence.note()}"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from onebit_build.building.verdict import refuse_not_verified
 from onebit_build.core import ui
 from onebit_build.job.build import Built, build_part, server_of
 from onebit_build.job.model import Job
@@ -30,9 +31,11 @@ class JobResult:
 
 
 def run(job: Job, until: Stage, *, skip: frozenset[Stage] = frozenset(), server: Path | None = None,
-        binary_cache: CacheOptions | None = None) -> JobResult:
+        binary_cache: CacheOptions | None = None, allow_unverified: bool = False) -> JobResult:
     """Run ``job``'s stages up to ``until``, leaving out ``skip``. ``server``: smoke this binary,
-    built elsewhere, instead of building the recipe; ``binary_cache``: where to take the build from."""
+    built elsewhere, instead of building the recipe; ``binary_cache``: where to take the build from.
+    A smoke that leaves out the verify stage uses the build's recorded verdict: NOT VERIFIED
+    stops it, unless ``allow_unverified``."""
     t_start = time.monotonic()
     if server is not None:
         return JobResult(built=None, exit_code=smoke_stage(job, server=server, manifest_file=None))
@@ -44,9 +47,15 @@ def run(job: Job, until: Stage, *, skip: frozenset[Stage] = frozenset(), server:
     verified = verify_stage(job, built.manifest) if Stage.VERIFY not in skip else None
     if until == Stage.VERIFY:
         return JobResult(built=built, verified=verified)
+    recorded = None if verified else refuse_not_verified(built.manifest, allow=allow_unverified, what="smoke")
+    judged = verified.to_dict() if verified else None
+    if recorded is not None:
+        judged = {"status": recorded.status, "detail": recorded.line, "recorded": True,
+                  **({"allowed": "--allow-unverified"} if recorded.status == "not-verified" else {})}
     code = smoke_stage(job, server=server_of(built.builds, job.recipe), manifest_file=built.manifest,
-                       verified=verified.to_dict() if verified else None)
-    verdict = (verified.status if verified else "not run").upper().replace("-", " ")
+                       verified=judged)
+    verdict = (verified.status if verified else f"{recorded.status} (recorded)" if recorded else "not run"
+               ).upper().replace("-", " ")
     ui.result(f"{'done' if code == 0 else 'failed'} in {time.monotonic() - t_start:.1f} s in all "
               f"(verify {verdict}); logs: {job.run_dir}")
     return JobResult(built=built, verified=verified, exit_code=code)

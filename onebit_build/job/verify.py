@@ -19,6 +19,7 @@ from onebit_build.building.manifest import Manifest, load_manifest
 from onebit_build.building.objects import Recompiled, differing_objects, recompile
 from onebit_build.building.references import (Reference, find_reference, fingerprint, fingerprint_text, load_reference,
                                               reference_name, write_reference)
+from onebit_build.building.verdict import record_verdict
 from onebit_build.building.verify import SetComparison, compare_sets, verify_against
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe
@@ -191,6 +192,7 @@ def _committed(job: Job, manifest_file: Path) -> Verdict:
     with ui.stage("verify") as st:
         verdict = committed_verdict(job, load_manifest(manifest_file))
         show_verdict(verdict)
+        record_verdict(manifest_file, verdict.status, verdict.detail, verdict.remedy)  # read by what uses the build
         if verdict.status == "not-verified":
             raise VerifyError(verdict.detail, hint=verdict.remedy)
         st["note"] = verdict.detail
