@@ -110,6 +110,7 @@ def test_fresh_is_taken_by_the_commands_that_build_and_refused_elsewhere(command
 
 
 def test_fresh_is_refused_where_nothing_is_built(tmp_path):
+    (tmp_path / "llama-server").write_bytes(b"")  # a file, so that --server itself is taken
     for extra in (["--dry-run"], ["--server", str(tmp_path / "llama-server")]):
         out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--fresh", "smoke", *extra)
         assert out.returncode == 2 and f"--fresh is not taken with {extra[0]}: nothing is built" in out.stderr

@@ -56,7 +56,7 @@ def test_the_same_build_scores_the_same_numbers_with_the_batches_planned(llama_s
     assert fig.kld_max == 0 and fig.top1 == 1 and fig.ppl_ratio == 1
     assert 1.5 < fig.ppl < 200, fig
     # each jump evaluated as one prompt batch, as the server's own log says
-    assert first.log.read_text().count(f"prompt eval time =") == len(first.scored)
+    assert first.log.read_text().count("prompt eval time =") == len(first.scored)
     assert f"/    {spec.jump} tokens" in first.log.read_text() and seconds > 0
 
 

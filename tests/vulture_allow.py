@@ -19,3 +19,4 @@ server._stop_all  # atexit stops every server left running
 bench.__getattr__  # PEP 562: the bench package loads its names when first used
 # reprlib.Repr's limits, read by its repr() (core/yamlnode.shown)
 _.maxstring, _.maxother, _.maxlist, _.maxdict, _.maxtuple, _.maxset, _.maxlevel
+_.tokens_sha256  # a field of the numerical reference's workload, compared through asdict() (running/numerics_ref)

@@ -1,8 +1,7 @@
 """Recipes: frozen dataclasses loaded from YAML and validated once, at load (the pins are in
 :mod:`onebit_build.core.pins`; their names are also importable from here).
 
-Every error names the file, the key path and the fix. Unknown keys are errors.
-"""
+Every error names the file, the key path and the fix. Unknown keys are errors."""
 
 from __future__ import annotations
 
@@ -249,8 +248,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
         toolchain=toolchain,
         verification=_load_verification(root),
         requires=load_requires(root, {c.name for c in components}),
-        jit_cache=load_jit_cache(root),
-        numerics=load_numerics(root),
+        jit_cache=load_jit_cache(root), numerics=load_numerics(root),
     )
 
 
@@ -437,9 +435,8 @@ def _list_separator(node: Node) -> str | None:
 def find_recipe(recipes_dir: Path, name: str) -> Path:
     path = recipes_dir / f"{name}.yaml"
     if not path.exists():
-        known = sorted(p.stem for p in recipes_dir.glob("*.yaml"))
-        raise ConfigError(f"unknown recipe {name!r}",
-                          hint=f"use one of: {', '.join(known) or '(none found in ' + str(recipes_dir) + ')'}")
+        known = ", ".join(sorted(p.stem for p in recipes_dir.glob("*.yaml"))) or f"(none found in {recipes_dir})"
+        raise ConfigError(f"unknown recipe {name!r}", hint=f"use one of: {known}")
     return inside_recipes(path, recipes_dir)
 
 

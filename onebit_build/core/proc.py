@@ -9,16 +9,15 @@ import signal
 import subprocess
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Mapping, Sequence
+from typing import BinaryIO, Callable, Mapping, Sequence
 
 from onebit_build.core import reaper, ui
 from onebit_build.core.child_env import child_environ
 from onebit_build.core.errors import CommandError, ToolMissingError
 from onebit_build.core.fsutil import tail_lines
-from onebit_build.core.reaper import die_with_parent  # noqa: F401 - importable from here
+from onebit_build.core.reaper import die_with_parent, interrupts_held  # noqa: F401 - importable from here
 
 # How to get a missing program, shown in the error.
 INSTALL_HINTS = {
@@ -140,24 +139,6 @@ def _stop_steps(proc: subprocess.Popen[bytes], steps: Sequence[tuple[signal.Sign
     except subprocess.TimeoutExpired:
         pass
     return sent
-
-
-@contextmanager
-def interrupts_held() -> Iterator[list[int]]:
-    """Hold Ctrl-C (and SIGTERM) for the body; the list says whether one came. Outside the
-    main thread nothing is held (signals go to the main thread anyway)."""
-    got: list[int] = []
-    try:
-        before = {s: signal.signal(s, lambda signum, _frame: got.append(signum))
-                  for s in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread
-        yield got
-        return
-    try:
-        yield got
-    finally:
-        for s, handler in before.items():
-            signal.signal(s, handler)
 
 
 def _popen(args: list[str], **kw) -> subprocess.Popen[bytes]:

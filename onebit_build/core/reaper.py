@@ -16,6 +16,8 @@ import signal
 import subprocess
 import sys
 import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 from onebit_build.core.child_env import child_environ
 
@@ -83,3 +85,21 @@ def own(pgid: int) -> None:
 def release(pgid: int) -> None:
     """Take the group ``pgid`` off the list (its program is done)."""
     _tell(f"-{pgid}")
+
+
+@contextmanager
+def interrupts_held() -> Iterator[list[int]]:
+    """Hold Ctrl-C (and SIGTERM) for the body; the list says whether one came. Outside the
+    main thread nothing is held (signals go to the main thread anyway)."""
+    got: list[int] = []
+    try:
+        before = {s: signal.signal(s, lambda signum, _frame: got.append(signum))
+                  for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        yield got
+        return
+    try:
+        yield got
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)

@@ -21,6 +21,7 @@ from onebit_build.running import smoke as smoke_mod
 from onebit_build.running import speed_ref
 from onebit_build.running.devices import CPU_DEVICE, pick_devices
 from onebit_build.running import numerics_ref
+from onebit_build.running.numerics_run import NumericsPlan
 from onebit_build.running.server import list_devices
 from onebit_build.verification.junit import smoke_cases, write_junit
 
@@ -109,12 +110,20 @@ def chat_note(model: model_mod.ModelFile) -> str | None:
 # --------------------------------------------------------------------------- the numerical check
 
 
+def drawn(result, run_dir: Path) -> str | None:
+    """The numerical check's plot drawn into the run folder, and the line that says where (or why not)."""
+    if result.numerics is None:
+        return None
+    plotted = numerics_plot.plot(result.numerics, run_dir / "numerics.png")
+    return f"numerics plot: {plotted}" if plotted else f"numerics plot: not drawn ({numerics_plot.HINT})"
+
+
 def toolchain_name(manifest: Manifest | None) -> str | None:
     """The name the build's toolchain gives its references (None for a server built elsewhere)."""
     return reference_name(fingerprint(manifest)) if manifest is not None else None
 
 
-def numerics_plan(job: Job, recipe: Recipe, model, manifest: Manifest | None) -> smoke_mod.NumericsPlan | None:
+def numerics_plan(job: Job, recipe: Recipe, model, manifest: Manifest | None) -> NumericsPlan | None:
     """The evaluation text, the workload and the committed numerical reference of this build's
     toolchain (None with a note when there is none); None when the recipe has no numerical check."""
     spec = recipe.numerics
@@ -128,20 +137,20 @@ def numerics_plan(job: Job, recipe: Recipe, model, manifest: Manifest | None) ->
                                         ctx_size=recipe.smoke.ctx_size, threads=recipe.smoke.threads)
     name = toolchain_name(manifest)
     if name is None:
-        return smoke_mod.NumericsPlan(text=text, workload=workload, reference=None,
+        return NumericsPlan(text=text, workload=workload, reference=None,
                                       note="a server built elsewhere has no toolchain to find its reference by")
     path = numerics_ref.reference_path(job.project.references, recipe.name, name)
     if not path.exists():
         rel = f"references/{recipe.name}/{numerics_ref.FOLDER}/{path.name}"
-        return smoke_mod.NumericsPlan(text=text, workload=workload, reference=None,
+        return NumericsPlan(text=text, workload=workload, reference=None,
                                       note=f"no numerical reference for this toolchain ({rel}); record one with "
                                            f"'onebit-build --recipe {recipe.name} smoke --write-numerics {rel}'")
     try:
         reference = numerics_ref.load_reference(path)
     except ValueError as exc:
         raise IntegrityError(f"numerical reference: {exc}",
-                             hint="restore it from git, or record it again with 'smoke --write-numerics FILE'") from None
-    return smoke_mod.NumericsPlan(text=text, workload=workload, reference=reference)
+                             hint="restore it from git, or record it again: 'smoke --write-numerics FILE'") from None
+    return NumericsPlan(text=text, workload=workload, reference=reference)
 
 
 def write_numerics(path: Path, result, *, recipe: str, commit: str, toolchain: str | None) -> Path:
@@ -210,10 +219,7 @@ def smoke_stage(job: Job, *, server: Path, manifest_file: Path | None, verified:
     chat = chat_note(mf)
     if chat:
         ui.warn(chat)
-    plot_line = None
-    if result.numerics is not None:
-        plotted = numerics_plot.plot(result.numerics, job.run_dir / "numerics.png")
-        plot_line = f"numerics plot: {plotted}" if plotted else f"numerics plot: not drawn ({numerics_plot.HINT})"
+    plot_line = drawn(result, job.run_dir)
     json_path, md_path = report_mod.write_report(job.run_dir, recipe=recipe, smoke=result, manifest=manifest,
                                                  extra={"verify": verified, "skipped_devices": skipped,
                                                         "chat": chat or "checked"})

@@ -15,7 +15,7 @@ from typing import Any
 
 from onebit_build.core.fsutil import atomic_write_text
 from onebit_build.core.numerics_spec import NumericsSpec
-from onebit_build.core.safepath import read_regular
+from onebit_build.core.safepath import TooLarge, read_regular
 from onebit_build.running import numerics as nm
 
 KIND = "onebit-build numerical reference"
@@ -95,11 +95,11 @@ def write_reference(path: Path, *, workload: Workload, scored: tuple[nm.Scored, 
 def load_reference(path: Path) -> NumericsReference:
     """A reference written by :func:`write_reference`; ValueError naming the file and the problem."""
     try:
-        data = read_regular(path)
+        data = read_regular(path, limit=MAX_BYTES)
+    except TooLarge as exc:
+        raise ValueError(f"{path}: {exc.size} bytes, more than a numerical reference holds ({MAX_BYTES})") from None
     except OSError as exc:
         raise ValueError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    if len(data) > MAX_BYTES:
-        raise ValueError(f"{path}: {len(data)} bytes, more than a numerical reference holds ({MAX_BYTES})")
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
@@ -125,11 +125,11 @@ def eval_text(smoke_dir: Path, name: str) -> tuple[str, str]:
     """The evaluation text ``smoke/eval/NAME`` and its sha256; ValueError when it cannot be read."""
     path = smoke_dir / EVAL_DIR / name
     try:
-        data = read_regular(path)
+        data = read_regular(path, limit=MAX_BYTES)
+    except TooLarge as exc:
+        raise ValueError(f"the evaluation text {path} is {exc.size} bytes; at most {MAX_BYTES}") from None
     except OSError as exc:
         raise ValueError(f"the evaluation text {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_BYTES:
-        raise ValueError(f"the evaluation text {path} is {len(data)} bytes; at most {MAX_BYTES}")
     try:
         return data.decode("utf-8"), hashlib.sha256(data).hexdigest()
     except UnicodeDecodeError:

@@ -263,3 +263,29 @@ def _cpu_check(cpu: ScoreRun, wl: Workload, reference: NumericsReference | None,
     if fig is not None:
         figures.append((CPU_DEVICE, "cpu", fig))
     return _timed(check, cpu.seconds)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NumericsPlan:
+    """What the numerical check of a smoke needs besides the recipe: the evaluation text and
+    what it depends on, and the committed reference the CPU run is judged by (None, with
+    ``note`` saying why, when there is none)."""
+
+    text: str
+    workload: Workload
+    reference: NumericsReference | None
+    note: str = ""
+
+
+def smoke_numerics(recipe: Any, plan: NumericsPlan, *, server_bin: Path, model: Path, logs: Path,
+                   threads: int | None, timeout_s: Callable[[nm.Request], float], status: Any,
+                   devices: tuple[str, ...]) -> NumericsResult:
+    """The numerical check on the CPU and every other device the server offers, under the
+    smoke stage's deadlines (a request's: its tokens to evaluate at smoke.min_tok_s)."""
+    spec = recipe.smoke
+    assert recipe.numerics is not None
+    runner = Runner(server_bin=server_bin, model=model, spec=recipe.numerics, ctx_size=spec.ctx_size,
+                    threads=threads, env=spec.env, health_timeout_s=spec.health_timeout_s, logs=logs,
+                    timeout_s=timeout_s, status=status)
+    return run_numerics(runner, devices=devices, text=plan.text, workload=plan.workload,
+                        reference=plan.reference, reference_note=plan.note)

@@ -310,8 +310,8 @@ def _numerics_section(smoke: SmokeResult, run_dir: Path) -> list[str]:
                        f"{r.seconds:.1f} |")
             continue
         against = "reference" if r.level == "cpu" else "CPU"
-        out.append(f"| {md_cell(r.device)} | {level} | {against} | {f.ppl:.4f} | {f.ppl_ratio:.5f} | {f.kld_mean:.3g} | "
-                   f"{f.kld_p99:.3g} | {f.kld_max:.3g} | {f.top1:.1%} | {r.seconds:.1f} |")
+        out.append(f"| {md_cell(r.device)} | {level} | {against} | {f.ppl:.4f} | {f.ppl_ratio:.5f} | "
+                   f"{f.kld_mean:.3g} | {f.kld_p99:.3g} | {f.kld_max:.3g} | {f.top1:.1%} | {r.seconds:.1f} |")
     out += ["", "| check | result | evidence |", "|---|---|---|"]
     for c in num.checks:
         out.append(f"| {md_cell(c.name)} ({md_cell(c.device or '')}) | {_mark(c.passed)} | {md_cell(c.summary)} |")

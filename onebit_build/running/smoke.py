@@ -30,8 +30,7 @@ from onebit_build.core.model_spec import served_name
 from onebit_build.core.names import label_part
 from onebit_build.running.measure import Completion, Sample
 from onebit_build.running.model import ModelFile
-from onebit_build.running.numerics_run import NumericsResult, Runner, run_numerics
-from onebit_build.running.numerics_ref import NumericsReference, Workload
+from onebit_build.running.numerics_run import NumericsPlan, NumericsResult, smoke_numerics
 from onebit_build.running.offload import check_offload
 from onebit_build.running.speed_ref import SpeedReference, pick, smoke_workload
 from onebit_build.running.stream import STREAM_MAX_TOKENS, stream_check
@@ -355,18 +354,6 @@ def measure_speed(*, server_bin: Path, model: ModelFile, spec: SmokeSpec, device
     return replace(speed, workload=workload.to_dict(), reference_tok_s=None, on_par=None, reference_note="")
 
 
-@dataclass(frozen=True, kw_only=True)
-class NumericsPlan:
-    """What the numerical check of a smoke needs besides the recipe: the evaluation text and
-    what it depends on, and the committed reference the CPU run is judged by (None, with
-    ``note`` saying why, when there is none)."""
-
-    text: str
-    workload: Workload
-    reference: NumericsReference | None
-    note: str = ""
-
-
 def run_smoke(*, recipe: Recipe, server_bin: Path, model: ModelFile, run_dir: Path, expect_commit: str,
               devices: tuple[str, ...] | None = None, threads: int | None = None,
               references: tuple[SpeedReference, ...] = (), numerics: NumericsPlan | None = None) -> SmokeResult:
@@ -406,32 +393,17 @@ def run_smoke(*, recipe: Recipe, server_bin: Path, model: ModelFile, run_dir: Pa
                                              threads=threads))
         checked = None
         if numerics is not None and recipe.numerics is not None:
-            checked = _numerics(recipe, numerics, server_bin=Path(server_bin), model=model, logs=logs,
-                                threads=threads, deadlines=deadlines, status=status,
-                                devices=tuple(d for d in wanted if d not in missing))
+            checked = smoke_numerics(recipe, numerics, server_bin=Path(server_bin), model=model.path, logs=logs,
+                                     threads=threads, timeout_s=lambda req: deadlines.for_request(req.batch)[0],
+                                     status=status, devices=tuple(d for d in wanted if d not in missing))
+            for check in checked.checks:
+                _shown(status, check)
     return SmokeResult(
         recipe=recipe.name, server_bin=Path(server_bin), model=model, expect_commit=expect_commit,
         run_dir=Path(run_dir), devices_expected=wanted, devices_listed=listed, checks=(device_check,),
         device_results=tuple(results),
         started_at=started_at, seconds=time.monotonic() - t0, numerics=checked,
     )
-
-
-def _numerics(recipe: Recipe, plan: NumericsPlan, *, server_bin: Path, model: ModelFile, logs: Path,
-              threads: int | None, deadlines: Deadlines, status: ui.CheckStatus,
-              devices: tuple[str, ...]) -> NumericsResult:
-    """The numerical check on the CPU and every other device the server offers, under the
-    smoke stage's deadlines (a request's: its tokens to evaluate at smoke.min_tok_s)."""
-    spec = recipe.smoke
-    assert recipe.numerics is not None
-    runner = Runner(server_bin=server_bin, model=model.path, spec=recipe.numerics, ctx_size=spec.ctx_size,
-                    threads=threads, env=spec.env, health_timeout_s=spec.health_timeout_s, logs=logs,
-                    timeout_s=lambda req: deadlines.for_request(req.batch)[0], status=status)
-    result = run_numerics(runner, devices=devices, text=plan.text, workload=plan.workload,
-                          reference=plan.reference, reference_note=plan.note)
-    for check in result.checks:
-        _shown(status, check)
-    return result
 
 
 def _wanted_devices(devices: tuple[str, ...] | None, spec: SmokeSpec, expect_commit: str,

@@ -56,13 +56,9 @@ from onebit_build.verification.junit import write_junit
 from onebit_build.verification.provenance import Provenance, inspect_process
 from onebit_build.verification.speed_rounds import METRICS, speed_on
 from onebit_build.verification.verdict_junit import junit_cases
-from onebit_build.verification.verdict import (SPEED_NOT_MEASURED, NumericsComparison, Part, Verdict, answers_part,
-                                               artifacts_part, numerics_not_checked, numerics_part, provenance_part,
-                                               speed_not_measured, speed_part, verdict)
-from onebit_build.running import numerics as nm
-from onebit_build.running.devices import CPU_DEVICE
-from onebit_build.running.numerics import Scored
-from onebit_build.running.numerics_run import Runner, budget_of
+from onebit_build.verification.verdict import (SPEED_NOT_MEASURED, Part, Verdict, answers_part, artifacts_part,
+                                               provenance_part, speed_not_measured, speed_part, verdict)
+from onebit_build.verification.numerics_stage import numerics_stage
 from onebit_build.verification.working import ResolvedBuild, server_component
 
 NEW = "new"
@@ -355,45 +351,6 @@ def compare_on_devices(req: RunRequest, devices: tuple[str, ...], hasher: Callab
             st["note"] = "; ".join(f"{dev} {m} {v[(dev, m)].label}" for m in METRICS)
         times[f"speed/{dev}"] = time.monotonic() - t0
     return comparisons, provs, speeds
-
-
-def numerics_stage(req: RunRequest, devices: tuple[str, ...]) -> Part:
-    """Per device, the evaluation text scored by the working build, then by the new one (one
-    server each, all layers on the device), the new judged against the working by the
-    recipe's ``numerics.budgets.reference``: the same device, two builds."""
-    spec = req.recipe.numerics
-    if spec is None or req.numerics_text is None:
-        return numerics_not_checked("the recipe has no numerical check")
-    budget = budget_of(spec.reference)
-    smoke = req.recipe.smoke
-    out: list[NumericsComparison] = []
-    for dev in devices:
-        scored: dict[str, tuple[Scored, ...]] = {}
-        tokens: tuple[int, ...] | None = None
-        error = ""
-        for side in req.sides:
-            runner = Runner(server_bin=side.build.server, model=req.model.path, spec=spec, ctx_size=smoke.ctx_size,
-                            threads=smoke.threads, env=req.env, health_timeout_s=smoke.health_timeout_s,
-                            logs=req.run_dir / "logs", timeout_s=lambda r: smoke.request_base_s + r.batch / smoke.min_tok_s,
-                            extra_args=side.args, log_tag=side.role)
-            try:
-                got, tokens = runner.run(dev, "cpu" if dev == CPU_DEVICE else "all", "0" if dev == CPU_DEVICE else "all",
-                                         req.numerics_text, tokens)
-            except SmokeError as exc:
-                error = f"the {side.role} build's scoring failed: {exc.message}"
-                break
-            scored[side.role] = got.scored
-        if error:
-            out.append(NumericsComparison(device=dev, figures=None, error=error))
-            continue
-        try:
-            fig = nm.compare(scored[WORKING], scored[NEW])
-        except ValueError as exc:
-            out.append(NumericsComparison(device=dev, figures=None, error=str(exc)))
-            continue
-        out.append(NumericsComparison(device=dev, figures=fig.to_dict(),
-                                      missed=tuple(str(m) for m in nm.misses(fig, budget))))
-    return numerics_part(out, budget.to_dict())
 
 
 def run_facts(req: RunRequest, *, devices: tuple[str, ...], started: str, seconds: float,
