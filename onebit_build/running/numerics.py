@@ -112,25 +112,24 @@ def kl_divergence(base: Scored, run: Scored) -> float:
 
     A token of the base's list that is not in the run's list gets what the run leaves below
     its own last entry, shared evenly among such tokens (at most the run's last entry each):
-    a bound the run's list allows, never a guess above it."""
-    run_p = {t: math.exp(lp) for t, lp in run.top}
-    missing = [t for t, _ in base.top if t not in run_p]
+    a bound the run's list allows, never a guess above it. Two identical lists give exactly 0."""
+    run_lp = dict(run.top)
+    missing = [t for t, _ in base.top if t not in run_lp]
     if missing:
-        rest = max(0.0, 1.0 - sum(run_p.values()))
+        rest = max(0.0, 1.0 - sum(math.exp(lp) for lp in run_lp.values()))
         cap = math.exp(run.top[-1][1]) if run.top else rest
-        each = min(cap, rest / len(missing)) if rest > 0 else 0.0
+        each = max(min(cap, rest / len(missing)), _FLOOR)
         for t in missing:
-            run_p[t] = each
+            run_lp[t] = math.log(each)
     kl = 0.0
     base_mass = run_mass = 0.0
     for t, lp in base.top:
         p = math.exp(lp)
-        q = max(run_p[t], _FLOOR)
-        kl += p * (lp - math.log(q))
+        kl += p * (lp - run_lp[t])
         base_mass += p
-        run_mass += run_p[t]
+        run_mass += math.exp(run_lp[t])
     p_rest, q_rest = max(0.0, 1.0 - base_mass), max(0.0, 1.0 - run_mass)
-    if p_rest > _FLOOR:
+    if p_rest > _FLOOR and p_rest != q_rest:
         kl += p_rest * (math.log(p_rest) - math.log(max(q_rest, _FLOOR)))
     return max(kl, 0.0)
 
