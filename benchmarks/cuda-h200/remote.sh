@@ -27,8 +27,9 @@
 #                 exit 75 if it is still running then (call wait:STEP again)
 #   status        print every step's state
 # A bare STEP is start:STEP then wait:STEP. Every call ends by copying the summary, the step
-# times (times.tsv: step, start and end as epoch seconds, seconds, exit), the machine facts, the
-# reference and a tarball of the logs into $OUT (at most 8 files).
+# times (times.tsv: step, start and end as epoch seconds, seconds, exit), the calls so far
+# (calls.tsv: actions, start, end, exit), the machine facts, the reference and a tarball of the
+# logs and reports into $OUT (at most 8 files).
 #
 # Environment: E2E_DIR (default $HOME/onebit-e2e: everything the steps keep between calls),
 # PYTHON (default python3, a CPython 3.12), OUT (default $E2E_DIR/out), CALL_BUDGET_S.
@@ -173,13 +174,12 @@ step_reference() {
 }
 
 step_second() {
-  local name rc
-  name=$(ref_name)
+  local rc
   ob --root "$E/proj/second" --workspace "$E/ws-second" "${COMMON[@]}" --fresh verify; rc=$?
   [ "$rc" = 0 ] || return "$rc"
-  grep -Eq "verify +ok .*against ${name//./\\.}" "$E/logs/second.log" \
-    || { fail "verify exited 0 but did not say it verified against $name (UNVERIFIED?)"; return 1; }
-  log "second build: VERIFIED against $name"
+  grep -Eq "verify +ok .*against [^ ]+\.json" "$E/logs/second.log" \
+    || { fail "verify exited 0 but did not say it verified against a reference (UNVERIFIED?)"; return 1; }
+  log "second build: VERIFIED $(grep -Eo 'against [^ ]+\.json' "$E/logs/second.log" | head -1)"
 }
 
 step_smoke() {
@@ -189,12 +189,11 @@ step_smoke() {
 }
 
 step_bad() {
-  local name rc
-  name=$(ref_name)
+  local rc
   ob --root "$E/proj/bad" --workspace "$E/ws-bad" "${COMMON[@]}" --fresh verify; rc=$?
   echo "$rc" >"$E/state/bad.tool-rc"
   [ "$rc" = 11 ] || { fail "the known-bad build's verify exited $rc, not 11"; return 1; }
-  grep -Eq "NOT VERIFIED against ${name//./\\.}: [^ ]*\.cubin differs" "$E/logs/bad.log" \
+  grep -Eq "NOT VERIFIED against [^ ]+\.json: [^ ]*\.cubin differs" "$E/logs/bad.log" \
     || { fail "exit 11, but the verdict does not name a cubin"; return 1; }
   log "known-bad build: exit 11, $(grep -Eo 'NOT VERIFIED against [^;]*' "$E/logs/bad.log" | head -1)"
 }
@@ -202,7 +201,9 @@ step_bad() {
 needs() { # STEP: refuse to start a step whose inputs are not there yet
   case $1 in
     reference) [ "$(rc_of setup)" = 0 ] || { fail "setup has not passed"; return 1; } ;;
-    second | bad) [ "$(rc_of reference)" = 0 ] && [ -n "$(ref_name)" ] || { fail "no reference yet"; return 1; } ;;
+    second | bad) # this machine's reference step, or a committed references/cuda/*.json that came with the tree
+      [ "$(rc_of reference)" = 0 ] || compgen -G "$E/proj/$1/references/cuda/*.json" >/dev/null \
+        || { fail "no reference yet: run reference first, or commit one in references/cuda/"; return 1; } ;;
     smoke)
       [ "$(rc_of reference)" = 0 ] || { fail "the ws-ref build has not passed"; return 1; }
       [ "$(rc_of model)" = 0 ] || { fail "the model is not in place (action model)"; return 1; }
@@ -268,6 +269,8 @@ collect() {
   mkdir -p "$OUT"
   local name
   name=$(ref_name)
+  printf '%s\t%s\t%s\t%s\n' "$*" "$T0" "$(date +%s)" "${status:-}" >>"$E/calls.tsv"
+  cp "$E/calls.tsv" "$OUT/calls.tsv"
   cp "$E/times.tsv" "$OUT/times.tsv" 2>/dev/null
   cp "$E/facts.txt" "$OUT/facts.txt" 2>/dev/null
   [ -n "$name" ] && cp "$E/ref/$name" "$OUT/$name"
@@ -291,6 +294,11 @@ if [ "${1:-}" = __step ]; then # the background half of start:STEP
 fi
 [ $# -gt 0 ] || { sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 2; }
 
+case " $* " in
+  *" setup "* | " status ") ;;
+  *) [ "$(rc_of setup)" = 0 ] || { log "no setup on this machine (a fresh one? everything kept between calls is gone):"\
+       "start again with setup, carrying .carry/src and .carry/tool"; status=3; collect "$@"; exit 3; } ;;
+esac
 status=0
 for a in "$@"; do
   t0=$(now)
