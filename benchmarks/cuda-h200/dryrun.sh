@@ -88,7 +88,9 @@ lay
 CUDACXX=/nonexistent/nvcc CALL_BUDGET_S=1 remote 75 start:reference wait:reference
 grep -q "reference: started in the background" "$SIM/call-$call.log" && ok "the reference step ran in the background" \
   || bad "the reference step did not start in the background"
-remote 9 wait:reference
+remote 9 wait:reference status
+grep -q "going on" "$SIM/call-$call.log" && grep -q "== status" "$SIM/call-$call.log" \
+  && ok "a failed step does not stop the actions after it" || bad "the actions after a failed step did not run"
 grep -q "CUDACXX" "$SIM/e2e/logs/reference.log" && ok "the step's log names the missing compiler" \
   || bad "the step's log does not name CUDACXX"
 grep -q "^reference" "$SIM/out/$call/times.tsv" && ok "times.tsv records the background step" || bad "no reference line in times.tsv"
