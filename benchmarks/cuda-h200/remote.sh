@@ -99,7 +99,7 @@ act_setup() {
   for p in ref second bad; do
     mkdir -p "$E/proj/$p/smoke"
     for item in pins.yaml pins.lock recipes patches references; do cp -a "$REPO/$item" "$E/proj/$p/"; done
-    cp -a "$REPO/smoke/prompts" "$E/proj/$p/smoke/"
+    cp -a "$REPO/smoke/prompts" "$REPO/smoke/eval" "$E/proj/$p/smoke/"
   done
   cp "$REPO/kernels/row-tiled-q4_0/tools/known-bad.patch" "$E/proj/bad/patches/llama.cpp/0004-known-bad-kernel.patch"
   ob --version || { fail "the tool does not start"; return 1; }
