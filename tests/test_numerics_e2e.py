@@ -74,8 +74,8 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def report_of(stderr: str) -> dict:
-    line = next(ln for ln in stderr.splitlines() if ln.startswith("report: "))
+def report_of(stdout: str) -> dict:
+    line = next(ln for ln in stdout.splitlines() if ln.startswith("report: "))
     return json.loads(Path(line.split(": ", 1)[1].strip()).with_suffix(".json").read_text())
 
 
@@ -96,7 +96,7 @@ def test_a_build_wrong_only_for_long_batches_fails_smoke_and_verify_run(project,
     ref.unlink(missing_ok=True)
     wrote = run_cli(project, *common, "smoke", "--write-numerics", str(ref), timeout=1800)
     assert wrote.returncode == 0, wrote.stderr[-3000:]
-    assert f"numerical reference: {ref}" in wrote.stderr and ref.is_file() and ref.stat().st_size < (1 << 20)
+    assert f"numerical reference: {ref}" in wrote.stdout and ref.is_file() and ref.stat().st_size < (1 << 20)
     again = run_cli(project, *common, "smoke", timeout=1800)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "CPU matches the reference" in again.stderr
@@ -106,7 +106,7 @@ def test_a_build_wrong_only_for_long_batches_fails_smoke_and_verify_run(project,
     shutil.copy2(KNOWN_BAD, project / "patches" / "llama.cpp" / KNOWN_BAD.name)
     bad = run_cli(project, *common, "smoke", timeout=3600)
     assert bad.returncode == 10, bad.stderr[-3000:]
-    doc = report_of(bad.stderr)
+    doc = report_of(bad.stdout)
     failed = [c for c in doc["checks"] if not c["passed"]]
     assert [c["name"] for c in failed] == ["numerics"], failed
     assert all(c["passed"] for c in doc["checks"] if c["name"].startswith("answer:"))

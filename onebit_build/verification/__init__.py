@@ -1,7 +1,7 @@
 """Verification runs: one command that says whether a new build is as good as the working one.
 
 ``onebit-build [--recipe R | --hrx on] verify-run --working PATH`` compares the recipe's new
-build with a working build in one run, in four parts, and gives one verdict:
+build with a working build in one run, in five parts, and gives one verdict:
 
 - :mod:`.working`: what ``--working PATH`` names (a build folder, its llama-server, a run
   folder with a manifest), refused in one line otherwise;
@@ -10,7 +10,8 @@ build with a working build in one run, in four parts, and gives one verdict:
 - :mod:`.speed`: interleaved rounds, the ratio new/working with its signed-rank interval, and the
   definition of "on par", "faster", "slower" and "too noisy";
 - :mod:`.provenance`: the files each live server mapped are its build's own;
-- :mod:`.verdict`: VERIFIED (exit 0) only when all four hold, else NOT VERIFIED (exit 11);
+- :mod:`.numerics_stage`: the evaluation text scored by both builds, new against working;
+- :mod:`.verdict`: VERIFIED (exit 0) only when all five hold, else NOT VERIFIED (exit 11);
 - :mod:`.report`: ``verification.md``, ``verification.json`` and ``verification.tar.gz``,
   written atomically; :mod:`.junit`: the checks as JUnit XML.
 """

@@ -1,4 +1,4 @@
-"""The verification run: both builds, every device, four parts, one verdict.
+"""The verification run: both builds, every device, five parts, one verdict.
 
 Order of work, after the new build exists and the working build was resolved:
 

@@ -1,4 +1,4 @@
-"""The verdict of a verification run, from its four parts.
+"""The verdict of a verification run, from its five parts.
 
 VERIFIED (exit 0) only when every part holds:
 
