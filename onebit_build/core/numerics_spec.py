@@ -50,8 +50,8 @@ class NumericsSpec:
     offload: tuple[str, ...] = OFFLOAD_LEVELS
     reference: BudgetSpec = field(default_factory=lambda: BudgetSpec(kld_mean=1e-4, kld_p99=1e-3,
                                                                      ppl_ratio=0.002, top1=0.99))
-    device: BudgetSpec = field(default_factory=lambda: BudgetSpec(kld_mean=0.01, kld_p99=0.1,
-                                                                  ppl_ratio=0.02, top1=0.95))
+    device: BudgetSpec = field(default_factory=lambda: BudgetSpec(kld_mean=0.02, kld_p99=0.15,
+                                                                  ppl_ratio=0.04, top1=0.88))
 
     @property
     def positions(self) -> int:
