@@ -143,8 +143,9 @@ def test_on_a_terminal_the_running_check_is_named_while_it_runs(llama_server, ge
                                 "--model", str(gemma_model), "smoke"], env, timeout=900)
     assert rc == 0, text[-3000:]
     # The spinner's line names each check before it ends (rich redraws it in place)...
-    for running in ("CPU start: loading gemma-3-270m-q4_k_m.gguf ...", "CPU answer:capital ...", "CPU speed ..."):
+    for running in ("CPU start: loading gemma-3-270m-q4_k_m.gguf ...", "CPU answer:capital ...", "CPU speed ...",
+                    "CPU numerics (cpu): "):
         assert running in text, running
     # ...and each finished check stays as its own line.
-    assert "CPU pass /v1/models lists only gemma-3-270m-q4_k_m" in text and "smoke PASS: 11/11" in text
+    assert "CPU pass /v1/models lists only gemma-3-270m-q4_k_m" in text and "smoke PASS: 12/12" in text
     assert "s in all (verify NOT RUN); logs: " in text  # the job's total time, last
