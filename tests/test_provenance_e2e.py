@@ -82,7 +82,8 @@ def test_verify_run_verdict_is_signed_and_verifies_on_its_own(signed_default, ge
     assert doc["predicate"]["result"] == "PASSED" and "speed" in doc["predicate"]["warnedTests"]
     report = doc["predicate"]["configuration"][0]
     assert report["name"] == "verification.json" and "machine" in report["annotations"]
-    assert {p["name"] for p in report["annotations"]["parts"]} == {"artifacts", "answers", "speed", "provenance"}
+    parts = {p["name"] for p in report["annotations"]["parts"]}
+    assert parts == {"artifacts", "answers", "speed", "provenance", "numerics"}
     assert str(workspace_for_tests()) not in json.dumps(doc) and str(Path.home()) not in json.dumps(doc)
     alone = tmp_path / "elsewhere"
     alone.mkdir()

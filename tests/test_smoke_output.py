@@ -62,7 +62,7 @@ def test_smoke_shows_each_check_and_fits_the_terminal(smoke_cli):
     lines = out.stderr.splitlines()
     # stderr is no terminal here: one line per finished check, in order, before the stage line.
     shown = [line for line in lines if line.startswith("  CPU pass ") or line.startswith("  pass ")]
-    assert len(shown) == 11, out.stderr
+    assert len(shown) == 12, out.stderr  # 11 checks and the numerical one
     assert shown[0].startswith("  pass --list-devices") and "healthy on port" in shown[1]
     assert lines.index(shown[-1]) < next(i for i, line in enumerate(lines) if line.startswith("smoke    ok"))
     # The build is up to date: no output is listed, one line names the manifest.
