@@ -94,12 +94,7 @@ def write_reference(path: Path, *, workload: Workload, scored: tuple[nm.Scored, 
 
 def load_reference(path: Path) -> NumericsReference:
     """A reference written by :func:`write_reference`; ValueError naming the file and the problem."""
-    try:
-        data = read_regular(path, limit=MAX_BYTES)
-    except TooLarge as exc:
-        raise ValueError(f"{path}: {exc.size} bytes, more than a numerical reference holds ({MAX_BYTES})") from None
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    data = _read(path, f"{path}:", "a numerical reference holds")
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
@@ -121,15 +116,20 @@ def load_reference(path: Path) -> NumericsReference:
     return NumericsReference(path=path, workload=workload, scored=scored, recorded=recorded)
 
 
+def _read(path: Path, what: str, holds: str) -> bytes:
+    """The bytes of ``path`` (a regular file of at most MAX_BYTES); ValueError starting with ``what``."""
+    try:
+        return read_regular(path, limit=MAX_BYTES)
+    except TooLarge as exc:
+        raise ValueError(f"{what} {exc.size} bytes, more than {holds} ({MAX_BYTES})") from None
+    except OSError as exc:
+        raise ValueError(f"{what} cannot be read ({exc.strerror or exc})") from None
+
+
 def eval_text(smoke_dir: Path, name: str) -> tuple[str, str]:
     """The evaluation text ``smoke/eval/NAME`` and its sha256; ValueError when it cannot be read."""
     path = smoke_dir / EVAL_DIR / name
-    try:
-        data = read_regular(path, limit=MAX_BYTES)
-    except TooLarge as exc:
-        raise ValueError(f"the evaluation text {path} is {exc.size} bytes; at most {MAX_BYTES}") from None
-    except OSError as exc:
-        raise ValueError(f"the evaluation text {path}: {exc.strerror or exc}") from None
+    data = _read(path, f"the evaluation text {path}:", "an evaluation text holds")
     try:
         return data.decode("utf-8"), hashlib.sha256(data).hexdigest()
     except UnicodeDecodeError:
