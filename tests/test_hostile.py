@@ -466,12 +466,12 @@ def test_failed_switch_puts_the_old_install_back(tiny_project, tmp_path):
 def test_ctrl_c_during_the_switch_is_held_until_it_is_done():
     """A real SIGINT (and SIGTERM) to this process inside the switch's guard raises nothing
     there; the guard reports it and puts the handlers back."""
-    from onebit_build.building.install import _sigint_held
+    from onebit_build.core.reaper import interrupts_held
 
     # What a terminal gives (a shell that starts the tests in the background ignores SIGINT).
     outer = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with _sigint_held() as held:
+        with interrupts_held() as held:
             os.kill(os.getpid(), signal.SIGINT)
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.05)
