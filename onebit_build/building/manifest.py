@@ -103,6 +103,8 @@ class Manifest:
     started: str | None = None  # UTC, when the build part began (absent in older manifests)
     # The tool binaries the build ran, each {name, path, sha256, purl, components} (evidence.tools).
     toolchain_files: tuple[Mapping[str, Any], ...] = ()
+    # What the programs need from the system that runs them (evidence.floor.Floor.to_doc); empty in older manifests.
+    runtime_floor: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any], where: str = "manifest") -> "Manifest":
@@ -135,6 +137,7 @@ class Manifest:
             **({"toolchain_files": [dict(t) for t in self.toolchain_files]} if self.toolchain_files else {}),
             "sources": [_source_doc(s) for s in self.sources],
             "components": [_component_doc(c) for c in self.components],
+            **({"runtime_floor": dict(self.runtime_floor)} if self.runtime_floor else {}),
         }
 
     def component(self, name: str) -> ComponentRecord | None:
@@ -173,6 +176,7 @@ def _manifest_from_doc(doc: Mapping[str, Any], where: str) -> Manifest:
         data_from=doc.get("data_from"),
         started=doc.get("started"),
         toolchain_files=tuple(dict(t) for t in doc.get("toolchain_files") or ()),
+        runtime_floor=dict(doc.get("runtime_floor") or {}),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from onebit_build.commands import Command
@@ -26,6 +27,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from", dest="from_ref", metavar="oci://REGISTRY/REPO[:TAG]",
                    help="install this plan's build published there (checked against its key and the committed"
                         " reference) instead of building; a registry that cannot serve it means a build here")
+    p.add_argument("--system-root", metavar="DIR", type=Path,
+                   help="check that the system under DIR (the root of a chroot or container the prefix is for) can"
+                        " run the build, instead of this box's")
     p.add_argument("--check", action="store_true", help="with --from: also build here and compare every output first")
     p.add_argument("--allow-unverified", action="store_true",
                    help=f"with --from: {UNVERIFIED_HELP}; without: {USE_HELP}")
@@ -61,6 +65,7 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     from onebit_build.core.workspace import check_target_folder
     from onebit_build.building.verdict import VERDICT_NAME, refuse_not_verified
     from onebit_build.evidence.emit import STATEMENT_PATTERNS, carried, clear_stale
+    from onebit_build.evidence.floor import check_outputs, write_packages
     from onebit_build.job.model import Needs, open_job
     from onebit_build.job.run import run as run_job
 
@@ -69,21 +74,52 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     # Before building: a file or a read-only folder there, or a file where bin/ or share/onebit-build/ goes.
     check_target_folder(opts.prefix, "--prefix", inside=("bin", str(MANIFEST_REL.parent)))
     fo = FromOptions.of(opts.args)
+    root = system_root(opts.args.get("system_root"))
     with open_job(opts, project, Needs(git=True)) as job:
         if fo.source is not None:
             from onebit_build.job.publish import install_from
 
-            files = install_from(job, fo.source, opts.prefix, check=fo.check, allow_unverified=fo.allow_unverified)
+            files = install_from(job, fo.source, opts.prefix, check=fo.check, allow_unverified=fo.allow_unverified,
+                                 system_root=root)
             ui.answer(f"installed {len(files)} file(s) into {opts.prefix}")
+            say_packages(opts.prefix)
             return 0
         built = run_job(job, Stage.BUILD).built
         assert built is not None  # a job run up to the build has built
         recorded = refuse_not_verified(built.manifest, allow=fo.allow_unverified, what="install")
         verdict = [built.manifest.parent / VERDICT_NAME] if recorded is not None else []
         evidence = carried(built.manifest.parent) + verdict  # the verdict travels with the build it judged
+        check_outputs([o.path for b in built.builds for o in b.outputs], built.manifest, root=root)
+        packages = write_packages(job.run_dir, built.manifest)
+        evidence += [packages] if packages else []
         files = install_tree(built.builds, built.manifest, opts.prefix, evidence)
         clear_stale(opts.prefix / MANIFEST_REL.parent, keep={f.name for f in evidence},
                     patterns=(*STATEMENT_PATTERNS, VERDICT_NAME))  # an older install's
         ui.answer(f"installed {len(files)} file(s) into {opts.prefix}")
+        say_packages(opts.prefix)
         ui.info(f"  run: {opts.prefix / 'bin' / 'llama-server'} -m MODEL.gguf")
         return 0
+
+
+def system_root(given: Path | None) -> Path | None:
+    """``--system-root``: a folder holding a system (its ``etc`` and ``usr``); None for this box."""
+    from onebit_build.core.errors import ConfigError
+
+    if given is None:
+        return None
+    if not given.is_dir() or not (given / "usr").is_dir():
+        raise ConfigError(f"--system-root {given}: not the root folder of a system (no usr/ in it)",
+                          hint="name the folder a chroot or container's / is, e.g. --system-root /srv/chroot/bookworm")
+    return given.resolve()
+
+
+def say_packages(prefix: Path) -> None:
+    """One line naming the system packages the installed server needs, and where the list is."""
+    from onebit_build.building.install import MANIFEST_REL
+    from onebit_build.core import ui
+    from onebit_build.evidence.floor import PACKAGES_NAME
+
+    listed = prefix / MANIFEST_REL.parent / PACKAGES_NAME
+    if listed.is_file():
+        names = [ln.split()[0] for ln in listed.read_text().splitlines() if ln and not ln.startswith("#")]
+        ui.info(f"  system packages it needs: {' '.join(names)} (listed in {listed})")

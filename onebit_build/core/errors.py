@@ -29,6 +29,7 @@ EXIT_CODES: dict[int, str] = {
     13: "disk full",
     14: "unusable folder (the workspace or a folder to write is a file, not writable, or its name is too long)",
     15: "box in use (a benchmark or verification holds the bench lock)",
+    16: "this system cannot run the build (a library or symbol version its programs need is missing)",
     INTERRUPTED: "interrupted",
 }
 
@@ -151,6 +152,14 @@ class WorkspaceError(OnebitError):
 
     exit_code = 14
     kind = "workspace"
+
+
+class RuntimeFloorError(OnebitError):
+    """The system lacks a library, or a symbol version of one, that the build's programs need
+    (its runtime floor): refused before anything is installed or started."""
+
+    exit_code = 16
+    kind = "floor"
 
 
 def is_disk_full(exc: BaseException) -> bool:

@@ -58,7 +58,7 @@ def parse_ldconfig(text: str, machine: str) -> dict[str, Path]:
     return out
 
 
-def _loader_cache(machine: str) -> dict[str, Path]:
+def loader_cache(machine: str) -> dict[str, Path]:
     for prog in ("ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"):
         done = capture([prog, "-p"], timeout=30)
         if done.ok:
@@ -83,7 +83,7 @@ def runtime_libraries(binary: Path, own: Iterable[Path]) -> list[RuntimeLib]:
     (those under the ``own`` folders, the build's, are followed but not listed)."""
     roots = [Path(r) for r in own]
     machine, interp = _elf_facts(binary)
-    cache = _loader_cache(machine)
+    cache = loader_cache(machine)
     found: dict[str, tuple[str, Path]] = {}  # by the real file: one entry per library
     if interp:
         found[os.path.realpath(interp)] = (interp, Path(interp))

@@ -133,13 +133,20 @@ def _tools(man: Manifest) -> list[Component]:
     return tools
 
 
+def _floor_props(man: Manifest) -> dict[str, str]:
+    """The highest glibc and C++ library versions the programs need (``runtime_floor_glibc``: ``GLIBC_2.34``)."""
+    highest = (man.runtime_floor or {}).get("highest") or {}
+    return {f"runtime_floor_{family.lower()}": str(v) for family, v in sorted(highest.items())}
+
+
 def make_bom(inp: SbomInput) -> Bom:
     man = inp.manifest
     server, outputs = _outputs(inp)
     runtime = _runtime(inp)
     meta = BomMetaData(tools=ToolRepository(components=_tools(man)), component=server,
                        timestamp=datetime.fromisoformat((man.created or "1970-01-01T00:00:00Z").replace("Z", "+00:00")),
-                       properties=_props(inp.scrub, recipe=man.recipe, recipe_sha256=man.recipe_sha256))
+                       properties=_props(inp.scrub, recipe=man.recipe, recipe_sha256=man.recipe_sha256,
+                                         **_floor_props(man)))
     bom = Bom(serial_number=uuid.uuid5(uuid.NAMESPACE_OID, f"onebit-build:{inp.manifest_sha256}"), metadata=meta,
               components=[*outputs, *(_source(s, inp) for s in man.sources), *runtime])
     if server is not None:

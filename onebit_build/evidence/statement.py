@@ -121,7 +121,8 @@ def provenance_statement(ev: BuildEvidence) -> dict[str, Any]:
             "externalParameters": {"recipe": {"name": man.recipe, "file": ev.recipe_file, "sha256": man.recipe_sha256},
                                    "defines": list(ev.overrides)},
             "internalParameters": {"components": comps, "toolchainFingerprint": fingerprint(man),
-                                   "dataFrom": man.data_from or "", "slsaBuildLevel": SLSA_LEVEL},
+                                   "dataFrom": man.data_from or "", "slsaBuildLevel": SLSA_LEVEL,
+                                   **({"runtimeFloor": dict(man.runtime_floor)} if man.runtime_floor else {})},
             "resolvedDependencies": dependencies(ev),
         },
         "runDetails": {

@@ -34,7 +34,9 @@ from onebit_build.building.pkgindex import ByteProgress
 from onebit_build.building.references import find_reference, known_sizes, load_reference
 from onebit_build.building.verify import verify_against
 from onebit_build.core import ui
-from onebit_build.core.errors import ConfigError, FetchError, IntegrityError, NotAvailableError, VerifyError
+from onebit_build.core.errors import (ConfigError, FetchError, IntegrityError, NotAvailableError, RuntimeFloorError,
+                                      VerifyError)
+from onebit_build.evidence.floor import check_outputs
 from onebit_build.core.fsutil import StateError
 from onebit_build.core.workspace import sweep_stale
 from onebit_build.job.build import Built
@@ -267,6 +269,11 @@ def from_binary_cache(job: Job, opts: CacheOptions) -> Built | None:
         return None
     if pulled is None:
         ui.warn(f"binary cache: no build of this plan in {opts.ref}; building here")
+        return None
+    try:  # a build this box cannot run is no use here: built here instead
+        check_outputs(list((pulled.folder / "bin").iterdir()), pulled.folder / MANIFEST_REL)
+    except RuntimeFloorError as exc:
+        ui.warn(f"binary cache: {exc.message}; building here")
         return None
     ui.info(f"{'binary':<8} ok ({time.monotonic() - t0:.1f} s)  {len(pulled.artifact.entries)} file(s) from "
             f"{pulled.ref}; {pulled.verdict.status.upper()}")

@@ -18,6 +18,7 @@ from onebit_build.building.cmake import Tools, find_tools
 from onebit_build.building.downloads import check_against_lock, provide_all
 from onebit_build.building.cache.compiler import Launcher
 from onebit_build.building.fetch import FetchRequest, FetchResult, fetch
+from onebit_build.evidence.floor import recorded_floor
 from onebit_build.building.manifest import (MANIFEST_NAME, SERVER_OUTPUT, latest_path, load_manifest, make_manifest,
                                             read_manifest, utc_now, write_manifest)
 from onebit_build.building.patch import PrepareRequest, PreparedTree, list_patches, prepare
@@ -156,7 +157,8 @@ def write_manifests(job: Job, fetched: dict[str, FetchResult], trees: dict[str, 
                         project={"project_root": str(job.project.path), "data_from": job.project.data_from})
     if job.overrides:
         doc["overrides"] = list(job.overrides)
-    doc.update({"started": started or doc["created"], "toolchain_files": toolchain_files(builds, launcher_of(builds))})
+    doc.update({"started": started or doc["created"], "toolchain_files": toolchain_files(builds, launcher_of(builds)),
+                "runtime_floor": recorded_floor(o.path for b in builds for o in b.outputs)})
     final = builds[-1].build_dir / MANIFEST_NAME
     write_manifest(final, doc)
     name = MANIFEST_NAME if latest else f"build-manifest-{builds[-1].build_dir.parent.name}.json"

@@ -22,13 +22,14 @@ from pathlib import Path
 
 from onebit_build.building.binary_cache import (CARRIED, Artifact, Entry, config_bytes, entry_of, manifest_doc,
                                                 path_ok, tag_of)
-from onebit_build.building.install import Item, install_items, install_items_into
+from onebit_build.building.install import MANIFEST_REL, Item, install_items, install_items_into
 from onebit_build.building.manifest import load_manifest
 from onebit_build.building.oci import Registry, RegistryUnreachable
 from onebit_build.building.oci_ref import OciRef
 from onebit_build.core import ui
 from onebit_build.core.errors import BuildError, NotAvailableError, VerifyError
 from onebit_build.core.fsutil import write_state
+from onebit_build.evidence.floor import check_outputs, write_packages
 from onebit_build.job.binary_cache import Pulled, files_are_outputs, plan_key, pull
 from onebit_build.job.build import Built
 from onebit_build.job.model import Job
@@ -126,7 +127,8 @@ def _opener(e: Entry, sources: dict[str, Path]):
 # --------------------------------------------------------------------------- install --from
 
 
-def install_from(job: Job, ref: OciRef, prefix: Path, *, check: bool, allow_unverified: bool) -> list[Path]:
+def install_from(job: Job, ref: OciRef, prefix: Path, *, check: bool, allow_unverified: bool,
+                 system_root: Path | None = None) -> list[Path]:
     """Pull this plan's build from ``ref`` and install its files into ``prefix`` (with
     ``check``: build here first and compare); a registry that cannot serve it means a build
     here and an install of that, after one line."""
@@ -138,9 +140,14 @@ def install_from(job: Job, ref: OciRef, prefix: Path, *, check: bool, allow_unve
         ui.warn(f"binary cache: {exc.message}; building here")
         built = run(job, Stage.BUILD).built
         assert built is not None  # a job run up to the build has built
-        return install_items_into(install_items(built.builds, built.manifest), prefix, built.builds)
+        check_outputs([o.path for b in built.builds for o in b.outputs], built.manifest, root=system_root)
+        packages = write_packages(job.run_dir, built.manifest)
+        return install_items_into(install_items(built.builds, built.manifest, [packages] if packages else []),
+                                  prefix, built.builds)
     ui.info(f"{'binary':<8} ok  {len(pulled.artifact.entries)} file(s) from {pulled.ref}; "
             f"{pulled.verdict.status.upper()}: {pulled.verdict.detail}")
+    # Before anything is written into the prefix: a build this system cannot run is refused.
+    check_outputs(list((pulled.folder / "bin").iterdir()), pulled.folder / MANIFEST_REL, root=system_root)
     if check:
         compare_with_local(job, pulled)
     return install_items_into(pulled_items(job, pulled), prefix)
@@ -165,6 +172,8 @@ def pulled_items(job: Job, pulled: Pulled) -> list[Item]:
     """Every file of the pulled build as it was published, and a record of where it came from."""
     items = [Item(source=pulled.folder / e.rel, rel=Path(e.rel), link=e.link is not None)
              for e in pulled.artifact.entries]
+    packages = write_packages(job.run_dir, pulled.folder / MANIFEST_REL)
+    items += [Item(source=packages, rel=MANIFEST_REL.parent / packages.name)] if packages else []
     origin = job.run_dir / "binary-cache.json"
     write_state(origin, ORIGIN_KIND, 1, {"from": str(pulled.ref), "key": pulled.key,
                                           "accepted": pulled.verdict.status, "detail": pulled.verdict.detail})

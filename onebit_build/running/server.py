@@ -300,6 +300,9 @@ def _check_binary(spec: ServerSpec) -> None:
     if not binary.is_file() or not os.access(binary, os.X_OK):
         raise SmokeError(f"llama-server not found or not executable: {binary}",
                          hint="build it first with 'onebit-build build'")
+    from onebit_build.evidence.floor import check_program
+
+    check_program(binary)  # a library or symbol version this box lacks: refused before it starts
 
 
 def _first_port(spec: ServerSpec) -> int:
