@@ -10,6 +10,7 @@ runs) and a few starts of the tool."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -191,6 +192,34 @@ def test_numerics_crosscheck_scores_the_positions_llama_perplexity_scores(tmp_pa
     assert base[base.index("-c") + 1] == str(ctx) and base[base.index("--chunks") + 1] == "1"
     assert Path(base[base.index("-f") + 1]).read_text().strip()
     assert theirs["variant"][:len(base) - 2] == base[:-2] and "--kl-divergence" in theirs["variant"]
+
+
+def step_pattern(name: str) -> re.Pattern[str]:
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # a dataclass looks its module up there
+    try:
+        spec.loader.exec_module(module)  # their imports are the standard library's; main() is not run
+    finally:
+        del sys.modules[name]
+    return module.STEP
+
+
+@pytest.mark.parametrize("name", ["first_run_pairs", "binary_cache_job"])
+def test_the_stage_lines_the_scripts_read_are_the_ones_the_tool_prints(tmp_path, name):
+    """The scripts take each stage's time from the tool's output: every stage they read is printed
+    by the package (``ui.stage(NAME)`` or the binary cache's own line), and a line the tool's
+    ``ui.stage`` prints is one their pattern reads, name and seconds."""
+    step = step_pattern(name)
+    stages = re.match(r"\^\(([\w|]+)\)", step.pattern).group(1).split("|")
+    source = "".join(p.read_text() for p in (REPO / "onebit_build").rglob("*.py"))
+    for stage in stages:
+        assert f'ui.stage("{stage}")' in source or f"{{'{stage}':<8}} ok (" in source, stage
+    code = "from onebit_build.core import ui\nwith ui.stage('build') as st:\n    st['note'] = '12/40 hits'\n"
+    r = subprocess.run([sys.executable, "-c", code], env=env_for(tmp_path), capture_output=True, text=True,
+                       check=True, timeout=60)
+    found = [(m.group(1), float(m.group(2))) for m in step.finditer(r.stdout + r.stderr)]
+    assert len(found) == 1 and found[0][0] == "build" and 0 <= found[0][1] < 5, r.stdout + r.stderr
 
 
 # ---------------------------------------------------------------- cuda-h200/
