@@ -4,8 +4,9 @@ its parser, its plan, its recipe. A script that drifts from the tool fails here 
 next machine it is run on (first_run_pairs.py once configured without the CMakeInit.txt the
 tool's configure loads with -C, and nothing noticed).
 
-Pure but for subprocesses of the tool's plan, one CMake configure of an empty project (no compiler
-runs) and a few starts of the tool."""
+Nothing here compiles or starts a real llama-server: the subprocesses are the tool's plan and a
+few starts of it, one CMake configure of an empty project (no compiler runs), and small Python
+stand-ins for llama-server and llama-perplexity; about 30 s on 2 cores."""
 
 from __future__ import annotations
 
@@ -176,6 +177,112 @@ def test_numerics_budgets_plans_runs_the_recipe_can_score(tmp_path):
     assert 0 < doc["tokens_needed"] <= doc["ctx_size"]
     text = (REPO / "smoke" / "eval" / spec.text).read_bytes()
     assert doc["text_sha256"] == hashlib.sha256(text).hexdigest()
+
+
+# A stand-in for llama-server, enough for the scoring runs: /health, /tokenize (one token per byte)
+# and /completion with a fixed distribution per prompt length, and the prompt cache's batch sizes.
+STANDIN_SERVER = """\
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+argv = sys.argv[1:]
+print("argv", json.dumps(argv), flush=True)
+last = []
+
+class Handler(BaseHTTPRequestHandler):
+    def answer(self, doc):
+        data = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self.answer({"status": "ok"})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/tokenize":
+            return self.answer({"tokens": [1, *body["content"].encode()]})
+        prompt, target = body["prompt"], body["logit_bias"][0][0]
+        same = next((i for i, (a, b) in enumerate(zip(prompt, last)) if a != b), min(len(prompt), len(last)))
+        last[:] = prompt
+        top = [{"id": (len(prompt) + j) % 256, "logprob": -0.5 - j} for j in range(body["n_probs"])]
+        self.answer({"completion_probabilities": [{"id": target, "logprob": -1.0 - target % 7, "top_logprobs": top}],
+                     "timings": {"prompt_n": max(1, len(prompt) - same)}})
+
+    def log_message(self, *args):
+        pass
+
+ThreadingHTTPServer((argv[argv.index("--host") + 1], int(argv[argv.index("--port") + 1])), Handler).serve_forever()
+"""
+
+
+# A stand-in for llama-perplexity: writes the KL base file and prints the figures as it does.
+STANDIN_PERPLEXITY = """\
+import sys
+argv = sys.argv[1:]
+if "--kl-divergence" not in argv:
+    open(argv[argv.index("--kl-divergence-base") + 1], "wb").write(b"base")
+    sys.exit(0)
+print("Mean PPL(Q)                   :  12.5 +/- 0.1\\nMean PPL(base)                :  12.25 +/- 0.1")
+print("Mean PPL(Q)/PPL(base)         :   1.0204 +/- 0.001\\nMean    KLD:   0.0012 +/- 0.0001")
+print("Maximum KLD:   0.25\\n99.0%   KLD:   0.01\\nSame top p: 97.5 +/- 0.5 %")
+"""
+
+
+def standin(path: Path, body: str) -> Path:
+    path.write_text(f"#!{sys.executable}\n{body}")
+    path.chmod(0o755)
+    return path
+
+
+def started_with(out: Path) -> list[list[str]]:
+    """The argv of every stand-in server started for a run writing into ``out``."""
+    return [json.loads(line.split(" ", 1)[1]) for log in sorted(out.glob("numerics-*.log"))
+            for line in log.read_text().splitlines() if line.startswith("argv ")]
+
+
+def test_numerics_budgets_runs_its_cpu_runs_on_a_standin_server(tmp_path):
+    """Its cheapest real case: the four CPU scoring runs through the tool's own runner, against a
+    stand-in llama-server that answers the same to every run: each server started with the
+    recipe's threads and micro-batch, every position scored, every run the same as the first."""
+    server = standin(tmp_path / "llama-server", STANDIN_SERVER)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    out = tmp_path / "out"
+    r = script(BENCH / "numerics_budgets.py", "--server", str(server), "--model", str(model), "--out", str(out),
+               tmp=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    doc = json.loads((out / "budgets.json").read_text())
+    spec = default_recipe().numerics
+    assert [(row["tag"], row["threads"]) for row in doc["runs"]] == [("t1-r1", 1), ("t1-r2", 1), ("t2-r1", 2),
+                                                                      ("t2-r2", 2)]
+    for row in doc["runs"]:
+        assert row["positions"] == spec.rounds * (spec.steps + 1) and row["batches"] == "as planned", row
+        assert row["kld_max"] == 0 and row["ppl_ratio"] == 1 and row["top1"] == 1, row
+    starts = started_with(out)
+    assert sorted(a[a.index("-t") + 1] for a in starts) == ["1", "1", "2", "2"]
+    assert all(a[a.index("-ub") + 1] == str(spec.ubatch) and a[a.index("-m") + 1] == str(model) for a in starts)
+
+
+def test_numerics_crosscheck_runs_both_sides_on_standins(tmp_path):
+    """Its cheapest real case, ctx 64: llama-perplexity's figures read from its output (a stand-in's,
+    in its format), the tool's side scored through the tool's runner on the stand-in server, the
+    second configuration's server started with the quantized K cache."""
+    server = standin(tmp_path / "llama-server", STANDIN_SERVER)
+    ppl = standin(tmp_path / "llama-perplexity", STANDIN_PERPLEXITY)
+    out = tmp_path / "out"
+    r = script(BENCH / "numerics_crosscheck.py", "--server", str(server), "--perplexity", str(ppl), "--model",
+               str(tmp_path / "m.gguf"), "--out", str(out), "--ctx", "64", tmp=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    doc = json.loads((out / "crosscheck.json").read_text())
+    assert doc["llama_perplexity"] == {"ppl_base": 12.25, "ppl": 12.5, "ppl_ratio": 1.0204, "kld_mean": 0.0012,
+                                       "kld_p99": 0.01, "kld_max": 0.25, "top1": 0.975}
+    ours = doc["onebit_build"]
+    assert ours["positions"] == 31 and ours["kld_max"] == 0 and ours["batches"] == "as planned", ours
+    starts = started_with(out)
+    assert len(starts) == 2 and sum(a[-4:-2] == ["-ctk", "q8_0"] for a in starts) == 1, starts
 
 
 @pytest.mark.parametrize("ctx", [256, 64])
