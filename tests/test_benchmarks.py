@@ -410,12 +410,15 @@ def test_shell_script_parses_and_every_file_it_names_exists(sh):
 # ---------------------------------------------------------------- the kernel tools
 
 
-@pytest.mark.parametrize("name", ["check_mmvq_q4_0.py", "perf_mmvq_q4_0.py", "e2e_tables.py", "kernel_times.py",
-                                  "make_random_llama.py"])
+@pytest.mark.parametrize("name", sorted(p.name for p in KERNEL_TOOLS.glob("*.py")))
 def test_kernel_tool_starts(tmp_path, name):
-    """Its imports and arguments load (the GPU work itself needs a CUDA machine)."""
-    r = script(KERNEL_TOOLS / name, "--help", tmp=tmp_path)
-    assert r.returncode == 0 and r.stdout.startswith("usage:"), r.stderr
+    """Each compiles; one with a command line loads its imports and arguments (``--help``). The GPU
+    work itself needs a CUDA machine; copy_bandwidth.py needs PyTorch and has no ``--help``."""
+    source = (KERNEL_TOOLS / name).read_text()
+    compile(source, name, "exec")
+    if "ArgumentParser(" in source:
+        r = script(KERNEL_TOOLS / name, "--help", tmp=tmp_path)
+        assert r.returncode == 0 and r.stdout.startswith("usage:"), r.stderr
 
 
 def test_make_random_llama_writes_a_model_gguf_reads(tmp_path):
