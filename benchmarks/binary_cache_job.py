@@ -9,7 +9,8 @@ folders and the model copied into the workspace beforehand. Stops the registry a
     python benchmarks/binary_cache_job.py --out /tmp/binary-cache-job --runs 3
 
 Writes ``<out>/binary-cache-job.json`` (wall time and every stage's time of each run, the load
-average before it, the verdict) and prints one line per run.
+average before it, the verdict) and prints one line per run. ``--dry-run`` prints the registry's,
+the publish's and each run's command (JSON) and starts nothing.
 """
 from __future__ import annotations
 
@@ -29,6 +30,18 @@ MODEL = "gemma-3-270m-q4_k_m.gguf"
 TOOL = [sys.executable, "-m", "onebit_build"]  # the tool of this interpreter (a checkout's, with PYTHONPATH)
 
 
+def registry_argv(config: Path) -> list[str]:
+    return ["docker-registry", "serve", str(config)]
+
+
+def publish_argv(src: Path, ref: str) -> list[str]:
+    return [*TOOL, "--workspace", str(src), "publish", ref]
+
+
+def run_argv(ref: str) -> list[str]:
+    return [*TOOL, "all", "--binary-cache", ref]
+
+
 def start_registry(out: Path) -> tuple[subprocess.Popen, int]:
     import socket
 
@@ -38,7 +51,7 @@ def start_registry(out: Path) -> tuple[subprocess.Popen, int]:
     (out / "config.yml").write_text(f"version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\n"
                                     f"storage:\n  filesystem:\n    rootdirectory: {out / 'store'}\n"
                                     f"http:\n  addr: 127.0.0.1:{port}\n  secret: benchmark-only\n")
-    proc = subprocess.Popen(["docker-registry", "serve", str(out / "config.yml")], stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(registry_argv(out / "config.yml"), stdout=subprocess.DEVNULL,
                             stderr=open(out / "registry.log", "w"), start_new_session=True)
     time.sleep(1.0)
     return proc, port
@@ -56,7 +69,7 @@ def one_run(base: Path, ref: str, model: Path) -> dict:
     log = base / "onebit-build.log"
     before, t0 = os.getloadavg()[0], time.monotonic()
     with log.open("w") as fh:
-        rc = subprocess.run([*TOOL, "all", "--binary-cache", ref], env=env, stdout=fh,
+        rc = subprocess.run(run_argv(ref), env=env, stdout=fh,
                             stderr=subprocess.STDOUT, check=False).returncode
     wall = time.monotonic() - t0
     text = log.read_text()
@@ -73,17 +86,23 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--from-workspace", type=Path, default=None,
                     help="the workspace whose default build is published (default: the user's)")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands (JSON), start and run nothing")
     args = ap.parse_args()
-    args.out.mkdir(parents=True)
     src = args.from_workspace or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "onebit-build"
     model = src / "models" / MODEL
+    if args.dry_run:
+        ref = "oci://127.0.0.1:PORT/builds"
+        print(json.dumps({"registry": registry_argv(args.out / "config.yml"), "publish": publish_argv(src, ref),
+                          "runs": [run_argv(ref)] * args.runs, "model": str(model)}, indent=2))
+        return 0
+    args.out.mkdir(parents=True)
     if not model.is_file():
         sys.exit(f"no {MODEL} in {src}/models: run 'onebit-build model pull' there first")
     proc, port = start_registry(args.out)
     try:
         ref = f"oci://127.0.0.1:{port}/builds"
         t0 = time.monotonic()
-        subprocess.run([*TOOL, "--workspace", str(src), "publish", ref], check=True)
+        subprocess.run(publish_argv(src, ref), check=True)
         runs = []
         for i in range(1, args.runs + 1):
             runs.append(one_run(args.out / f"run-{i}", ref, model))

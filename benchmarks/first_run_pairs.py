@@ -8,6 +8,11 @@ both sides. The plain build's ``llama-server`` must have the same sha256 as the 
 
     python benchmarks/first_run_pairs.py --out /tmp/first-run --pairs 3
 
+The plain side's configure is the tool's own (``plan --json`` with ``--compiler-cache none``): the
+same arguments and the same ``CMakeInit.txt`` (loaded with ``-C``), the tool's folders replaced
+by the plain build's. ``--dry-run`` prints a pair's commands and writes that file, fetching
+nothing; tests/test_benchmarks.py runs it.
+
 Writes ``<out>/first-run-pairs.json`` (every step's wall time, the load average before each
 run, the median and spread of the differences) and prints a table. Needs the network for the
 sdist and the model, as a first run does.
@@ -24,10 +29,11 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 STEP = re.compile(r"^(fetch|patch|build|verify|model|smoke)\s+ok \(([\d.]+) s\)", re.M)
-LAUNCHER = re.compile(r"^-DCMAKE_\w+_COMPILER_LAUNCHER=")
+TOOL = ["onebit-build"]
 
 
 def sha256(path: Path) -> str:
@@ -53,7 +59,7 @@ def tool_run(base: Path) -> dict:
     log = base / "onebit-build.log"
     before, t0 = load(), time.monotonic()
     with log.open("w") as fh:
-        rc = subprocess.run(["onebit-build"], env=env, stdout=fh, stderr=subprocess.STDOUT, check=False).returncode
+        rc = subprocess.run(TOOL, env=env, stdout=fh, stderr=subprocess.STDOUT, check=False).returncode
     wall = time.monotonic() - t0
     text = log.read_text()
     if rc != 0:
@@ -65,51 +71,87 @@ def tool_run(base: Path) -> dict:
             "cache_hits": hits.group(0) if hits else None, "sha256": sha256(server), "log": str(log)}
 
 
-def plan_configure(env: dict[str, str], workspace: Path) -> list[str]:
-    """The tool's own configure command for the default recipe, as its plan prints it."""
-    out = subprocess.run(["onebit-build", "--workspace", str(workspace), "plan", "--json"], env=env,
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out)["components"][0]["configure"]
+def plan_component(env: dict[str, str], workspace: Path) -> dict:
+    """The default recipe's component as the tool configures it with no compiler cache, as its
+    plan prints it: the configure and build commands, the build folder and CMakeInit.txt's text."""
+    out = subprocess.run([*TOOL, "--workspace", str(workspace), "--compiler-cache", "none", "plan", "--json"],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["components"][0]
 
 
-def plain_argv(configure: list[str], tree: Path, old_tree: str, old_build: str, build: Path) -> list[str]:
-    """The same configure with no compiler cache: the launchers dropped (ggml's own ccache
-    search stays off, as the tool leaves it) and the paths moved to the plain build's."""
-    argv = []
-    for arg in configure:
-        if LAUNCHER.match(arg):
-            continue
-        argv.append(arg.replace(old_build, str(build)).replace(old_tree, str(tree)))
-    return argv
+@dataclass(frozen=True)
+class Plain:
+    """The plain side's commands: the tool's own, moved to the plain build's folders."""
+
+    configure: list[str]
+    init_cache: Path  # the file configure loads with -C
+    init_text: str
+    build: list[str]
 
 
-def plain_run(base: Path, tree: Path, configure: list[str]) -> dict:
-    src, build = base / "src", base / "build"
-    shutil.copytree(tree, src, symlinks=True)
-    old_tree = configure[configure.index("-S") + 1]
-    old_build = configure[configure.index("-B") + 1]
-    argv = plain_argv(configure, src, old_tree, old_build, build)
+def plain_side(comp: dict, tree: Path, build: Path) -> Plain:
+    """The tool's configure (with the same CMakeInit.txt, loaded by ``-C``) and build of ``comp``,
+    its source tree and build folder replaced by ``tree`` and ``build`` everywhere, the path maps
+    of CMakeInit.txt included, so that the bytes come out the same."""
+    old_tree = comp["configure"][comp["configure"].index("-S") + 1]
+    old_build = comp["build_dir"]
+
+    def moved(text: str) -> str:
+        return text.replace(old_build, str(build)).replace(old_tree, str(tree))
+
+    configure = [moved(a) for a in comp["configure"]]
+    if "-C" not in configure or comp["init_cache"] is None:
+        sys.exit("the tool's configure no longer loads an initial cache (-C): this script must follow it")
+    init_cache = Path(configure[configure.index("-C") + 1])
+    if init_cache.parent != build:
+        sys.exit(f"the tool's initial cache {init_cache} is not in its build folder: this script must follow it")
+    return Plain(configure=configure, init_cache=init_cache, init_text=moved(comp["init_cache"]),
+                 build=[moved(a) for a in comp["build"]])
+
+
+def lay_plain(comp: dict, base: Path) -> Plain:
+    """The plain side's commands for ``base/src`` and ``base/build``, its CMakeInit.txt written."""
+    plain = plain_side(comp, base / "src", base / "build")
+    plain.init_cache.parent.mkdir(parents=True)
+    plain.init_cache.write_text(plain.init_text)
+    return plain
+
+
+def plain_run(base: Path, tree: Path, comp: dict) -> dict:
+    build = base / "build"
+    shutil.copytree(tree, base / "src", symlinks=True)
+    plain = lay_plain(comp, base)
     log = base / "plain.log"
     before, t0 = load(), time.monotonic()
     with log.open("w") as fh:
-        subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, check=True)
+        subprocess.run(plain.configure, stdout=fh, stderr=subprocess.STDOUT, check=True)
         t1 = time.monotonic()
-        subprocess.run(["cmake", "--build", str(build), "--target", "llama-server"], stdout=fh,
-                       stderr=subprocess.STDOUT, check=True)
+        subprocess.run(plain.build, stdout=fh, stderr=subprocess.STDOUT, check=True)
     end = time.monotonic()
     return {"wall_s": round(end - t0, 1), "configure_s": round(t1 - t0, 1), "build_s": round(end - t1, 1),
             "load_before": round(before, 2), "sha256": sha256(build / "bin" / "llama-server"), "log": str(log)}
 
 
-def prepare(out: Path) -> tuple[Path, list[str]]:
-    """A patched tree made once by the tool (not timed) and its configure command."""
+def prepare(out: Path, *, patch: bool = True) -> tuple[Path, dict]:
+    """A patched tree made once by the tool (not timed) and the component's plan. Without
+    ``patch`` the tree is only planned (a dry run: nothing is fetched)."""
     base = out / "prep"
     env = fresh_env(base)
     ws = base / "ws"
-    subprocess.run(["onebit-build", "--workspace", str(ws), "patch"], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
-    configure = plan_configure(env, ws)
-    return Path(configure[configure.index("-S") + 1]), configure
+    if patch:
+        subprocess.run([*TOOL, "--workspace", str(ws), "patch"], env=env, check=True, stdout=subprocess.DEVNULL)
+    comp = plan_component(env, ws)
+    return Path(comp["configure"][comp["configure"].index("-S") + 1]), comp
+
+
+def dry_run(out: Path) -> int:
+    """Print the commands of one pair as JSON, run nothing but the tool's plan; the plain side's
+    CMakeInit.txt is written where its configure loads it."""
+    _, comp = prepare(out, patch=False)
+    plain = lay_plain(comp, out / "plain-1")
+    print(json.dumps({"tool": TOOL, "plain": {"configure": plain.configure, "init_cache": str(plain.init_cache),
+                                              "build": plain.build}}, indent=2))
+    return 0
 
 
 def summary(pairs: list[dict]) -> dict:
@@ -124,9 +166,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="a new folder for the runs")
     ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the commands of a pair (JSON) and write the plain side's CMakeInit.txt; fetch nothing")
     args = ap.parse_args()
     args.out.mkdir(parents=True)
-    tree, configure = prepare(args.out)
+    if args.dry_run:
+        return dry_run(args.out)
+    tree, comp = prepare(args.out)
     pairs = []
     for i in range(1, args.pairs + 1):
         order = ("tool", "plain") if i % 2 else ("plain", "tool")
@@ -134,7 +180,7 @@ def main() -> int:
         for side in order:
             base = args.out / f"{side}-{i}"
             base.mkdir()
-            pair[side] = tool_run(base) if side == "tool" else plain_run(base, tree, configure)
+            pair[side] = tool_run(base) if side == "tool" else plain_run(base, tree, comp)
             print(f"pair {i} {side:5} {pair[side]['wall_s']:7.1f} s  load {pair[side]['load_before']}", flush=True)
         pair["same_bytes"] = pair["tool"]["sha256"] == pair["plain"]["sha256"]
         pairs.append(pair)

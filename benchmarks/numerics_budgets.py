@@ -7,6 +7,7 @@ each run.
         [--recipe recipes/default.yaml] [--device Vulkan0] --out DIR
 
 Writes DIR/budgets.json and prints one line per run (docs/smoke.md records the figures).
+``--dry-run`` prints the planned runs (JSON) and starts no server.
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ def main() -> int:
     p.add_argument("--device", action="append", default=[], help="a device besides the CPU (repeatable)")
     p.add_argument("--env", action="append", default=[], help="NAME=VALUE for the servers (repeatable)")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--dry-run", action="store_true", help="print the planned runs (JSON); start no server")
     a = p.parse_args()
     recipe = load_recipe(a.recipe, load_pins(HERE.parent / "pins.yaml"))
     spec = recipe.numerics
     assert spec is not None, f"{a.recipe} has no numerics section"
-    text = eval_text(HERE.parent / "smoke", spec.text)[0]
+    text, text_sha = eval_text(HERE.parent / "smoke", spec.text)
     env = tuple(tuple(e.split("=", 1)) for e in a.env) or recipe.smoke.env
     a.out.mkdir(parents=True, exist_ok=True)
 
@@ -55,6 +57,14 @@ def main() -> int:
     plan = [("CPU", "cpu", "0", t, f"t{t}-r{r}") for t in (1, 2) for r in (1, 2)]
     plan += [(dev, level, ngl, recipe.smoke.threads or 1, dev) for dev in a.device
              for level, ngl in levels_of(spec, block_count(a.model))]
+    if a.dry_run:
+        runners = [runner(threads, tag) for _, _, _, threads, tag in plan]
+        print(json.dumps({"recipe": recipe.name, "text_sha256": text_sha, "ctx_size": recipe.smoke.ctx_size,
+                          "tokens_needed": nm.tokens_needed(rounds=spec.rounds, jump=spec.jump, steps=spec.steps),
+                          "runs": [{"device": d, "level": lv, "layers": ngl, "threads": r.threads, "tag": r.log_tag,
+                                    "ubatch": r.spec.ubatch, "env": [list(e) for e in r.env]}
+                                   for (d, lv, ngl, _, _), r in zip(plan, runners)]}, indent=2))
+        return 0
     for device, level, ngl, threads, tag in plan:
         t0 = time.monotonic()
         run, tokens = runner(threads, tag).run(device, level, ngl, text, tokens)

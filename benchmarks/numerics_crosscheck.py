@@ -9,6 +9,7 @@ against the first, from both.
 llama-perplexity scores the second half of a chunk of ``--ctx`` tokens (the logits at
 positions ctx/2 .. ctx-2); the tool's schedule is set to the same positions: one jump of
 ctx/2 + 1 tokens, then ctx/2 - 2 single steps. Writes DIR/crosscheck.json and prints a table.
+``--dry-run`` prints both sides' commands and the positions each scores (JSON) and runs nothing.
 """
 
 from __future__ import annotations
@@ -64,8 +65,31 @@ def upstream(binary: Path, model: Path, text: Path, ctx: int, ubatch: int, threa
     return figures
 
 
+def tool_spec(ctx: int, ubatch: int) -> NumericsSpec:
+    """The tool's schedule set to llama-perplexity's positions: one jump of ctx/2 + 1 tokens, then
+    ctx/2 - 2 single steps."""
+    return NumericsSpec(ubatch=ubatch, rounds=1, jump=ctx // 2 + 1, steps=ctx // 2 - 2, top_k=20)
+
+
+def dry_run(a: argparse.Namespace, text_file: Path) -> int:
+    """Print both sides' commands and the positions each scores (JSON); start nothing."""
+    spec = tool_spec(a.ctx, a.ubatch)
+    plan = nm.schedule(rounds=spec.rounds, jump=spec.jump, steps=spec.steps)
+    base = perplexity_args(a.perplexity, a.model, text_file, a.ctx, a.ubatch, a.threads)
+    print(json.dumps({
+        "llama_perplexity": {"base": [*base, "--kl-divergence-base", str(a.out / "base.kld")],
+                             "variant": [*base, *VARIANT, "--kl-divergence-base", str(a.out / "base.kld"),
+                                         "--kl-divergence"],
+                             "logit_positions": [a.ctx // 2, a.ctx - 2]},
+        "onebit_build": {"server": str(a.server), "extra_args": [[], list(VARIANT)], "ubatch": spec.ubatch,
+                         "logit_positions": [r.length - 1 for r in plan],
+                         "tokens_needed": nm.tokens_needed(rounds=spec.rounds, jump=spec.jump, steps=spec.steps)},
+    }, indent=2))
+    return 0
+
+
 def ours(server: Path, model: Path, text: str, ctx: int, ubatch: int, threads: int, out_dir: Path) -> dict:
-    spec = NumericsSpec(ubatch=ubatch, rounds=1, jump=ctx // 2 + 1, steps=ctx // 2 - 2, top_k=20)
+    spec = tool_spec(ctx, ubatch)
 
     def runner(extra: tuple[str, ...]) -> Runner:
         return Runner(server_bin=server, model=model, spec=spec, ctx_size=ctx, threads=threads, env=(),
@@ -86,11 +110,15 @@ def main() -> int:
     p.add_argument("--ctx", type=int, default=256)
     p.add_argument("--ubatch", type=int, default=32)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the commands and the positions each side scores (JSON); run nothing")
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     text, sha = eval_text(HERE.parent / "smoke", "harbour.txt")
     text_file = a.out / "harbour.txt"
     text_file.write_text(text)
+    if a.dry_run:
+        return dry_run(a, text_file)
     up = upstream(a.perplexity, a.model, text_file, a.ctx, a.ubatch, a.threads, a.out)
     mine = ours(a.server, a.model, text, a.ctx, a.ubatch, a.threads, a.out)
     doc = {"text_sha256": sha, "ctx": a.ctx, "ubatch": a.ubatch, "threads": a.threads,

@@ -40,14 +40,15 @@ def cpu_of(tree: Path, args: tuple[str, ...], env: dict[str, str]) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def measure(trees: dict[str, Path], rounds: int, env: dict[str, str]) -> dict[str, dict[str, list[float]]]:
-    times: dict[str, dict[str, list[float]]] = {" ".join(a): {k: [] for k in trees} for a in COMMANDS}
-    for args in COMMANDS:
+def measure(trees: dict[str, Path], rounds: int, env: dict[str, str],
+            commands: tuple[tuple[str, ...], ...] = COMMANDS) -> dict[str, dict[str, list[float]]]:
+    times: dict[str, dict[str, list[float]]] = {" ".join(a): {k: [] for k in trees} for a in commands}
+    for args in commands:
         for tree in trees.values():
             cpu_of(tree, args, env)  # warms the tool's own caches and the file system's
     for i in range(rounds):
         order = list(trees.items()) if i % 2 == 0 else list(reversed(trees.items()))
-        for args in COMMANDS:
+        for args in commands:
             for label, tree in order:
                 times[" ".join(args)][label].append(cpu_of(tree, args, env))
     return times
@@ -60,7 +61,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--bytecode", action="store_true", help="compiled modules kept under a temporary folder")
     ap.add_argument("--json", type=Path, help="also write the raw times here")
+    ap.add_argument("--command", action="append", choices=[" ".join(c) for c in COMMANDS],
+                    help="measure only this command (repeatable; default: all)")
     a = ap.parse_args()
+    commands = tuple(c for c in COMMANDS if a.command is None or " ".join(c) in a.command)
     trees = {"old": a.old.resolve(), "new": a.new.resolve()}
     with tempfile.TemporaryDirectory(prefix="startup-pairs-") as tmp:
         env = {**os.environ, "XDG_CACHE_HOME": str(Path(tmp) / "cache")}
@@ -68,7 +72,7 @@ def main() -> int:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pyc")
         load_before = os.getloadavg()
-        times = measure(trees, a.rounds, env)
+        times = measure(trees, a.rounds, env, commands)
         load_after = os.getloadavg()
     print(f"load average before {load_before[0]:.2f} {load_before[1]:.2f}, after {load_after[0]:.2f}"
           f" {load_after[1]:.2f}; {a.rounds} rounds; bytecode {'kept' if a.bytecode else 'as the environment says'}")

@@ -93,7 +93,7 @@ def build_cases() -> list[Case]:
     for mode in MODES:
         for rows, blocks, n in tail2:
             cases.append(Case("tail2", rows, blocks, n, mode))
-    # round 3's weak classes, rows = 0..3 (mod 4) on each: rows of 2880 values (90 blocks) and of
+    # the classes that miss the speed target, rows = 0..3 (mod 4) on each: rows of 2880 values (90 blocks) and of
     # 5152 and 5440 values (161 and 170 blocks), not a multiple of 256 (the unaligned path);
     # rows of 4096 values (128 blocks) with row counts of 8193 and 11010
     weak3 = ([(4096, 90, n) for n in range(5, 9)] + [(5121, 161, 6), (5121, 161, 8), (6146, 170, 7), (4099, 90, 8),
@@ -101,7 +101,7 @@ def build_cases() -> list[Case]:
     for mode in MODES:
         for rows, blocks, n in weak3:
             cases.append(Case("weak3", rows, blocks, n, mode))
-    # round 4, shapes no earlier round used, on every form of the dispatch (rows >= 4096): register form
+    # shapes no other group uses, on every form of the dispatch (rows >= 4096): register form
     # (rows of 4096 and 11008 values at 5..7 columns below 32M weights, 896-value rows), shared-memory
     # form (rows of 16384, 16640 = 16 steps + 8 blocks, and 18432 values at 5 and 6 columns), tensor-core
     # form (rows of 4096, 4352 = 4 steps + 8 blocks, 5120 and 14336 values; row counts = 1, 2, 3 mod 4
@@ -256,7 +256,7 @@ def main() -> int:
     ap.add_argument("--q8-model", choices=("q8_1", "none"), default="q8_1",
                     help="activation quantization to emulate for the tight check (none: backends that use another)")
     ap.add_argument("--ua-mma", action="store_true",
-                    help="only labels: the dispatch sends unaligned rows to the tensor-core form (round 4)")
+                    help="only labels: the dispatch sends unaligned rows to the tensor-core form (a candidate's)")
     ap.add_argument("--groups", default="base40,oddrows,tailrows,tail2,weak3,r4,perfshape")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--table", default=None, help="also write the table (markdown) here")

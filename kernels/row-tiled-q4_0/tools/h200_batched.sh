@@ -14,7 +14,7 @@
 #   LLAMA_SRC  unpatched llama.cpp tree at the pin (as for h200_run.sh, plus common/, tools/ and gguf-py/)
 #   OUTDIR     receives batched.md, batched.json, greedy.md, kernels-2seq.md, e2e.log
 # Environment: ROUNDS (default 6), NPL (default 1,2,3,4,8), LAYERS (default 8), FA (GGML_CUDA_FA, default ON
-# as in the cuda recipe; round 3's run 3 used OFF), JOBS, WORKDIR, DEADLINE_S (default 560: stages that
+# as in the cuda recipe), JOBS, WORKDIR, DEADLINE_S (default 560: stages that
 # would start later are skipped).
 set -uo pipefail
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End to end on one CUDA machine, all side by side in one run (round 2):
+# End to end on one CUDA machine, all side by side in one run:
 #   1. `onebit-build --recipe cuda build` (the patch series, so the row-tiled kernels are in); while it
 #      builds: a random-weight llama GGUF is written (make_random_llama.py) and, from the exported
 #      compile command of mmvq.cu, three more objects are compiled: upstream's mmvq.cu (the unpatched

@@ -2,31 +2,20 @@
 # Builds the unpatched and the patched ggml (CUDA, sm_90) from one llama.cpp tree at the pin,
 # checks the row-tiled Q4_0 kernel bit for bit and against float64, and times both side by side.
 #
-# usage: kernels/row-tiled-q4_0/tools/h200_run.sh LLAMA_SRC OUTDIR [final|explore3|explore|explore1]
+# usage: kernels/row-tiled-q4_0/tools/h200_run.sh LLAMA_SRC OUTDIR
 #   LLAMA_SRC  unpatched llama.cpp tree at the pinned commit (CMakeLists.txt, cmake/, ggml/, src/,
 #              include/, vendor/, licenses/, and app/ and tools/ui/ are needed: the top-level
 #              CMakeLists.txt reads include/ and configure fails without it)
 #   OUTDIR     receives check.md, known-bad.md, resources.md, perf.md, perf.json, machine.txt,
-#              logs.tar.gz (explore modes also explore.md, explore.json; NCU_SHAPES also ncu.txt)
-#   final      base vs patched: all check groups, resource audit, 3 timing rounds (default)
-#   explore3   also builds the round-3 variants (round3-variants.patch on top of the patch: the
-#              dispatch comes from MMVQ_Q4_0_RT3_VARIANT, 0 = the shipped one), checks each, times
-#              each for 5..8 columns over 2 rounds
-#   explore    also builds the round-2 variants (variants-round2.patch on top of the patch: the
-#              kernel shape comes from MMVQ_Q4_0_RT_VARIANT), checks each on all groups, times
-#              each for 5..8 columns over 2 rounds
-#   explore1   the same for the round-1 variants (variants-round1.patch on the unpatched file:
-#              the first form of the kernel and 26 shapes of it), checked on base40 and oddrows,
-#              patched and variants timed over 1 round
+#              logs.tar.gz (NCU_SHAPES also ncu.txt)
 #
 # The ggml tree is built once; the patched builds differ only in mmvq.cu, so their object is
 # compiled from the exported compile command while the main build runs, and libggml-cuda is
 # relinked with it. Environment: JOBS (default nproc), DEADLINE_S (default 570, stages that would
 # start later are skipped), SEED (checker seed, default random), WORKDIR (default mktemp),
-# PERF_SHAPES (MxK list for the timing, default the five round-2 shapes), PERF_NS (column counts,
+# PERF_SHAPES (MxK list for the timing, default five shapes), PERF_NS (column counts,
 # default 1..8), PERF=0 (no base-vs-patched timing), CHECK_GROUPS (checker groups, default all),
-# EXPLORE_SHAPES (MxK list for the explore timing, default the timing's), ON_TOP (NAME=PATCH,...:
-# candidates, each applied on top of the patch, built, checked and timed beside it), KNOWN_BAD
+# ON_TOP (NAME=PATCH,...: candidates, each applied on top of the patch, built, checked and timed beside it), KNOWN_BAD
 # (default 1: the patch plus known-bad.patch is built too, and the checker must exit 1 on it),
 # CHECK=0 (no check), CHECK_EXTRA=0 (candidates and variant builds are timed but not checked), VARIANT_BUILDS (space-separated NAME=CANDIDATE:VAR=VALUE: more builds that run a candidate's library
 # with an environment variable set, checked and timed like the candidates; with it the candidates
@@ -38,7 +27,6 @@ set -uo pipefail
 
 SRC=$(cd "$1" && pwd)
 OUT=$(mkdir -p "$2" && cd "$2" && pwd)
-MODE=${3:-final}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../../.." && pwd)
 PATCH=$REPO/patches/llama.cpp/0002-mmvq-row-tiled-q4_0.patch
@@ -89,17 +77,6 @@ apply_to() { # original file, patch, output file (the patches touch ggml/src/ggm
 }
 VARIANTS=(rt)
 apply_to "$SRC/ggml/src/ggml-cuda/mmvq.cu" "$PATCH" "$W/var/mmvq-rt.cu" || { log "patch failed"; exit 1; }
-case "$MODE" in
-    explore) # round 2: on top of the patch
-        apply_to "$W/var/mmvq-rt.cu" "$HERE/variants-round2.patch" "$W/var/mmvq-explore.cu" || { log "variant patch failed"; exit 1; }
-        VARIANTS+=(explore) ;;
-    explore3) # round 3: on top of the patch
-        apply_to "$W/var/mmvq-rt.cu" "$HERE/round3-variants.patch" "$W/var/mmvq-explore.cu" || { log "variant patch failed"; exit 1; }
-        VARIANTS+=(explore) ;;
-    explore1) # round 1: the first kernel, with its own variant switch, instead of the patch
-        apply_to "$SRC/ggml/src/ggml-cuda/mmvq.cu" "$HERE/variants-round1.patch" "$W/var/mmvq-explore.cu" || { log "variant patch failed"; exit 1; }
-        VARIANTS+=(explore) ;;
-esac
 if [ "${KNOWN_BAD:-1}" = 1 ]; then
     apply_to "$W/var/mmvq-rt.cu" "$HERE/known-bad.patch" "$W/var/mmvq-bad.cu" || { log "known-bad patch failed"; exit 1; }
     VARIANTS+=(bad)
@@ -166,19 +143,6 @@ else
         EXTRA_BUILDS+=(--build "$name=$W/var/lib-$name")
     done
 fi
-NVAR=0
-EXPLORE_BUILDS=()
-if [ "$MODE" = explore3 ]; then
-    for i in 0 1 2 3; do # 0: the shipped dispatch, compiled in the variant file
-        EXPLORE_BUILDS+=(--build "v$i=$W/var/lib-explore,MMVQ_Q4_0_RT3_VARIANT=$i")
-    done
-elif [ "$MODE" != final ]; then
-    NVAR=$(grep -c "return mul_mat_vec_q4_0_q8_1_rt_try<" "$W/var/mmvq-explore.cu")
-    NVAR=$((NVAR - 1)) # the default case
-    for i in $(seq 1 "$NVAR"); do
-        EXPLORE_BUILDS+=(--build "v$i=$W/var/lib-explore,MMVQ_Q4_0_RT_VARIANT=$i")
-    done
-fi
 
 run_stage() { # name, seconds it needs at least, command...
     local name=$1 need=$2; shift 2
@@ -195,12 +159,11 @@ run_stage() { # name, seconds it needs at least, command...
 
 export PYTHONUNBUFFERED=1
 GROUPS_ARG=()
-[ "$MODE" = explore1 ] && GROUPS_ARG=(--groups base40,oddrows)
 [ -n "${CHECK_GROUPS:-}" ] && GROUPS_ARG=(--groups "$CHECK_GROUPS")
 CHECK_EXTRA_BUILDS=("${EXTRA_BUILDS[@]}")
 [ "${CHECK_EXTRA:-1}" = 0 ] && CHECK_EXTRA_BUILDS=() # CHECK_EXTRA=0: candidates and variant builds are timed, not checked
 [ "${CHECK:-1}" = 1 ] && run_stage check 60 python3 "$HERE/check_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" --build "$RT" \
-    "${CHECK_EXTRA_BUILDS[@]}" "${EXPLORE_BUILDS[@]}" "${GROUPS_ARG[@]}" ${CHECK_ARGS:-} --workdir "$W" --table "$OUT/check.md" "${SEED_ARG[@]}"
+    "${CHECK_EXTRA_BUILDS[@]}" "${GROUPS_ARG[@]}" ${CHECK_ARGS:-} --workdir "$W" --table "$OUT/check.md" "${SEED_ARG[@]}"
 tail -3 "$LOGS/check.log"
 if [ "${KNOWN_BAD:-1}" = 1 ]; then
     run_stage known-bad 30 python3 "$HERE/check_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" \
@@ -226,7 +189,6 @@ BW_ARG=()
 [ -n "$BW" ] && BW_ARG=(--bandwidth-gbs "$BW")
 
 ROUNDS=${ROUNDS:-3}
-[ "$MODE" = explore1 ] && ROUNDS=2
 PERF_SHAPES=${PERF_SHAPES:-4096x4096,4096x14336,14336x4096,5120x17408,4096x11008}
 if [ "${PERF:-1}" = 1 ]; then
     run_stage perf 40 python3 "$HERE/perf_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" --build "$RT" \
@@ -235,16 +197,9 @@ if [ "${PERF:-1}" = 1 ]; then
     tail -90 "$LOGS/perf.log"
 fi
 
-if [ "$MODE" != final ]; then
-    run_stage explore 60 python3 "$HERE/perf_mmvq_q4_0.py" --harness "$W/mmvq_harness" --build "$BASE" "${EXPLORE_BUILDS[@]}" \
-        --shapes "${EXPLORE_SHAPES:-$PERF_SHAPES}" --ns 5,6,7,8 --rounds "$((ROUNDS - 1))" --reps 30 "${BW_ARG[@]}" \
-        --json "$OUT/explore.json" --table "$OUT/explore.md"
-    tail -60 "$LOGS/explore.log"
-fi
-
 # Nsight Compute on the mat-vec kernel of each build (one launch each, after 20 warm-up launches)
 if [ -n "${NCU_SHAPES:-}" ] && command -v ncu > /dev/null; then
-    NCU_BUILDS=("$BASE" "$RT" "${EXTRA_BUILDS[@]/#--build/}" "${EXPLORE_BUILDS[@]/#--build/}")
+    NCU_BUILDS=("$BASE" "$RT" "${EXTRA_BUILDS[@]/#--build/}")
     for shape in ${NCU_SHAPES//,/ }; do
         IFS=x read -r m k n <<< "$shape"
         for spec in "${NCU_BUILDS[@]}"; do
