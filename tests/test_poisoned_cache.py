@@ -14,6 +14,7 @@ import pytest
 import zstandard
 
 from _support import TINY_CMAKE, bare_mirror, make_repo, project_tree, run_cli, tiny_recipe
+from onebit_build.building.whatdiffers import stem_of
 from onebit_build.building.cache.compiler import bundled_sccache
 from onebit_build.building.cache.entries import find_entries
 from onebit_build.building.manifest import Manifest
@@ -138,6 +139,16 @@ def test_poisoned_entry_is_named_with_the_object_and_the_entry(cached_tiny):
     assert f"object {OBJECT}: cached " in out.stderr and "-> poisoned" in out.stderr
     built = json.loads((second / "manifests" / "tiny.json").read_text())
     assert built["components"][0]["objects"][OBJECT] != obj  # the build really took the planted bytes
+    # What differs, shown: no copy of the reference's output here, so the object compiled again
+    # without the cache is held against the build's by diffoscope, and the line names the report.
+    assert "no copy of the reference's hello on this machine" in out.stderr
+    if shutil.which("diffoscope") is None:
+        assert f"no report of what differs in {Path(OBJECT).name}: install diffoscope" in line
+        return
+    (report,) = (second / "runs").glob(f"*-tiny-verify/{stem_of(OBJECT)}.diffoscope.txt")
+    assert f"what differs in {OBJECT}: {report} (and .html)" in line
+    text = report.read_text()
+    assert "jello" in text and "hello" in text and report.with_suffix(".html").is_file()
 
 
 def test_a_reference_from_another_toolchain_is_drift_not_poison(cached_tiny):

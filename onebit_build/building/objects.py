@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,9 +116,9 @@ def uncached_argv(entry: Mapping[str, object], launchers: tuple[str, ...], out: 
 
 
 def recompile(build_dir: Path, name: str, *, cached: str, expected: str, launchers: tuple[str, ...],
-              ninja: Path | None = None, env: Mapping[str, str] | None = None) -> Recompiled:
+              ninja: Path | None = None, env: Mapping[str, str] | None = None, keep: Path | None = None) -> Recompiled:
     """Compile ``name`` again exactly as the build did, with no compiler cache in the way, into
-    a temporary file, and say how its bytes compare."""
+    a temporary file, and say how its bytes compare; with ``keep``, that file is copied there."""
     entry = compile_entry(build_dir, name, ninja)
     if entry is None:
         return Recompiled(name=name, cached=cached, expected=expected, fresh=None,
@@ -130,6 +131,9 @@ def recompile(build_dir: Path, name: str, *, cached: str, expected: str, launche
             tail = (res.stderr or res.stdout or "").strip().splitlines()[-1:] or ["no output"]
             return Recompiled(name=name, cached=cached, expected=expected, fresh=None,
                               detail=f"the compile failed ({tail[0][:200]})")
+        if keep is not None:
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(out, keep)
         return Recompiled(name=name, cached=cached, expected=expected, fresh=sha256_file(out))
 
 

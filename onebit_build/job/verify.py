@@ -21,6 +21,7 @@ from onebit_build.building.references import (Reference, find_reference, fingerp
                                               reference_name, write_reference)
 from onebit_build.building.verdict import record_verdict
 from onebit_build.building.verify import SetComparison, compare_sets, verify_against
+from onebit_build.building.whatdiffers import copy_with, line_of, show, stem_of
 from onebit_build.core import ui
 from onebit_build.core.config import Recipe
 from onebit_build.core.errors import ToolMissingError, VerifyError
@@ -104,10 +105,10 @@ def committed_verdict(job: Job, manifest: Manifest) -> Verdict:
     if all(r.ok for r in results):
         return Verdict(status="verified", detail=f"against {ref_path.name}: " + "; ".join(r.summary() for r in results),
                        reference=str(ref_path), results=results)
-    return _not_verified(manifest, load_reference(ref_path), results)
+    return _not_verified(manifest, load_reference(ref_path), results, job)
 
 
-def _not_verified(manifest: Manifest, ref: Reference, results: tuple[SetComparison, ...]) -> Verdict:
+def _not_verified(manifest: Manifest, ref: Reference, results: tuple[SetComparison, ...], job: Job) -> Verdict:
     bad = next(r for r in results if not r.ok)
     if bad.differing:
         name, _rs, _bs = bad.differing[0]
@@ -116,7 +117,8 @@ def _not_verified(manifest: Manifest, ref: Reference, results: tuple[SetComparis
         what = f"{name} differs (expected sha256 {expected[:16]}, found {found[:16]})"
     else:
         what = f"{bad.label}: " + ", ".join(n for n, _ in (bad.missing or bad.extra)[:3]) + " missing or extra"
-    recompiled = tuple(_recompile_differing(manifest, ref))
+    kept = job.run_dir / "recompiled"
+    recompiled = tuple(_recompile_differing(manifest, ref, kept))
     poisoned = [r.name for r in recompiled if r.verdict == "poisoned"]
     drifted = [r.name for r in recompiled if r.verdict == "drift"]
     if poisoned:
@@ -133,16 +135,43 @@ def _not_verified(manifest: Manifest, ref: Reference, results: tuple[SetComparis
     else:
         cause = "no object explains it" if not recompiled else "the recompiled objects match neither side"
         remedy = "rebuild without the compiler cache and compare: onebit-build verify --rebuild"
+    shown = what_differs(manifest, ref, bad, recompiled, job, kept)
     return Verdict(status="not-verified", reference=str(ref.path), results=results, recompiled=recompiled,
-                   detail=f"NOT VERIFIED against {ref.path.name}: {what}; {cache_served(manifest)}; {cause}",
+                   detail=f"NOT VERIFIED against {ref.path.name}: {what}; {cache_served(manifest)}; {cause}; {shown}",
                    remedy=remedy)
+
+
+def what_differs(manifest: Manifest, ref: Reference, bad: SetComparison, recompiled: tuple[Recompiled, ...],
+                 job: Job, kept: Path) -> str:
+    """diffoscope's reports, into the run folder: the first differing output against a copy of
+    the reference's bytes on this machine, and the first recompiled object against the build's.
+    Each report is named on a line of its own; the verdict's line names the first."""
+    lines: list[str] = []
+    if bad.differing:
+        name = bad.differing[0][0]
+        expected = {o["name"]: o["sha256"] for outs in ref.outputs.values() for o in outs}.get(name, "")
+        found = next((Path(o.path) for c in manifest.components for o in c.outputs if o.name == name), None)
+        other = copy_with(expected, name, [job.workspace.root / "build", job.workspace.root / "pulled"])
+        if found is not None and other is not None:
+            lines.append(line_of(show(found, other, job.run_dir, stem_of(name)), name))
+        else:
+            lines.append(f"no copy of the reference's {name} on this machine to show what differs in it")
+    redone = next((r for r in recompiled if r.fresh and (kept / r.name).is_file()), None)
+    if redone is not None:
+        build_dir = next(Path(c.build_dir) for c in manifest.components if redone.name in c.objects)
+        lines.append(line_of(show(build_dir / redone.name, kept / redone.name, job.run_dir, stem_of(redone.name)),
+                             redone.name))
+    for line in lines:
+        ui.info(f"  {line}")
+    reports = [ln for ln in lines if ln.startswith("what differs in ")]
+    return reports[0] if reports else lines[-1] if lines else "nothing to compare"
 
 
 MAX_RECOMPILES = 8
 LAUNCHERS = ("sccache", "ccache")
 
 
-def _recompile_differing(manifest: Manifest, ref: Reference) -> list[Recompiled]:
+def _recompile_differing(manifest: Manifest, ref: Reference, kept: Path) -> list[Recompiled]:
     out: list[Recompiled] = []
     try:
         ninja: Path | None = find_tools().ninja
@@ -153,7 +182,7 @@ def _recompile_differing(manifest: Manifest, ref: Reference) -> list[Recompiled]
         for name in differing_objects(c.objects, expected)[:MAX_RECOMPILES - len(out)]:
             ui.info(f"  compiling {name} again without the compiler cache")
             out.append(recompile(Path(c.build_dir), name, cached=c.objects[name], expected=expected[name],
-                                 launchers=LAUNCHERS, ninja=ninja))
+                                 launchers=LAUNCHERS, ninja=ninja, keep=kept / name))
     return out
 
 
