@@ -238,8 +238,9 @@ def refusal(floor: Floor, found: list[Shortfall], where: str) -> tuple[str, str]
     """(the one line, the remedy) for a system that lacks part of ``floor``. Pure."""
     line = f"{where} cannot run this build: " + "; ".join(s.text(floor) for s in found)
     packages = sorted({p["name"] for s in found if s.version is None and (p := floor.package_of(s.library))})
-    if packages and all(s.version is None for s in found):
-        return line, "install them: apt-get install " + " ".join(packages)
+    if all(s.version is None for s in found):
+        return line, ("install them: apt-get install " + " ".join(packages) if packages else
+                      "install the packages that give these libraries (apt-file search NAME finds them)")
     glibc = floor.highest_of("GLIBC")
     newer = f" (glibc {glibc.split('_', 1)[1]} or later)" if glibc else ""
     return line, (f"use a newer system{newer}, or build it on this one: leave out --from / --binary-cache"
@@ -265,14 +266,12 @@ def programs_of(paths: Iterable[Path]) -> list[Path]:
     return sorted(set(out))
 
 
-def recorded_floor(outputs: Iterable[Path]) -> dict[str, Any]:
-    """The manifest's ``runtime_floor`` of a build's outputs: the floor of its programs, with
-    the Debian packages (name, version) that give this box the libraries they need."""
+def packages_here(libraries: Iterable[str]) -> tuple[dict[str, Any], ...]:
+    """The Debian packages (name, version, libraries) that give this box these libraries."""
     from onebit_build.evidence import debian
 
-    floor = floor_of(programs_of(outputs))
     here = system_at(None)
-    paths = {lib: path for lib in floor.needs if (path := here.find(lib)) is not None}
+    paths = {lib: path for lib in libraries if (path := here.find(lib)) is not None}
     owners = debian.owners(paths.values())
     packages: dict[str, dict[str, Any]] = {}
     for lib, path in sorted(paths.items()):
@@ -280,17 +279,26 @@ def recorded_floor(outputs: Iterable[Path]) -> dict[str, Any]:
         if pkg is not None:
             entry = packages.setdefault(pkg.name, {"name": pkg.name, "version": pkg.version, "libraries": []})
             entry["libraries"].append(lib)
-    return Floor(needs=floor.needs, packages=tuple(packages.values())).to_doc()
+    return tuple(packages.values())
+
+
+def recorded_floor(outputs: Iterable[Path]) -> dict[str, Any]:
+    """The manifest's ``runtime_floor`` of a build's outputs: the floor of its programs, with
+    the Debian packages (name, version) that give this box the libraries they need."""
+    floor = floor_of(programs_of(outputs))
+    return Floor(needs=floor.needs, packages=packages_here(floor.needs)).to_doc()
 
 
 def floor_for(programs: Iterable[Path], recorded: Mapping[str, Any] | None = None) -> Floor:
     """The floor of the programs about to be installed or started, read from their files, with
     the packages the build's manifest recorded (to name what to install)."""
     try:
-        packages = Floor.from_doc(recorded).packages if recorded else ()
+        packages = Floor.from_doc(recorded).packages if recorded else None
     except ValueError:
-        packages = ()
-    return floor_of(programs, packages)
+        packages = None
+    floor = floor_of(programs)
+    # A manifest older than the record: this box's packages name what to install.
+    return Floor(needs=floor.needs, packages=packages if packages is not None else packages_here(floor.needs))
 
 
 def recorded_near(program: Path) -> dict[str, Any] | None:
