@@ -450,3 +450,13 @@ def test_the_checkers_cases_reach_every_form_of_the_dispatch():
     for group in (None, "r4"):
         chosen = [c for c in cases if group is None or c.group == group]
         assert {checker.kernel_path(c.rows, c.blocks, c.ncols, 4096) for c in chosen} == forms, group
+
+
+def test_every_benchmark_script_is_named_by_a_test():
+    """A Python script added to benchmarks/ that no test names fails here (it would rot unseen);
+    every shell script is parsed by test_shell_script_parses_and_every_file_it_names_exists."""
+    tests = "".join(p.read_text() for p in Path(__file__).parent.glob("test_*.py"))
+    scripts = sorted(p for p in BENCH.rglob("*.py") if p.is_file())
+    assert scripts
+    unnamed = [str(p.relative_to(BENCH)) for p in scripts if p.name not in tests]
+    assert unnamed == [], f"no test names {unnamed}"
