@@ -90,7 +90,7 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
         verdict = [built.manifest.parent / VERDICT_NAME] if recorded is not None else []
         evidence = carried(built.manifest.parent) + verdict  # the verdict travels with the build it judged
         check_outputs([o.path for b in built.builds for o in b.outputs], built.manifest, root=root)
-        packages = write_packages(job.run_dir, built.manifest)
+        packages = write_packages(job.run_dir, built.manifest, [o.path for b in built.builds for o in b.outputs])
         evidence += [packages] if packages else []
         files = install_tree(built.builds, built.manifest, opts.prefix, evidence)
         clear_stale(opts.prefix / MANIFEST_REL.parent, keep={f.name for f in evidence},

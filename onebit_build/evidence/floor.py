@@ -357,11 +357,12 @@ def packages_text(recorded: Mapping[str, Any] | None) -> str | None:
     return head + "\n".join(lines) + "\n"
 
 
-def write_packages(folder: Path, manifest: Path) -> Path | None:
-    """``runtime-packages.txt`` of the build ``manifest`` describes, written into ``folder``."""
+def write_packages(folder: Path, manifest: Path, outputs: Iterable[Path]) -> Path | None:
+    """``runtime-packages.txt`` of the build ``manifest`` describes (a manifest older than the
+    record: read from its ``outputs``, with this box's packages), written into ``folder``."""
     from onebit_build.core.fsutil import atomic_write_text
 
-    text = packages_text(recorded_in(manifest))
+    text = packages_text(recorded_in(manifest) or floor_for(programs_of(outputs)).to_doc())
     if text is None:
         return None
     atomic_write_text(folder / PACKAGES_NAME, text)

@@ -141,7 +141,7 @@ def install_from(job: Job, ref: OciRef, prefix: Path, *, check: bool, allow_unve
         built = run(job, Stage.BUILD).built
         assert built is not None  # a job run up to the build has built
         check_outputs([o.path for b in built.builds for o in b.outputs], built.manifest, root=system_root)
-        packages = write_packages(job.run_dir, built.manifest)
+        packages = write_packages(job.run_dir, built.manifest, [o.path for b in built.builds for o in b.outputs])
         return install_items_into(install_items(built.builds, built.manifest, [packages] if packages else []),
                                   prefix, built.builds)
     ui.info(f"{'binary':<8} ok  {len(pulled.artifact.entries)} file(s) from {pulled.ref}; "
@@ -172,7 +172,7 @@ def pulled_items(job: Job, pulled: Pulled) -> list[Item]:
     """Every file of the pulled build as it was published, and a record of where it came from."""
     items = [Item(source=pulled.folder / e.rel, rel=Path(e.rel), link=e.link is not None)
              for e in pulled.artifact.entries]
-    packages = write_packages(job.run_dir, pulled.folder / MANIFEST_REL)
+    packages = write_packages(job.run_dir, pulled.folder / MANIFEST_REL, (pulled.folder / "bin").iterdir())
     items += [Item(source=packages, rel=MANIFEST_REL.parent / packages.name)] if packages else []
     origin = job.run_dir / "binary-cache.json"
     write_state(origin, ORIGIN_KIND, 1, {"from": str(pulled.ref), "key": pulled.key,
