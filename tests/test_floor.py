@@ -14,8 +14,8 @@ import pytest
 
 from onebit_build.building.elfdeps import read_elf, resolve
 from onebit_build.core.errors import RuntimeFloorError
-from onebit_build.evidence.floor import (Floor, System, check_runs_here, floor_of, highest, packages_text, refusal,
-                                         shortfalls, system_at, version_key)
+from onebit_build.evidence.floor import (Floor, System, check_runs_here, floor_of, highest, packages_text,
+                                         recorded_floor, refusal, shortfalls, system_at, version_key)
 
 PYTHON = Path(os.path.realpath(sys.executable))
 
@@ -149,3 +149,18 @@ def test_the_floor_document_round_trips_and_junk_is_refused():
     text = packages_text(doc)
     assert text is not None and text.splitlines()[-1] == "libc6 2.36" and "apt-get install libc6" in text
     assert packages_text(None) is None and packages_text({"schema": 9}) is None
+
+
+def test_the_record_names_the_packages_that_give_this_box_the_libraries():
+    """A build's manifest record of apt-get's floor: the Debian packages with the versions dpkg
+    has installed, each with the libraries it gives."""
+    program = shutil.which("apt-get")
+    if program is None or shutil.which("dpkg-query") is None:
+        pytest.skip("no apt-get and dpkg on this machine")
+    doc = recorded_floor([Path(os.path.realpath(program))])
+    assert Floor.from_doc(doc).needs == floor_of([Path(os.path.realpath(program))]).needs
+    pkgs = {p["name"]: p for p in doc["packages"]}
+    for name, lib in (("libc6", "libc.so.6"), ("libstdc++6", "libstdc++.so.6")):
+        version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", name], capture_output=True, text=True).stdout
+        assert pkgs[name]["version"] == version and lib in pkgs[name]["libraries"], pkgs
+    assert doc["highest"]["GLIBC"].startswith("GLIBC_2.")
