@@ -186,7 +186,8 @@ def test_prefix_maps_put_the_inner_folder_last_and_skip_unmappable_paths():
     assert cc.map_arguments(maps[:1], "C") == ["-Xpreprocessor", "-fmacro-prefix-map=/ws=.", "-Xpreprocessor",
                                                "-fdebug-prefix-map=/ws=."]
     assert cc.map_arguments(maps[:1], "CUDA") == [
-        "-Xcompiler=-Xpreprocessor,-fmacro-prefix-map=/ws=.,-Xpreprocessor,-fdebug-prefix-map=/ws=."]
+        "-Xcompiler=-Xpreprocessor,-fmacro-prefix-map=/ws=.,-Xpreprocessor,-fdebug-prefix-map=/ws=.",
+        *cc.nvcc_arguments()]
     assert cc.map_arguments(maps[:1], "CUDA", "/usr/bin/clang++")[0] == "-Xpreprocessor"
     assert cc.map_arguments((), "C") == []
 
@@ -873,7 +874,7 @@ def test_cuda_through_nvcc_maps_host_and_device_paths(tmp_path, monkeypatch):
                                             "set_target_properties(k PROPERTIES CUDA_ARCHITECTURES 90-real)\n")
         (src / "k.cu").write_text(kernel)
         defines = cc.with_prefix_maps([("CMAKE_BUILD_TYPE", "Release"), ("CMAKE_CUDA_COMPILER", NVCC)],
-                                      cc.prefix_maps(src, build))
+                                      cc.prefix_maps(src, build), launcher_kind=launcher.kind)
         with cr.CacheSession(launcher, source_dir=src, build_dir=build) as session:
             run_env = {**os.environ, **session.env}
             conf = [str(tools.cmake), "-S", str(src), "-B", str(build), "-G", "Ninja",

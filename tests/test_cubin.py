@@ -73,6 +73,8 @@ def build_library(build_dir: Path, factor: str) -> Path:
     (src / "b.cu").write_text(KERNEL_B)
     out = build_dir / "bin" / "libggml-cuda.so"
     out.parent.mkdir(parents=True, exist_ok=True)
+    # As in a CMake build folder: the cache names the compiler (whose version the facts record).
+    (build_dir / "CMakeCache.txt").write_text(f"CMAKE_CUDA_COMPILER:FILEPATH={NVCC}\n")
     subprocess.run([NVCC, "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90", "-o", str(out), str(src / "a.cu"),
                     str(src / "b.cu")],
                    check=True, capture_output=True)

@@ -97,6 +97,27 @@ grep -q "^reference" "$SIM/out/$call/times.tsv" && ok "times.tsv records the bac
 remote 1 start:second   # no reference yet: refused
 remote 2 nosuchaction
 
+# start:smoke must start smoke, and only once no build runs. (remote.sh once started the
+# known-bad build instead: needs() set its loop variable $s, which was act_start's own.) The
+# reference step is marked passed and a sleep stands for a known-bad build still running; the
+# smoke step itself then stops at once (CMake finds no CUDA compiler: nothing is compiled).
+echo 0 >"$SIM/e2e/state/reference.rc"
+sleep 600 &
+held=$!
+echo "$held" >"$SIM/e2e/state/bad.pid" && rm -f "$SIM/e2e/state/bad.rc"
+lay
+remote 1 start:smoke
+grep -q "bad is still building: wait:bad first" "$SIM/call-$call.log" && ok "smoke waits while the known-bad build runs" \
+  || bad "smoke did not refuse to start beside a running build"
+kill "$held" && wait "$held" 2>/dev/null
+echo 137 >"$SIM/e2e/state/bad.rc"
+CUDACXX=/nonexistent/nvcc remote 9 start:smoke wait:smoke
+grep -q "smoke: started in the background" "$SIM/call-$call.log" && grep -q "^smoke" "$SIM/out/$call/times.tsv" \
+  && ok "start:smoke started smoke" || bad "start:smoke did not start smoke"
+! grep -q "bad: started" "$SIM/call-$call.log" && [ "$(cat "$SIM/e2e/state/bad.rc")" = 137 ] \
+  && ok "start:smoke left the known-bad step alone" || bad "start:smoke started the known-bad build"
+rm -f "$SIM/e2e/state/reference.rc"
+
 # Damaged carries must be refused.
 lay model-0
 printf 'x' | dd of="$SIM/repo/.carry/model-0/model.tar.00" bs=1 seek=1000 conv=notrunc status=none

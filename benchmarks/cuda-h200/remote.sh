@@ -204,6 +204,7 @@ step_bad() {
 }
 
 needs() { # STEP: refuse to start a step whose inputs are not there yet
+  local s # its own: bash's locals are dynamic, and act_start's $s names the step to start
   case $1 in
     reference) [ "$(rc_of setup)" = 0 ] || { fail "setup has not passed"; return 1; } ;;
     second | bad) # this machine's reference step, or a committed references/cuda/*.json that came with the tree

@@ -244,6 +244,34 @@ def _cached_cubins(cache: Path, lib_sha256: str, facts: dict[str, str]) -> Artif
     return aset if aset.facts == facts else None
 
 
+# ``nvcc --version`` ends "Cuda compilation tools, release 13.0, V13.0.88" and a "Build" line.
+NVCC_RELEASE = re.compile(r"release\s+\d+(?:\.\d+)*,\s*V(\d+(?:\.\d+)+)")
+CUDA_COMPILER_FILE = re.compile(r'set\(CMAKE_CUDA_COMPILER_VERSION\s+"([^"]+)"\)')
+
+
+def parse_nvcc_version(text: str) -> str | None:
+    """The full version (``13.0.88``) in the output of ``nvcc --version``; None when it names
+    none. Pure."""
+    m = NVCC_RELEASE.search(text or "")
+    return m.group(1) if m else None
+
+
+def nvcc_version(build_dir: Path, cmake_cache: dict[str, str]) -> str:
+    """The version of the nvcc that compiled this build folder: ``--version`` of the compiler
+    its CMake cache names (else of CUDACXX or the nvcc on PATH), else the version CMake
+    recorded when it identified the compiler; ``unknown`` when neither says."""
+    compiler = (cmake_cache.get("CMAKE_CUDA_COMPILER") or os.environ.get("CUDACXX")
+                or shutil.which("nvcc") or "")
+    found = parse_nvcc_version(proc.probe([compiler, "--version"]) or "") if compiler else None
+    if found:
+        return found
+    for info in sorted(build_dir.glob("CMakeFiles/*/CMakeCUDACompiler.cmake")):
+        m = CUDA_COMPILER_FILE.search(info.read_text(errors="replace"))
+        if m:
+            return m.group(1)
+    return cmake_cache.get("CMAKE_CUDA_COMPILER_VERSION", "unknown")
+
+
 def collect_cubin(build_dir: Path, *, jobs: int | None = None) -> ArtifactSet:
     """Every cubin in libggml-cuda.so with its SASS digest. Listing the SASS of a full build
     takes minutes on one core, so it runs ``jobs`` cuobjdumps at a time and the result is kept
@@ -253,7 +281,7 @@ def collect_cubin(build_dir: Path, *, jobs: int | None = None) -> ArtifactSet:
         raise VerifyError(f"no libggml-cuda.so under {build_dir}", hint="is GGML_CUDA=ON in the recipe?")
     cmake_cache = read_cmake_cache(build_dir)
     facts = {
-        "nvcc": cmake_cache.get("CMAKE_CUDA_COMPILER_VERSION", "unknown"),
+        "nvcc": nvcc_version(build_dir, cmake_cache),
         "architectures": cmake_cache.get("CMAKE_CUDA_ARCHITECTURES", "unknown"),
     }
     lib_sha256 = sha256_file(lib)

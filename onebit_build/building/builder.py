@@ -38,8 +38,15 @@ if TYPE_CHECKING:
 STAMP_KIND = "onebit-build/build-dir"
 STAMP_SCHEMA = 1
 # How the tool maps the source and build folders out of the objects (part of the build key):
-# each to ".", as preprocessor arguments (cache.compiler.map_arguments).
+# each to ".", as preprocessor arguments (cache.compiler.map_arguments); a build that compiles
+# CUDA also gives nvcc cache.compiler.nvcc_arguments.
 PATH_MAPS = "preprocessor-arguments/1"
+PATH_MAPS_NVCC = "preprocessor-arguments/1+nvcc-fixed/1"
+
+
+def path_maps_of(languages: Sequence[str]) -> str:
+    """The path-map scheme of a build compiling these languages (its key says which). Pure."""
+    return PATH_MAPS_NVCC if "CUDA" in languages else PATH_MAPS
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 
 
@@ -145,7 +152,7 @@ def key_doc(req: BuildRequest, toolchain: Toolchain) -> dict:
         "patch_digest": req.patch_digest,  # not the patched head: the key is known before the tree is made
         "build_type": req.component.build_type, "defines": list(req.defines), "targets": list(req.component.targets),
         "env": list(req.env), "toolchain": {k: v for k, v in toolchain.as_dict().items() if k != "launcher"},
-        "path_maps": PATH_MAPS, "languages": list(req.languages),
+        "path_maps": path_maps_of(req.languages), "languages": list(req.languages),
         **({"inputs": list(req.inputs)} if req.inputs else {}),
     }
 
@@ -222,7 +229,8 @@ def configure_defines(req: BuildRequest, build_dir: Path,
     source and build folders mapped out of every object."""
     env = {**(os.environ if environ is None else environ), **dict(req.env)}
     return with_prefix_maps(req.defines, prefix_maps(req.source_dir, build_dir), req.languages, environ=env,
-                            plain_debug=bool(req.launcher.dist) and debug_build(req.defines, req.component.build_type))
+                            plain_debug=bool(req.launcher.dist) and debug_build(req.defines, req.component.build_type),
+                            launcher_kind=req.launcher.kind)
 
 
 def init_cache_of(defines: Sequence[tuple[str, str]], launcher: Launcher, languages: Sequence[str],
@@ -392,5 +400,5 @@ def _request_doc(req: BuildRequest, toolchain: Toolchain) -> dict[str, object]:
         "recipe": req.recipe, "component": req.component.name, "source_dir": str(req.source_dir),
         "source_commit": req.source_commit, "source_head": req.source_head, "patch_digest": req.patch_digest,
         "build_type": req.component.build_type, "defines": dict(req.defines), "targets": list(req.component.targets),
-        "toolchain": toolchain.as_dict(), "path_maps": PATH_MAPS, "host": platform.platform(),
+        "toolchain": toolchain.as_dict(), "path_maps": path_maps_of(req.languages), "host": platform.platform(),
     }

@@ -323,19 +323,37 @@ def prefix_maps(*dirs: Path) -> tuple[PrefixMap, ...]:
     return tuple(PrefixMap(old=o) for o in olds)
 
 
+# What nvcc puts into an object that depends on where and when it ran, besides __FILE__
+# (nvcc 13.0.88, measured; docs/caches.md): (1) the module id that names a unit's device
+# entities of internal linkage (``_INTERNAL_<id>_7_mean_cu_...``) starts with the CRC-32 of the
+# source's real path; cudafe++ takes the last ``--orig_src_path_name``, so "." leaves the file
+# name alone in it. (2) Intermediate files named after nvcc's process id (``tmpxft_<pid>_...``)
+# stay in the host object as its file symbol; ``--objdir-as-tempdir`` names them after the
+# object. sccache 0.16 names them itself (the same in every build) and fails on that option.
+NVCC_MODULE_ID = "-Xcudafe=--orig_src_path_name=."
+NVCC_OBJDIR_TEMPS = "--objdir-as-tempdir"
+
+
+def nvcc_arguments(launcher_kind: str = "none") -> list[str]:
+    """What nvcc gets besides the maps, for a build through this launcher (``none``,
+    ``ccache`` or ``sccache``). Pure."""
+    return [NVCC_MODULE_ID] if launcher_kind == "sccache" else [NVCC_OBJDIR_TEMPS, NVCC_MODULE_ID]
+
+
 def map_arguments(maps: Sequence[PrefixMap], language: str, compiler: str | None = None, *,
-                  plain_debug: bool = False) -> list[str]:
+                  plain_debug: bool = False, launcher_kind: str = "none") -> list[str]:
     """The compiler arguments that apply ``maps`` to ``__FILE__`` and to debug info, given
     as preprocessor arguments so that sccache leaves them out of its key. ``plain_debug``
     (a distributed build with debug info, C and C++): the debug maps again as compiler
     arguments, since sccache-dist compiles preprocessed source remotely without the
-    preprocessor's arguments (measured: the remote objects kept the real paths). Pure."""
+    preprocessor's arguments (measured: the remote objects kept the real paths). nvcc also
+    gets :func:`nvcc_arguments` for ``launcher_kind``. Pure."""
     if not maps:
         return []
     if language == "CUDA" and "clang" not in Path(compiler or "nvcc").name:
         inner = ",".join(f"-Xpreprocessor,-f{what}-prefix-map={m.old}={m.new}" for m in maps
                          for what in ("macro", "debug"))
-        return [f"-Xcompiler={inner}"]
+        return [f"-Xcompiler={inner}", *nvcc_arguments(launcher_kind)]
     args: list[str] = []
     for m in maps:
         for what in ("macro", "debug"):
@@ -374,7 +392,7 @@ def nested_project_env(launcher: Launcher, maps: Sequence[PrefixMap],
 def with_prefix_maps(defines: Sequence[tuple[str, str]], maps: Sequence[PrefixMap],
                      languages: Sequence[str] = LAUNCHER_LANGUAGES,
                      environ: Mapping[str, str] | None = None, *,
-                     plain_debug: bool = False) -> tuple[tuple[str, str], ...]:
+                     plain_debug: bool = False, launcher_kind: str = "none") -> tuple[tuple[str, str], ...]:
     """``defines`` with the map arguments appended to ``CMAKE_<LANG>_FLAGS`` of each
     language, after what the recipe or ``-D`` set there, else after the flags CMake would
     have taken from ``environ`` (``CFLAGS``...), which setting the define would hide. Pure."""
@@ -383,7 +401,8 @@ def with_prefix_maps(defines: Sequence[tuple[str, str]], maps: Sequence[PrefixMa
     out = dict(defines)
     for lang in languages:
         key = f"CMAKE_{lang}_FLAGS"
-        flags = shlex.join(map_arguments(maps, lang, out.get(f"CMAKE_{lang}_COMPILER"), plain_debug=plain_debug))
+        flags = shlex.join(map_arguments(maps, lang, out.get(f"CMAKE_{lang}_COMPILER"), plain_debug=plain_debug,
+                                         launcher_kind=launcher_kind))
         base = out[key] if key in out else (environ or {}).get(FLAG_VARIABLES.get(lang, ""), "").strip()
         out[key] = f"{base} {flags}" if base else flags
     return tuple(out.items())
