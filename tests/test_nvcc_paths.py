@@ -17,8 +17,9 @@ import pytest
 
 from _support import cuda_wheel_bin
 from onebit_build.building import builder
-from onebit_build.building.artifacts import nvcc_version, parse_nvcc_version
+from onebit_build.building.artifacts import collect_cubin, nvcc_version, parse_nvcc_version
 from onebit_build.building.cache import compiler as cc
+from onebit_build.building.cmake import find_tools
 from onebit_build.building.references import reference_name
 
 NVCC = os.environ.get("CUDACXX") or shutil.which("nvcc")
@@ -141,6 +142,41 @@ def compile_unit(where: Path, fixed: bool) -> tuple[bytes, bytes]:
     cubins = sorted(out.glob("*.cubin"))
     assert len(cubins) == 1, cubins
     return (build / obj).read_bytes(), cubins[0].read_bytes()
+
+
+def cmake_build(where: Path) -> tuple[bytes, dict[str, str]]:
+    """k.cu as a CMake project built in ``where`` with the initial cache the tool writes for a
+    CUDA build without a compiler cache; (the library, its cubins' sha256 as the tool lists them)."""
+    src, build = where / "src", where / "build"
+    src.mkdir(parents=True)
+    (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.24)\nproject(k CXX CUDA)\n"
+                                        "add_library(k SHARED k.cu)\n"
+                                        "set_target_properties(k PROPERTIES CUDA_ARCHITECTURES 90-real)\n")
+    (src / "k.cu").write_text(KERNEL)
+    defines = cc.with_prefix_maps([("CMAKE_BUILD_TYPE", "Release"), ("CMAKE_CUDA_COMPILER", NVCC)],
+                                  cc.prefix_maps(src, build), ("C", "CXX", "CUDA"))
+    build.mkdir()
+    (build / "CMakeInit.txt").write_text(builder.init_cache_of(defines, cc.NO_LAUNCHER, ("C", "CXX", "CUDA")))
+    tools = find_tools()
+    for argv in ([str(tools.cmake), "-S", str(src), "-B", str(build), "-G", "Ninja", "-C", str(build / "CMakeInit.txt"),
+                  f"-DCMAKE_MAKE_PROGRAM={tools.ninja}"], [str(tools.cmake), "--build", str(build)]):
+        done = subprocess.run(argv, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (build / "libk.so").rename(build / "libggml-cuda.so")  # the name collect_cubin looks for
+    return (build / "libggml-cuda.so").read_bytes(), {a.name: a.sha256 for a in collect_cubin(build).items}
+
+
+@needs_cuda_tools
+def test_a_cmake_build_in_two_folders_gives_the_same_library_and_cubins(tmp_path, monkeypatch):
+    """The library and its cubins, as a build with the tool's initial cache makes them, are the
+    same bytes in two folders (the output and the artifacts verify compares)."""
+    if shutil.which("cuobjdump") is None and WHEEL_BIN is not None:
+        monkeypatch.setenv("PATH", f"{WHEEL_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    lib_one, cubins_one = cmake_build(tmp_path / "a")
+    lib_two, cubins_two = cmake_build(tmp_path / "second" / "place")
+    assert cubins_one == cubins_two and len(cubins_one) == 1
+    assert lib_one == lib_two, "the libraries differ"
+    assert b"k.cu.o.cudafe1.cpp" in lib_one and b"tmpxft_" not in lib_one
 
 
 @needs_cuda_tools
