@@ -82,10 +82,11 @@ remote 0 model status
 grep -q "sha256 a5fd3b62" "$SIM/call-$call.log" && ok "model pull joined the recipe's model" || bad "model pull did not report the model's sha256"
 
 # The background machinery, with a step that stops before compiling anything: CMake's configure
-# fails on the missing compiler (the tool's exit 9). A budget of 1 s ends the first wait (exit 75);
-# the next call's wait brings the step's own exit back.
+# fails on the missing compiler (the tool's exit 9). A budget of 0 s ends the first wait at once
+# (exit 75: a budget of 1 s lost the race to a configure that failed within seconds); the next
+# call's wait brings the step's own exit back.
 lay
-CUDACXX=/nonexistent/nvcc CALL_BUDGET_S=1 remote 75 start:reference wait:reference
+CUDACXX=/nonexistent/nvcc CALL_BUDGET_S=0 remote 75 start:reference wait:reference
 grep -q "reference: started in the background" "$SIM/call-$call.log" && ok "the reference step ran in the background" \
   || bad "the reference step did not start in the background"
 remote 9 wait:reference status
@@ -94,7 +95,12 @@ grep -q "going on" "$SIM/call-$call.log" && grep -q "== status" "$SIM/call-$call
 grep -q "CUDACXX" "$SIM/e2e/logs/reference.log" && ok "the step's log names the missing compiler" \
   || bad "the step's log does not name CUDACXX"
 grep -q "^reference" "$SIM/out/$call/times.tsv" && ok "times.tsv records the background step" || bad "no reference line in times.tsv"
-remote 1 start:second   # no reference yet: refused
+# No reference yet: refused. The projects' copies of a committed references/cuda/*.json would
+# count as one, so they go first (CUDACXX as above, should the refusal fail: nothing compiles).
+rm -f "$SIM"/e2e/proj/second/references/cuda/*.json
+CUDACXX=/nonexistent/nvcc remote 1 start:second
+grep -q "no reference yet" "$SIM/call-$call.log" && ok "the second build waits for a reference" \
+  || bad "the second build started without a reference"
 remote 2 nosuchaction
 
 # start:smoke must start smoke, and only once no build runs. (remote.sh once started the
