@@ -146,7 +146,8 @@ def compile_unit(where: Path, fixed: bool) -> tuple[bytes, bytes]:
 
 def cmake_build(where: Path) -> tuple[bytes, dict[str, str]]:
     """k.cu as a CMake project built in ``where`` with the initial cache the tool writes for a
-    CUDA build without a compiler cache; (the library, its cubins' sha256 as the tool lists them)."""
+    CUDA build without a compiler cache; (the library, its cubins' sha256 as the tool lists them,
+    whose facts name the nvcc version)."""
     src, build = where / "src", where / "build"
     src.mkdir(parents=True)
     (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.24)\nproject(k CXX CUDA)\n"
@@ -163,7 +164,10 @@ def cmake_build(where: Path) -> tuple[bytes, dict[str, str]]:
         done = subprocess.run(argv, capture_output=True, text=True)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (build / "libk.so").rename(build / "libggml-cuda.so")  # the name collect_cubin looks for
-    return (build / "libggml-cuda.so").read_bytes(), {a.name: a.sha256 for a in collect_cubin(build).items}
+    cubins = collect_cubin(build)
+    shown = subprocess.run([NVCC, "--version"], capture_output=True, text=True, check=True).stdout
+    assert cubins.facts["nvcc"] == parse_nvcc_version(shown), cubins.facts
+    return (build / "libggml-cuda.so").read_bytes(), {a.name: a.sha256 for a in cubins.items}
 
 
 @needs_cuda_tools
