@@ -35,6 +35,8 @@ USER = "runner"
 HOME = f"/home/{USER}"
 WORK = f"{HOME}/work/repo"  # GITHUB_WORKSPACE inside the root
 TEMP = f"{HOME}/work/_temp"  # RUNNER_TEMP
+# Where this machine's clients find its certificate authorities (paths that exist in the root too).
+CARRIED_VARIABLES = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT")
 _EXPR = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")
 
 
@@ -96,12 +98,32 @@ def make_root(root: Path, suite: str) -> None:
     if not root.exists():
         sh("debootstrap", "--variant=minbase", suite, str(root), MIRROR, check=True)
     shutil.copy2("/etc/resolv.conf", root / "etc" / "resolv.conf")
+    host = os.uname().nodename
+    (root / "etc" / "hosts").write_text(f"127.0.0.1 localhost {host}\n::1 localhost ip6-localhost\n")
+    carry_trust(root)
     with mounted(root):
         sh("chroot", str(root), "apt-get", "install", "-y", "-qq", "--no-install-recommends", "sudo", check=True)
         if sh("chroot", str(root), "id", USER, capture_output=True).returncode != 0:
             sh("chroot", str(root), "useradd", "--create-home", "--shell", "/bin/bash", USER, check=True)
     (root / "etc" / "sudoers.d" / USER).write_text(f"{USER} ALL=(ALL) NOPASSWD:ALL\n")
     (root / "etc" / "sudoers.d" / USER).chmod(0o440)
+
+
+def carry_trust(root: Path) -> None:
+    """What this machine's network asks of a client, as a runner's image would have it: the
+    certificate authorities it adds (``/usr/local/share/ca-certificates``) and the system-wide
+    pip configuration. Their names are printed, never their contents."""
+    local = Path("/usr/local/share/ca-certificates")
+    dest = root / "usr" / "local" / "share" / "ca-certificates"
+    dest.mkdir(parents=True, exist_ok=True)
+    for crt in sorted(local.glob("*.crt")) if local.is_dir() else []:
+        shutil.copy2(crt, dest / crt.name)
+        print(f"carried {crt}", flush=True)
+    if Path("/etc/pip.conf").is_file():
+        shutil.copy2("/etc/pip.conf", root / "etc" / "pip.conf")
+        print("carried /etc/pip.conf", flush=True)
+    if (root / "usr" / "sbin" / "update-ca-certificates").exists():
+        sh("chroot", str(root), "update-ca-certificates", capture_output=True)
 
 
 class mounted:
@@ -154,6 +176,7 @@ def base_env(job: dict) -> tuple[dict[str, str], dict[str, str]]:
     env = {"HOME": HOME, "USER": USER, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
            "LANG": "C.UTF-8", "CI": "true", "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": WORK,
            "GITHUB_EVENT_NAME": "pull_request", "RUNNER_TEMP": TEMP, "RUNNER_OS": "Linux", **files}
+    env.update({k: v for k, v in os.environ.items() if k in CARRIED_VARIABLES})
     env.update({k: str(v) for k, v in (job.get("env") or {}).items()})
     return env, files
 

@@ -52,8 +52,9 @@ def test_every_code_has_one_owner_and_one_meaning():
 def test_the_documents_say_the_table():
     sentence = errors.exit_codes_sentence()
     assert sentence.startswith("Exit codes: 0 success, 1 unexpected error, 2 usage or configuration")
-    assert sentence.endswith(", 15 box in use (a benchmark or verification holds the bench lock), 16 this system cannot"
-                             " run the build (a library or symbol version its programs need is missing), 130 interrupted.")
+    assert sentence.endswith(", 15 box in use (a benchmark or verification holds the bench lock), 16 this system"
+                             " cannot run the build (a library or symbol version its programs need is missing),"
+                             " 130 interrupted.")
     for doc in (REPO / "README.md", REPO / "docs" / "reliability.md"):
         assert paragraph(doc).startswith(sentence), (doc.name, paragraph(doc), sentence)
 
