@@ -224,8 +224,8 @@ def build_default_server(workspace: Path, say=None) -> Path:
     rc, out = stream_cli(REPO, "--workspace", str(workspace), *shared_from_user(workspace), "build", say=say)
     if rc != 0:
         raise AssertionError(f"default build failed:\n{out}")
-    from onebit_build.building.manifest import read_manifest
-    from onebit_build.building.manifest import latest_path as manifest_path
+    from onebit_build.checking.manifest import read_manifest
+    from onebit_build.checking.manifest import latest_path as manifest_path
     from onebit_build.core.workspace import Workspace
 
     doc = read_manifest(manifest_path(Workspace(root=workspace), "default"))
@@ -239,8 +239,8 @@ def build_default_server(workspace: Path, say=None) -> Path:
 def default_model(workspace: Path) -> Path:
     """The default recipe's model, taken from the user's workspace when it is there (the
     download is checked by content all the same), else fetched into ``workspace``."""
-    from onebit_build.core.config import load_recipe
-    from onebit_build.core.pins import load_pins
+    from onebit_build.spec.recipe import load_recipe
+    from onebit_build.spec.pins import load_pins
     from onebit_build.running.model import ensure_model
 
     pins = load_pins(REPO / "pins.yaml")

@@ -494,7 +494,7 @@ def test_none_leaves_no_launcher_in_the_cmake_cache(tmp_path):
 
 def test_the_launcher_never_enters_the_build_key():
     from onebit_build.building.builder import BuildRequest, Toolchain, build_key
-    from onebit_build.core.config import Component
+    from onebit_build.spec.recipe import Component
 
     req = BuildRequest(recipe="r", component=Component(name="c", source="s", targets=("t",)), source_dir=Path("/src"),
                        source_commit="a" * 40,
@@ -549,7 +549,7 @@ def tool(root: Path, mirrors: Path, ws: Path, *args: str, cache_dir: Path | None
 
 
 def manifest_of(ws: Path) -> dict:
-    from onebit_build.building.manifest import read_manifest
+    from onebit_build.checking.manifest import read_manifest
 
     return read_manifest(ws / "manifests" / "where.json")
 
@@ -789,7 +789,7 @@ def test_default_recipe_in_a_second_workspace_builds_from_redis(tmp_path, redis_
     workspaces the test workspace's own build shows through the local cache, say nothing
     more about Redis; ggml-base's nine objects are about a thirtieth of its compile time."""
     from _support import ggml_only_project, run_cli, sources_from_workspaces
-    from onebit_build.building.manifest import read_manifest
+    from onebit_build.checking.manifest import read_manifest
 
     root = ggml_only_project(tmp_path / "project", target="ggml-base")
     cache = ["--compiler-cache", "sccache", "--compiler-cache-url", redis_server.url]

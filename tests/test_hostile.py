@@ -508,7 +508,7 @@ def test_two_outputs_with_one_file_name_are_refused_before_the_prefix_is_touched
     on their order; refused (exit 2) before anything is made."""
     from types import SimpleNamespace
 
-    from onebit_build.building.install import install_tree
+    from onebit_build.distribution.install import install_tree
 
     outs = []
     for comp in ("one", "two"):

@@ -13,7 +13,7 @@ from onebit_build.core.errors import ConfigError
 from onebit_build.running import numerics as nm
 from onebit_build.running import numerics_ref as ref
 from onebit_build.running.numerics_run import judged, levels_of
-from onebit_build.core.numerics_spec import NumericsSpec
+from onebit_build.spec.numerics_spec import NumericsSpec
 
 
 def dist(pos: int, target: int, probs: dict[int, float], batch: int = 1) -> nm.Scored:
@@ -152,8 +152,8 @@ def test_a_miss_names_device_level_figure_and_budget():
 
 
 def recipe_with(tmp_path: Path, numerics: str):
-    from onebit_build.core.config import load_recipe
-    from onebit_build.core.pins import load_pins
+    from onebit_build.spec.recipe import load_recipe
+    from onebit_build.spec.pins import load_pins
 
     root = Path(__file__).resolve().parent.parent
     text = (root / "recipes" / "default.yaml").read_text().split("\nnumerics:")[0]
@@ -163,8 +163,8 @@ def recipe_with(tmp_path: Path, numerics: str):
 
 
 def test_the_default_recipe_scores_four_micro_batches_and_more():
-    from onebit_build.core.config import load_recipe
-    from onebit_build.core.pins import load_pins
+    from onebit_build.spec.recipe import load_recipe
+    from onebit_build.spec.pins import load_pins
 
     root = Path(__file__).resolve().parent.parent
     spec = load_recipe(root / "recipes" / "default.yaml", load_pins(root / "pins.yaml")).numerics

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from onebit_build.core.config import Component, Recipe
+from onebit_build.spec.recipe import Component, Recipe
 from onebit_build.core.errors import ConfigError
 from onebit_build.commands import by_name
 from onebit_build.commands._job import needs
-from onebit_build.options import Define, from_args, parse_define, recipe_choice, recipe_is_file
-from onebit_build.job.model import with_defines
+from onebit_build.commands._options import Define, from_args, parse_define, recipe_choice, recipe_is_file
+from onebit_build.job.job import with_defines
 
 
 def test_recipe_choice():
@@ -99,7 +99,7 @@ def test_dry_run_only_where_it_means_something():
 def test_install_tree_copies_outputs_with_their_links(tmp_path):
     from types import SimpleNamespace
 
-    from onebit_build.building.install import install_tree
+    from onebit_build.distribution.install import install_tree
 
     bdir = tmp_path / "build" / "bin"
     bdir.mkdir(parents=True)

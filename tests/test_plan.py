@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from _support import REPO, run_cli
-from onebit_build.core.config import Recipe, SmokeSpec, ToolchainSpec, load_recipe
-from onebit_build.core.pins import load_pins
+from onebit_build.spec.recipe import Recipe, SmokeSpec, ToolchainSpec, load_recipe
+from onebit_build.spec.pins import load_pins
 from onebit_build.core.errors import ToolMissingError
 from onebit_build.building.toolchain import join_lists, resolve_toolchain, runtime_env
 from _hrx_standins import fake_toolchain

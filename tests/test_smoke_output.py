@@ -12,9 +12,9 @@ from junitparser import Failure, JUnitXml
 
 from _support import REPO, run_cli, shared_from_user
 from conftest import workspace_for_tests
-from onebit_build.verification.junit import Case, write_junit
-from onebit_build.verification.verdict_junit import junit_cases
-from onebit_build.verification.verdict import Part, Verdict
+from onebit_build.verify_run.junit import Case, write_junit
+from onebit_build.verify_run.verdict_junit import junit_cases
+from onebit_build.verify_run.verdict import Part, Verdict
 
 pytestmark = pytest.mark.shared_workspace
 

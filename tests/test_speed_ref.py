@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from onebit_build.core.config import load_recipe
+from onebit_build.spec.recipe import load_recipe
 from onebit_build.core.errors import ConfigError
-from onebit_build.core.pins import load_pins
+from onebit_build.spec.pins import load_pins
 from onebit_build.running.model import ModelFile
 from onebit_build.running.smoke import measure_speed, run_smoke
 from onebit_build.running.smoke_checks import check_speed, summarize_speed
 from onebit_build.running.measure import Sample
-from onebit_build.verification import run as vrun
-from onebit_build.verification.adopt_speed import adopt_smoke_speed, references_file
-from onebit_build.verification.working import resolve_working
-from onebit_build.running.speed_ref import (
+from onebit_build.verify_run import run as vrun
+from onebit_build.verify_run.adopt_speed import adopt_smoke_speed, references_file
+from onebit_build.verify_run.working import resolve_working
+from onebit_build.running.speed_baseline import (
     REF_FILE,
     SpeedReference,
     adopt,

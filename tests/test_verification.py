@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from onebit_build.building import manifest as manifest_mod
-from onebit_build.building.artifacts import Artifact, ArtifactSet
-from onebit_build.building.verify import compare_sets
-from onebit_build.core.config import VerificationSpec
+from onebit_build.checking import manifest as manifest_mod
+from onebit_build.checking.artifacts import Artifact, ArtifactSet
+from onebit_build.checking.compare import compare_sets
+from onebit_build.spec.recipe import VerificationSpec
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.fsutil import sha256_file
 from onebit_build.running.measure import Sample
-from onebit_build.verification import answers, provenance, report, speed, speed_rounds, verdict, working
-from onebit_build.verification.junit import Case, junit_xml, write_junit
+from onebit_build.verify_run import answers, mapped_files as provenance, report, speed, speed_rounds, verdict, working
+from onebit_build.verify_run.junit import Case, junit_xml, write_junit
 
 # --------------------------------------------------------------------------- speed
 
@@ -637,7 +637,7 @@ def test_a_failed_part_beside_speed_not_measured():
 
 
 def test_speed_not_measured_is_a_skipped_junit_case(tmp_path):
-    from onebit_build.verification.verdict_junit import junit_cases
+    from onebit_build.verify_run.verdict_junit import junit_cases
 
     cases = junit_cases(verdict.verdict(_no_speed(_parts())), recipe="default")
     path = write_junit(tmp_path / "j.xml", "verify-run", cases)

@@ -9,10 +9,10 @@ from onebit_build.core import ui
 from onebit_build.core.project import ProjectRoot
 from onebit_build.core.errors import NotAvailableError
 from onebit_build.job.build import Built, server_of
-from onebit_build.job.model import Job, Needs, open_job
+from onebit_build.job.job import Job, Needs, open_job
 from onebit_build.job.run import run
 from onebit_build.job.stage import Stage
-from onebit_build.options import Options
+from onebit_build.commands._options import Options
 
 
 def needs(cmd: Command, opts: Options) -> Needs:

@@ -9,7 +9,7 @@ from onebit_build.commands import Command
 
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
 
 COMMAND = Command(name="bench", help="benchmark llama-server configs, builds or devices: interleaved, answer-checked,"
                   " locked; table, JSON and plot", rank=31, takes_model=True)
@@ -55,11 +55,11 @@ def arguments(bp: argparse.ArgumentParser) -> None:
 
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Benchmark: parse and check everything first, then take the bench lock and run."""
-    from onebit_build.building.manifest import latest_server
+    from onebit_build.checking.manifest import latest_server
     from onebit_build.core import ui
-    from onebit_build.core.model_spec import served_name
+    from onebit_build.spec.model_spec import served_name
     from onebit_build.core.workspace import check_target_folder
-    from onebit_build.job.model import load_pins_and_recipe
+    from onebit_build.job.job import load_pins_and_recipe
     from onebit_build.job.smoke import resolve_model, with_runtime_env
     from onebit_build.running import bench as b
 

@@ -11,7 +11,7 @@ from onebit_build.commands import Command
 
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
 
 COMMAND = Command(name="completion", help="print a shell completion script (bash, zsh or fish)", rank=90)
 SHELLS = ("bash", "zsh", "fish")

@@ -13,7 +13,7 @@ from onebit_build.commands import Command
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
     from onebit_build.core.workspace import Workspace
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
 
 COMMAND = Command(name="gc", help="remove stale builds, old run folders and unused prepared trees (--dry-run lists"
                   " them)", rank=53)
@@ -32,7 +32,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Remove what is stale, holding the workspace lock (a build in progress holds it too),
     never a folder a running process's program lives in."""
-    from onebit_build.building.inventory import folder_size, plan_removals, processes_using
+    from onebit_build.housekeeping.inventory import folder_size, plan_removals, processes_using
     from onebit_build.commands.builds import entries, size_text as _size
     from onebit_build.core import ui
     from onebit_build.core.fsutil import remove_entry
@@ -73,7 +73,7 @@ def _test_workspaces(busy: Path, *, remove: bool, dry_run: bool) -> int:
     """The test command's shared workspaces: listed with their size; with ``--test-workspaces``
     removed (each under its own workspace lock: never while a test run uses it). Returns the
     bytes freed (or that would be)."""
-    from onebit_build.building.inventory import folder_size
+    from onebit_build.housekeeping.inventory import folder_size
     from onebit_build.commands.builds import size_text as _size
     from onebit_build.core import ui
     from onebit_build.core.workspace import WorkspaceLock, kept_by_tests
@@ -106,7 +106,7 @@ def _other_programs(*, dry_run: bool) -> int:
 
     from onebit_build.building.cache.compiler import find_programs
     from onebit_build.building.cache.kept import other_programs
-    from onebit_build.building.inventory import processes_using
+    from onebit_build.housekeeping.inventory import processes_using
     from onebit_build.commands.builds import size_text as _size
     from onebit_build.core import ui
 
@@ -129,7 +129,7 @@ def _other_programs(*, dry_run: bool) -> int:
 def _killed_runs_leftovers(ws: Workspace, *, dry_run: bool) -> tuple[int, int]:
     """List, and unless ``dry_run`` remove, what killed runs left (partial downloads, joins,
     trees). Returns how many and their bytes."""
-    from onebit_build.building.inventory import folder_size
+    from onebit_build.housekeeping.inventory import folder_size
     from onebit_build.commands.builds import size_text as _size
     from onebit_build.core import ui
     from onebit_build.core.workspace import sweep_killed
@@ -153,7 +153,7 @@ def _jit_caches(project: ProjectRoot, *, remove: bool, dry_run: bool) -> int:
     from onebit_build.commands.builds import size_text as _size
     from onebit_build.core import ui
     from onebit_build.core.errors import OnebitError
-    from onebit_build.job.model import load_pins_and_recipe
+    from onebit_build.job.job import load_pins_and_recipe
     from onebit_build.running.jit_cache import remove_entries, scan
 
     seen: dict[Path, list[str]] = {}

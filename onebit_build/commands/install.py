@@ -11,9 +11,9 @@ from onebit_build.commands import Command
 from onebit_build.job.stage import Stage
 
 if TYPE_CHECKING:
-    from onebit_build.building.oci_ref import OciRef
+    from onebit_build.distribution.oci_ref import OciRef
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
 
 COMMAND = Command(name="install", help="build if needed, then copy llama-server, its libraries and the manifest into"
                   " a prefix", rank=41, until=Stage.BUILD, git=True)
@@ -41,7 +41,7 @@ class FromOptions:
 
     @classmethod
     def of(cls, args: Mapping[str, Any]) -> "FromOptions":
-        from onebit_build.building.oci_ref import parse_ref
+        from onebit_build.distribution.oci_ref import parse_ref
         from onebit_build.core.errors import ConfigError
 
         given = args.get("from_ref")
@@ -55,13 +55,13 @@ class FromOptions:
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Build if needed, then copy the relocatable ``bin/`` tree, the manifest and the build's
     provenance statement, SBOM and link into a prefix."""
-    from onebit_build.building.install import MANIFEST_REL, install_tree
+    from onebit_build.distribution.install import MANIFEST_REL, install_tree
     from onebit_build.core import ui
     from onebit_build.core.errors import ConfigError
     from onebit_build.core.workspace import check_target_folder
-    from onebit_build.building.verdict import VERDICT_NAME, refuse_not_verified
+    from onebit_build.checking.verdict import VERDICT_NAME, refuse_not_verified
     from onebit_build.evidence.emit import STATEMENT_PATTERNS, carried, clear_stale
-    from onebit_build.job.model import Needs, open_job
+    from onebit_build.job.job import Needs, open_job
     from onebit_build.job.run import run as run_job
 
     if opts.prefix is None:
@@ -71,7 +71,7 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     fo = FromOptions.of(opts.args)
     with open_job(opts, project, Needs(git=True)) as job:
         if fo.source is not None:
-            from onebit_build.job.publish import install_from
+            from onebit_build.workflows.publish import install_from
 
             files = install_from(job, fo.source, opts.prefix, check=fo.check, allow_unverified=fo.allow_unverified)
             ui.answer(f"installed {len(files)} file(s) into {opts.prefix}")

@@ -9,7 +9,7 @@ from onebit_build.commands import Command
 
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
 
 COMMAND = Command(name="model", help="model tools", rank=52, action="pull")
 
@@ -27,7 +27,7 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
 
     from onebit_build.core import ui
     from onebit_build.core.workspace import WorkspaceLock, check_usable
-    from onebit_build.job.model import load_for, sweep_left_behind
+    from onebit_build.job.job import load_for, sweep_left_behind
     from onebit_build.job.smoke import resolve_model
 
     _, recipe = load_for(opts, project)

@@ -10,7 +10,7 @@ from onebit_build.commands import Command
 
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
 
 COMMAND = Command(name="recipes", help="list the recipes: name, backends, description", rank=21,
                   json="print the list as JSON")

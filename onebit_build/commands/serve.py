@@ -11,7 +11,7 @@ from onebit_build.job.stage import Stage
 
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
     from onebit_build.running.server_args import ServerSpec
 
 COMMAND = Command(name="serve", help="build if needed, then run llama-server in the foreground (Ctrl-C stops it)",
@@ -55,10 +55,10 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
 
 def serve_spec(opts: Options, project: ProjectRoot, key: str | None = None) -> ServerSpec:
     """What ``serve`` runs: the built server and the model, made ready under the workspace lock."""
-    from onebit_build.building.verdict import refuse_not_verified
-    from onebit_build.core.model_spec import served_name
+    from onebit_build.checking.verdict import refuse_not_verified
+    from onebit_build.spec.model_spec import served_name
     from onebit_build.job.build import server_of
-    from onebit_build.job.model import Needs, open_job
+    from onebit_build.job.job import Needs, open_job
     from onebit_build.job.run import run as run_job
     from onebit_build.job.smoke import resolve_model, with_runtime_env
     from onebit_build.running.server_args import ServerSpec

@@ -25,7 +25,7 @@ def run(opts, project, cmd: Command) -> int:
     """Build if needed, then write a reference, rebuild and compare, or compare with a reference."""
     from onebit_build.commands._job import needs
     from onebit_build.job.build import build_part
-    from onebit_build.job.model import open_job
+    from onebit_build.job.job import open_job
     from onebit_build.job.verify import verify_command
 
     with open_job(opts, project, needs(cmd, opts)) as j:

@@ -12,10 +12,10 @@ from onebit_build.job.stage import Stage
 
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.job.model import Job
-    from onebit_build.options import Options, VerifyRunOptions
-    from onebit_build.verification import run as vrun
-    from onebit_build.verification.working import ResolvedBuild
+    from onebit_build.job.job import Job
+    from onebit_build.commands._options import Options, VerifyRunOptions
+    from onebit_build.verify_run import run as vrun
+    from onebit_build.verify_run.working import ResolvedBuild
 
 COMMAND = Command(name="verify-run", help="compare this recipe's new build with a working build: kernel artifacts,"
                   " answers, speed and provenance; VERIFIED (exit 0) or NOT VERIFIED (exit 11)", rank=30,
@@ -83,8 +83,8 @@ def check_request(opts: Options, recipe) -> Asked:
     from onebit_build.core.errors import ConfigError
     from onebit_build.running.bench import parse_config
     from onebit_build.running.bench.settings import DEFAULTS as BENCH_DEFAULTS
-    from onebit_build.verification.speed import check_rounds
-    from onebit_build.verification.working import resolve_working
+    from onebit_build.verify_run.speed import check_rounds
+    from onebit_build.verify_run.working import resolve_working
 
     vo = opts.verify_run
     assert vo is not None  # the parser makes it for verify-run
@@ -110,7 +110,7 @@ def check_speed_options(vo: VerifyRunOptions) -> None:
     """--no-speed with an option that only shapes the speed rounds is refused (it would do
     nothing); a number of decode tokens out of range too."""
     from onebit_build.core.errors import ConfigError
-    from onebit_build.verification.speed_rounds import DECODE_MAX_TOKENS, DECODE_MIN_TOKENS
+    from onebit_build.verify_run.speed_rounds import DECODE_MAX_TOKENS, DECODE_MIN_TOKENS
 
     if vo.no_speed:
         given = [name for name, value in (("--rounds", vo.rounds), ("--speed-budget", vo.budget_s),
@@ -130,9 +130,9 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Everything the user gave is checked first; then, holding the workspace and the bench
     lock, build the recipe, compare, and give the verdict."""
     from onebit_build.core import ui
-    from onebit_build.job.model import Needs, load_for, open_job
+    from onebit_build.job.job import Needs, load_for, open_job
     from onebit_build.running.bench import BenchLock, load_prompts
-    from onebit_build.verification import run as vrun
+    from onebit_build.verify_run import run as vrun
 
     loaded = load_for(opts, project)
     asked = check_request(opts, loaded[1])
@@ -171,7 +171,7 @@ def compare(job: Job, opts: Options, asked: Asked, prompts) -> vrun.RunOutcome:
     import os
     from dataclasses import replace
 
-    from onebit_build.building.manifest import load_manifest
+    from onebit_build.checking.manifest import load_manifest
     from onebit_build.core import ui
     from onebit_build.core.errors import ConfigError
     from onebit_build.evidence.keys import signing_key_from
@@ -179,8 +179,8 @@ def compare(job: Job, opts: Options, asked: Asked, prompts) -> vrun.RunOutcome:
     from onebit_build.job.run import run as run_job
     from onebit_build.job.smoke import resolve_model, with_runtime_env
     from onebit_build.job.verify import references_dir
-    from onebit_build.verification import run as vrun
-    from onebit_build.verification.working import resolve_new, same_build
+    from onebit_build.verify_run import run as vrun
+    from onebit_build.verify_run.working import resolve_new, same_build
 
     built = run_job(job, Stage.BUILD).built
     assert built is not None  # a job run up to the build has built

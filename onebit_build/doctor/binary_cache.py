@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from onebit_build.building.oci import Registry
-from onebit_build.building.oci_ref import credentials_for, parse_ref
+from onebit_build.distribution.oci import Registry
+from onebit_build.distribution.oci_ref import credentials_for, parse_ref
 from onebit_build.core.errors import OnebitError
-from onebit_build.requirements import Check
+from onebit_build.doctor.requirements import Check
 
 NAME = "binary cache"
 

@@ -14,13 +14,13 @@ from typing import Any, Callable, Mapping
 from securesystemslib.signer import Key
 
 from onebit_build.building.builder import key_of_inputs
-from onebit_build.building.manifest import MANIFEST_NAME, load_manifest
-from onebit_build.building.patch import PatchFile, list_patches, patch_digest
-from onebit_build.building.references import load_reference, reference_files
+from onebit_build.checking.manifest import MANIFEST_NAME, load_manifest
+from onebit_build.sources.patch import PatchFile, list_patches, patch_digest
+from onebit_build.checking.references import load_reference, reference_files
 from onebit_build.core.errors import OnebitError
 from onebit_build.core.fsutil import sha256_file
 from onebit_build.core.names import relative_inside
-from onebit_build.core.pins import Pin
+from onebit_build.spec.pins import Pin
 from onebit_build.evidence.check import (FAILED, OK, TEST_RESULT_TYPE, UNCHECKED, Check, Outcome, check_byproducts,
                                          check_signature, check_statement, check_subjects, check_verdict)
 from onebit_build.evidence.envelope import read_statement

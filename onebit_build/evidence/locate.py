@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from onebit_build.building.install import MANIFEST_REL
-from onebit_build.building.manifest import MANIFEST_NAME
+from onebit_build.distribution.install import MANIFEST_REL
+from onebit_build.checking.manifest import MANIFEST_NAME
 from onebit_build.core.errors import NotAvailableError
 from onebit_build.core.names import plain_name, relative_inside
 from onebit_build.evidence.emit import SIGNED, UNSIGNED

@@ -12,31 +12,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from onebit_build.building.artifacts import ArtifactSet, collect
+from onebit_build.checking.artifacts import ArtifactSet, collect
 from onebit_build.building.builder import BuildResult, build
 from onebit_build.building.cmake import Tools, find_tools
-from onebit_build.building.downloads import check_against_lock, provide_all
+from onebit_build.sources.downloads import check_against_lock, provide_all
 from onebit_build.building.cache.compiler import Launcher
-from onebit_build.building.fetch import FetchRequest, FetchResult, fetch
-from onebit_build.building.manifest import (MANIFEST_NAME, SERVER_OUTPUT, latest_path, load_manifest, make_manifest,
+from onebit_build.sources.fetch import FetchRequest, FetchResult, fetch
+from onebit_build.checking.manifest import (MANIFEST_NAME, SERVER_OUTPUT, latest_path, load_manifest, make_manifest,
                                             read_manifest, utc_now, write_manifest)
-from onebit_build.building.patch import PrepareRequest, PreparedTree, list_patches, prepare
+from onebit_build.sources.patch import PrepareRequest, PreparedTree, list_patches, prepare
 from onebit_build.building.toolchain import component_fields
 from onebit_build.core import ui
-from onebit_build.core.config import Recipe
+from onebit_build.spec.recipe import Recipe
 from onebit_build.core.errors import ConfigError, NotAvailableError
 from onebit_build.core.fsutil import StateError, atomic_write_text
 from onebit_build.core.gitops import Git
-from onebit_build.core.pins import Pin, Pins, read_lock, render_lock
+from onebit_build.spec.pins import Pin, Pins, read_lock, render_lock
 from onebit_build.evidence.emit import EmitRequest, Emitted, emit, keep_signed, toolchain_files
 from onebit_build.evidence.keys import SigningKey, signing_key_from
-from onebit_build.job.model import Job
+from onebit_build.job.job import Job
 from onebit_build.job.resolve import BuildInputs, TreeFacts, component_builds
-from onebit_build.requirements import check_before_build
+from onebit_build.doctor.requirements import check_before_build
 from onebit_build.job.stage import Stage
 
 if TYPE_CHECKING:
-    from onebit_build.job.binary_cache import CacheOptions
+    from onebit_build.job.pull import CacheOptions
 
 
 def run_fetch(job: Job, names: list[str]) -> dict[str, FetchResult]:
@@ -220,7 +220,7 @@ def build_part(job: Job, until: Stage = Stage.BUILD, binary_cache: CacheOptions 
         check_before_build(recipe, job.pins, job.workspace, planned=planned)
         key = signing_key_from(job.settings.signing_key, os.environ)  # a bad key stops it here
         if binary_cache is not None and binary_cache.ref is not None:
-            from onebit_build.job.binary_cache import from_binary_cache  # it builds on this module
+            from onebit_build.job.pull import from_binary_cache# it builds on this module
 
             pulled = from_binary_cache(job, binary_cache)
             if pulled is not None:

@@ -24,14 +24,14 @@ from onebit_build.building.builder import (BuildRequest, Toolchain, build_dir_fo
                                            key_doc, key_of, resolve_refs)
 from onebit_build.building.cache.compiler import Launcher, compile_languages
 from onebit_build.building.cmake import Tools
-from onebit_build.building.downloads import cmake_defines
+from onebit_build.sources.downloads import cmake_defines
 from onebit_build.building.cache.dist import dist_defines
-from onebit_build.building.patch import PreparedTree, canonical_path, list_patches, patch_digest
+from onebit_build.sources.patch import PreparedTree, canonical_path, list_patches, patch_digest
 from onebit_build.building.toolchain import join_lists
-from onebit_build.core.config import Component, Recipe
+from onebit_build.spec.recipe import Component, Recipe
 from onebit_build.core.errors import ToolMissingError
-from onebit_build.core.pins import FULL_SHA, Pin, Pins
-from onebit_build.core.references import tree_sources
+from onebit_build.spec.pins import FULL_SHA, Pin, Pins
+from onebit_build.spec.interpolate import tree_sources
 from onebit_build.core.workspace import Workspace
 
 

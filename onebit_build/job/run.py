@@ -11,16 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from onebit_build.building.verdict import refuse_not_verified
+from onebit_build.checking.verdict import refuse_not_verified
 from onebit_build.core import ui
 from onebit_build.job.build import Built, build_part, server_of
-from onebit_build.job.model import Job
+from onebit_build.job.job import Job
 from onebit_build.job.stage import Stage
 from onebit_build.job.smoke import smoke_stage
 from onebit_build.job.verify import Verdict, verify_stage
 
 if TYPE_CHECKING:
-    from onebit_build.job.binary_cache import CacheOptions
+    from onebit_build.job.pull import CacheOptions
 
 
 @dataclass(frozen=True, kw_only=True)

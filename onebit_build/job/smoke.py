@@ -6,24 +6,25 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from onebit_build.building.manifest import Manifest, load_manifest, read_manifest
-from onebit_build.building.references import fingerprint, reference_name
+from onebit_build.checking.manifest import Manifest, load_manifest, read_manifest
+from onebit_build.checking.references import fingerprint, reference_name
 from onebit_build.building.toolchain import resolve_toolchain, runtime_env
-from onebit_build.core import model_lock, ui
-from onebit_build.core.config import Recipe
+from onebit_build.spec import model_lock
+from onebit_build.core import ui
+from onebit_build.spec.recipe import Recipe
 from onebit_build.core.errors import ConfigError, IntegrityError, NotAvailableError, SmokeError
-from onebit_build.job.model import Job, Settings
-from onebit_build.options import Options
+from onebit_build.job.job import Job, Settings
+from onebit_build.commands._options import Options
 from onebit_build.running import model as model_mod
 from onebit_build.running import numerics_plot
 from onebit_build.running import report as report_mod
 from onebit_build.running import smoke as smoke_mod
-from onebit_build.running import speed_ref
+from onebit_build.running import speed_baseline as speed_ref
 from onebit_build.running.devices import CPU_DEVICE, pick_devices
 from onebit_build.running import numerics_ref
 from onebit_build.running.numerics_run import NumericsPlan
 from onebit_build.running.server import list_devices
-from onebit_build.verification.junit import smoke_cases, write_junit
+from onebit_build.verify_run.junit import smoke_cases, write_junit
 
 
 def with_runtime_env(recipe: Recipe, toolchain_root: str | None) -> Recipe:

@@ -11,24 +11,24 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from onebit_build.building.artifacts import KINDS, Artifact, ArtifactSet
+from onebit_build.checking.artifacts import KINDS, Artifact, ArtifactSet
 from onebit_build.building.cache.compiler import NO_LAUNCHER
 from onebit_build.building.cache.entries import find_entries
 from onebit_build.building.cmake import find_tools
-from onebit_build.building.manifest import Manifest, load_manifest
+from onebit_build.checking.manifest import Manifest, load_manifest
 from onebit_build.building.objects import Recompiled, differing_objects, recompile
-from onebit_build.building.references import (Reference, find_reference, fingerprint, fingerprint_text, load_reference,
+from onebit_build.checking.references import (Reference, find_reference, fingerprint, fingerprint_text, load_reference,
                                               reference_name, write_reference)
-from onebit_build.building.verdict import record_verdict
-from onebit_build.building.verify import SetComparison, compare_sets, verify_against
+from onebit_build.checking.verdict import record_verdict
+from onebit_build.checking.compare import SetComparison, compare_sets, verify_against
 from onebit_build.core import ui
-from onebit_build.core.config import Recipe
+from onebit_build.spec.recipe import Recipe
 from onebit_build.core.errors import ToolMissingError, VerifyError
 from onebit_build.core.gitops import Git
 from onebit_build.core.workspace import Workspace
 from onebit_build.job.build import Built, run_build, write_manifests
-from onebit_build.job.model import Job
-from onebit_build.options import VerifyOptions
+from onebit_build.job.job import Job
+from onebit_build.commands._options import VerifyOptions
 
 
 def _print_comparisons(results) -> bool:

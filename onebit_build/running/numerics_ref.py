@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from onebit_build.core.fsutil import atomic_write_text
-from onebit_build.core.numerics_spec import NumericsSpec
+from onebit_build.spec.numerics_spec import NumericsSpec
 from onebit_build.core.safepath import TooLarge, read_regular
 from onebit_build.running import numerics as nm
 

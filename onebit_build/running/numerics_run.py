@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from onebit_build.core.errors import SmokeError
-from onebit_build.core.numerics_spec import NumericsSpec
+from onebit_build.spec.numerics_spec import NumericsSpec
 from onebit_build.running import numerics as nm
 from onebit_build.running import server as srvmod
 from onebit_build.running.devices import CPU_DEVICE

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from onebit_build.core.config import PromptCheck
+from onebit_build.spec.recipe import PromptCheck
 from onebit_build.running import server as srvmod
 from onebit_build.running.devices import missing_devices
 from onebit_build.running.measure import (Completion, Sample, Stat, answer_contains, decode_stat, prompt_stat,
