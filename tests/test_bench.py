@@ -25,7 +25,7 @@ from onebit_build.running.bench import (
     Prompt,
     Step,
     Variant,
-    Verdict,
+    BenchVerdict,
     completion_body,
     judge_answer,
     make_variants,
@@ -241,7 +241,7 @@ def test_answer_holds_on_the_prefix_only():
 
 def test_judge_verdicts():
     exp = Expectation(prompt="short", text=" 6, 7, 8", tokens=6, source="baseline")
-    assert judge_answer(answer(" 6, 7, 8, 9"), expected=exp, tokens=16) == Verdict(valid=True)
+    assert judge_answer(answer(" 6, 7, 8, 9"), expected=exp, tokens=16) == BenchVerdict(valid=True)
     v = judge_answer(answer(" 6, 7, 9, 9"), expected=exp, tokens=16)
     assert not v.valid and "diverged at character 7" in v.why and "'9, 9'" in v.why
     assert "not 16" in judge_answer(answer(" 6, 7, 8", n=3), expected=exp, tokens=16).why

@@ -213,7 +213,7 @@ def test_the_bench_gate_runs_old_against_new_on_real_servers(llama_server, gemma
     argv = ["--workspace", str(tmp_path / "ws"), "--model", str(gemma_model), "pins", "bump", "llama.cpp",
             "--to", "a" * 40]
     opts = from_args(make_parser(argv).parse_args(argv))
-    with open_job(opts, find_root(given=str(REPO), env={}, cwd=REPO), Needs()) as job:
+    with open_job(opts.settings, find_root(given=str(REPO), env={}, cwd=REPO), Needs(), label=opts.label) as job:
         table, bad = bench_old_new(job, old=Path(llama_server), new=Path(llama_server), rounds=1,
                                    out=tmp_path / "bench", tie_margin=0.25)
     assert bad == [], bad

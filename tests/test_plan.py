@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from _support import REPO, run_cli
-from onebit_build.spec.recipe import Recipe, SmokeSpec, ToolchainSpec, load_recipe
+from onebit_build.spec.recipe import Recipe, SmokeSpec, load_recipe
+from onebit_build.spec.toolchain_spec import ToolchainSpec
 from onebit_build.spec.pins import load_pins
 from onebit_build.core.errors import ToolMissingError
 from onebit_build.building.toolchain import join_lists, resolve_toolchain, runtime_env

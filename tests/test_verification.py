@@ -183,14 +183,14 @@ def test_sequential_rounds_decide_a_noisy_same_build_within_the_budget():
 
 
 def test_too_noisy_names_the_budget_rounds_and_load():
-    budget = speed.Budget(rounds=7, seconds=301.0, budget_s=300.0, load=9.4, cores=2)
+    budget = speed.SpeedBudget(rounds=7, seconds=301.0, budget_s=300.0, load=9.4, cores=2)
     v = speed.speed_verdict(measures([(100, 100 * r) for r in WILDER[:7]]), tolerance=0.10, budget=budget)
     assert v.label == speed.TOO_NOISY
     s = v.sentence()
     assert "7 rounds in 301 s of a 300 s budget; load average 9.4 on 2 cores" in s and "raise --speed-budget" in s
     d = v.to_dict()
     assert d["rounds_run"] == 7 and d["budget_s"] == 300.0 and d["load_average"] == 9.4
-    budget = speed.Budget(rounds=6, seconds=90, budget_s=900)
+    budget = speed.SpeedBudget(rounds=6, seconds=90, budget_s=900)
     decided = speed.speed_verdict(measures([(100, 100)] * 6), tolerance=0.10, budget=budget)
     assert decided.label == speed.ON_PAR and "6 rounds in 90 s of a 900 s budget" in decided.sentence()
     part = verdict.speed_part({("CPU", "decode"): decided, ("CPU", "prompt"): decided})

@@ -399,13 +399,14 @@ def test_adopted_reference_is_named_after_the_toolchain_and_verifies(vulkan_buil
     from onebit_build.spec.recipe import load_recipe
     from onebit_build.spec.pins import load_pins
     from onebit_build.verify_run import run as vrun
+    from onebit_build.verify_run import request as vreq
     from onebit_build.verify_run.working import resolve_working
 
     recipe = load_recipe(REPO / "recipes" / "vulkan.yaml", load_pins(REPO / "pins.yaml"))
     build = resolve_working(vulkan_build, recipe="vulkan")
     sets = vrun.collect_sets(build)
-    side = vrun.Side(role=vrun.WORKING, build=build)
-    req = vrun.RunRequest(recipe=recipe, new=side, working=side, model=None, run_dir=tmp_path, prompts=(), rounds=5,
+    side = vreq.Side(role=vreq.WORKING, build=build)
+    req = vreq.RunRequest(recipe=recipe, new=side, working=side, model=None, run_dir=tmp_path, prompts=(), rounds=5,
                           tolerance=0.03, refs_dir=tmp_path / "references" / "vulkan")
     path, said = vrun.adopt_reference(req, sets)
     glslc = next(iter(sets.values())).facts["glslc"]

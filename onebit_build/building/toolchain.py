@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Mapping
 
 from onebit_build.building.builder import resolve_refs
-from onebit_build.spec.recipe import REF_RE, Recipe, ToolchainSpec
+from onebit_build.spec.recipe import REF_RE, Recipe
+from onebit_build.spec.toolchain_spec import ToolchainSpec
 from onebit_build.core.errors import ToolMissingError
 
 

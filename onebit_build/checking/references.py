@@ -24,6 +24,31 @@ from onebit_build.core.safepath import read_named
 REF_KIND = "onebit-build/artifact-reference"
 REF_SCHEMA = 1
 MAX_REFERENCE_BYTES = 64 << 20  # a manifest with every object's digest is a few MiB
+SPEED_FILE = "smoke-speed.json"  # the smoke's adopted speeds, beside the recipe's references
+NUMERICS_FOLDER = "numerics"  # the numerical references, one per toolchain
+
+
+# Every path of a committed reference is made here: the recipe's folder, the artifact
+# reference of a toolchain, the smoke's speed file and the numerical reference.
+
+def recipe_folder(references: Path, recipe: str) -> Path:
+    """The committed references of ``recipe``: ``references/<recipe>/``. Pure."""
+    return references / recipe
+
+
+def reference_file(folder: Path, manifest: Manifest) -> Path:
+    """The artifact reference of the toolchain that made ``manifest``'s build, in a recipe's folder."""
+    return folder / f"{reference_name(fingerprint(manifest))}.json"
+
+
+def speed_file(folder: Path) -> Path:
+    """The smoke speeds adopted for a recipe (``verify-run --adopt``). Pure."""
+    return folder / SPEED_FILE
+
+
+def numerics_file(folder: Path, toolchain: str) -> Path:
+    """The numerical reference of a recipe's build by ``toolchain`` (a :func:`reference_name`). Pure."""
+    return folder / NUMERICS_FOLDER / f"{toolchain}.json"
 
 
 def _version_of(entry: object) -> str:

@@ -21,6 +21,9 @@ def arguments(p) -> None:
 
 
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
+    import os
+
+    from onebit_build.commands._oci import binary_cache_given
     from onebit_build.commands.plan import resolved_plan
     from onebit_build.core import ui
     from onebit_build.core.errors import ToolMissingError
@@ -33,7 +36,7 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
                                       mirror_dirs=opts.mirror_dirs, offline=opts.offline,
                                       toolchain_root=opts.toolchain_root, patch_root=project.patches,
                                       planned=planned, cache=opts.compiler_cache,
-                                      binary_cache=opts.args.get("binary_cache")))
+                                      binary_cache=binary_cache_given(opts.args, os.environ)))
     if opts.json:
         doc = {"kind": "onebit-build-doctor", "schema": 1, "recipe": report.recipe, "ok": report.ok,
                "project": project.describe(),

@@ -38,10 +38,11 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     from onebit_build.core.fsutil import remove_entry
     from onebit_build.core.workspace import WorkspaceLock, check_usable
 
+    dry, tests = opts.args.get("gc_dry_run") is True, opts.args.get("gc_tests") is True
     ws = opts.ws
     if not ws.root.is_dir():
-        freed = _jit_caches(project, remove=opts.args.get("gc_jit_cache") is True, dry_run=opts.gc_dry_run)
-        verb = "would free" if opts.gc_dry_run else "freed"
+        freed = _jit_caches(project, remove=opts.args.get("gc_jit_cache") is True, dry_run=dry)
+        verb = "would free" if dry else "freed"
         ui.answer(f"nothing to remove: {ws.root} does not exist"
                   + (f"; {verb} {_size(freed)} of kernel cache entries" if freed else ""))
         return 0
@@ -54,17 +55,17 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
         for r in removals:
             size = folder_size(r.path)
             total += size
-            ui.info(f"  {'would remove' if opts.gc_dry_run else 'removing'} {r.path} ({_size(size)}): {r.why}")
-            if not opts.gc_dry_run:
+            ui.info(f"  {'would remove' if dry else 'removing'} {r.path} ({_size(size)}): {r.why}")
+            if not dry:
                 remove_entry(r.path)  # a run folder that is a link: the link goes, its target stays
         for f in sorted(in_use):
             ui.info(f"  kept {f}: a running program is in it")
-        killed = _killed_runs_leftovers(ws, dry_run=opts.gc_dry_run)
+        killed = _killed_runs_leftovers(ws, dry_run=dry)
         total += killed[1]
-    total += _test_workspaces(ws.root, remove=opts.gc_tests, dry_run=opts.gc_dry_run)
-    total += _other_programs(dry_run=opts.gc_dry_run)
-    total += _jit_caches(project, remove=opts.args.get("gc_jit_cache") is True, dry_run=opts.gc_dry_run)
-    verb = "would free" if opts.gc_dry_run else "freed"
+    total += _test_workspaces(ws.root, remove=tests, dry_run=dry)
+    total += _other_programs(dry_run=dry)
+    total += _jit_caches(project, remove=opts.args.get("gc_jit_cache") is True, dry_run=dry)
+    verb = "would free" if dry else "freed"
     ui.answer(f"{verb} {_size(total)} in {len(removals) + killed[0]} folder(s) and file(s) of {ws.root}")
     return 0
 

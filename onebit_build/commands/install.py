@@ -11,6 +11,8 @@ from onebit_build.commands import Command
 from onebit_build.job.stage import Stage
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from onebit_build.distribution.oci_ref import OciRef
     from onebit_build.core.project import ProjectRoot
     from onebit_build.commands._options import Options
@@ -52,6 +54,13 @@ class FromOptions:
                    allow_unverified=bool(args.get("allow_unverified")))
 
 
+def options(args: Mapping[str, Any]) -> Path | None:
+    """``--prefix``, its length checked before any work."""
+    from onebit_build.commands._options import checked_path
+
+    return checked_path(args.get("prefix"), "--prefix")
+
+
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Build if needed, then copy the relocatable ``bin/`` tree, the manifest and the build's
     provenance statement, SBOM and link into a prefix."""
@@ -64,26 +73,27 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     from onebit_build.job.job import Needs, open_job
     from onebit_build.job.run import run as run_job
 
-    if opts.prefix is None:
+    prefix = opts.own
+    if prefix is None:
         raise ConfigError("install needs --prefix DIR", hint="e.g. onebit-build install --prefix ~/.local/llama")
     # Before building: a file or a read-only folder there, or a file where bin/ or share/onebit-build/ goes.
-    check_target_folder(opts.prefix, "--prefix", inside=("bin", str(MANIFEST_REL.parent)))
+    check_target_folder(prefix, "--prefix", inside=("bin", str(MANIFEST_REL.parent)))
     fo = FromOptions.of(opts.args)
-    with open_job(opts, project, Needs(git=True)) as job:
+    with open_job(opts.settings, project, Needs(git=True), label=opts.label) as job:
         if fo.source is not None:
             from onebit_build.workflows.publish import install_from
 
-            files = install_from(job, fo.source, opts.prefix, check=fo.check, allow_unverified=fo.allow_unverified)
-            ui.answer(f"installed {len(files)} file(s) into {opts.prefix}")
+            files = install_from(job, fo.source, prefix, check=fo.check, allow_unverified=fo.allow_unverified)
+            ui.answer(f"installed {len(files)} file(s) into {prefix}")
             return 0
         built = run_job(job, Stage.BUILD).built
         assert built is not None  # a job run up to the build has built
         recorded = refuse_not_verified(built.manifest, allow=fo.allow_unverified, what="install")
         verdict = [built.manifest.parent / VERDICT_NAME] if recorded is not None else []
         evidence = carried(built.manifest.parent) + verdict  # the verdict travels with the build it judged
-        files = install_tree(built.builds, built.manifest, opts.prefix, evidence)
-        clear_stale(opts.prefix / MANIFEST_REL.parent, keep={f.name for f in evidence},
+        files = install_tree(built.builds, built.manifest, prefix, evidence)
+        clear_stale(prefix / MANIFEST_REL.parent, keep={f.name for f in evidence},
                     patterns=(*STATEMENT_PATTERNS, VERDICT_NAME))  # an older install's
-        ui.answer(f"installed {len(files)} file(s) into {opts.prefix}")
-        ui.info(f"  run: {opts.prefix / 'bin' / 'llama-server'} -m MODEL.gguf")
+        ui.answer(f"installed {len(files)} file(s) into {prefix}")
+        ui.info(f"  run: {prefix / 'bin' / 'llama-server'} -m MODEL.gguf")
         return 0

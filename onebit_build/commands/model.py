@@ -30,14 +30,14 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     from onebit_build.job.job import load_for, sweep_left_behind
     from onebit_build.job.smoke import resolve_model
 
-    _, recipe = load_for(opts, project)
+    _, recipe = load_for(opts.settings, project)
     ws = opts.ws
     check_usable(ws.root)
     t0 = time.monotonic()
     with WorkspaceLock(ws.lock_file, "onebit-build model pull"):
         sweep_left_behind(ws)
         log = ws.runs / f"model-pull-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        mf = resolve_model(recipe, opts, models_dir=ws.models, log=log, lock=project.models_lock)
+        mf = resolve_model(recipe, opts.settings, models_dir=ws.models, log=log, lock=project.models_lock)
     ui.info(f"model {mf.path.name}: sha256 {mf.sha256} ({'fetched' if mf.fetched else 'already here'},"
             f" {time.monotonic() - t0:.1f} s)")
     ui.answer(str(mf.path))

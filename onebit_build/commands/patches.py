@@ -29,11 +29,11 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Write the commits of a prepared tree back as ``patches/SOURCE/NNNN-*.patch``."""
     from onebit_build.sources.patch import export_series
     from onebit_build.core import ui
-    from onebit_build.job.build import run_fetch
+    from onebit_build.job.fetch import run_fetch
     from onebit_build.job.job import Needs, open_job
 
-    (source,) = opts.sources
-    with open_job(opts, project, Needs(git=True, writes_project=True)) as job:
+    source = str(opts.args["source"])
+    with open_job(opts.settings, project, Needs(git=True, writes_project=True), label=opts.label) as job:
         job.pins.get(source)
         fetched = run_fetch(job, [source])
         tree = tree_as_it_is(job, source, fetched[source].commit)

@@ -102,6 +102,11 @@ def bump_options(args: Mapping[str, Any]) -> BumpOptions:
                                                                                               or 3), tie_margin=margin)
 
 
+def options(args: Mapping[str, Any]) -> BumpOptions | None:
+    """``pins bump``'s options, checked before any work (``pins lock`` has none of its own)."""
+    return bump_options(args) if args.get("pins_command") == "bump" else None
+
+
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     return bump(opts, project) if opts.action == "bump" else lock(opts, project)
 
@@ -110,13 +115,14 @@ def lock(opts: Options, project: ProjectRoot) -> int:
     """Resolve abbreviated pins (pins.lock ignored while doing so) and record them in pins.lock."""
     from onebit_build.core import ui
     from onebit_build.spec.pins import apply_lock, load_pins, read_lock
-    from onebit_build.job.build import run_fetch
+    from onebit_build.job.fetch import run_fetch
     from onebit_build.job.job import Needs, load_pins_and_recipe, open_job
 
     pins = apply_lock(load_pins(project.pins), {}, locked=False)
     _, recipe = load_pins_and_recipe(project, opts.recipe)
-    with open_job(opts, project, Needs(git=True, writes_project=True), loaded=(pins, recipe)) as job:
-        wanted = list(opts.sources) or [n for n, p in pins.sources.items() if p.abbreviated]
+    needs = Needs(git=True, writes_project=True)
+    with open_job(opts.settings, project, needs, label=opts.label, loaded=(pins, recipe)) as job:
+        wanted = list(opts.args.get("sources") or ()) or [n for n, p in pins.sources.items() if p.abbreviated]
         for n in wanted:
             pins.get(n)
         for n, f in run_fetch(job, wanted).items():
@@ -129,14 +135,15 @@ def bump(opts: Options, project: ProjectRoot) -> int:
     """Run the bump's gates; the pins move only when all of them pass."""
     from onebit_build.core import ui
     from onebit_build.core.errors import OnebitError
-    from onebit_build.workflows.bump import BumpRequest, Target, bump as run_bump
+    from onebit_build.workflows.bump import BumpRequest, BumpTarget, bump as run_bump
     from onebit_build.workflows.bump_report import BumpRecord, move_rows, report_doc
     from onebit_build.job.job import Needs, open_job
 
-    bo = bump_options(opts.args)
-    targets = (Target(source=bo.source, commit=bo.to, sdist=bo.sdist),
-               *(Target(source=n, commit=c) for n, c in bo.coupled))
-    with open_job(opts, project, Needs(git=True, writes_project=True, compiles=True)) as job:
+    bo = opts.own
+    targets = (BumpTarget(source=bo.source, commit=bo.to, sdist=bo.sdist),
+               *(BumpTarget(source=n, commit=c) for n, c in bo.coupled))
+    needs = Needs(git=True, writes_project=True, compiles=True)
+    with open_job(opts.settings, project, needs, label=opts.label) as job:
         for t in targets:
             job.pins.get(t.source)
         record = BumpRecord(recipe=job.recipe.name)

@@ -23,10 +23,9 @@ def run(opts: Options, project: ProjectRoot, cmd: Command | None = None) -> int:
 
 def resolved_plan(opts: Options, project: ProjectRoot, pins, recipe):
     """The plan of ``recipe`` for these options (what ``plan`` prints and ``doctor`` checks)."""
-    from onebit_build.job.job import settings_of
     from onebit_build.job.plan import plan_of
 
-    return plan_of(settings_of(opts), project, pins, recipe, opts.ws)
+    return plan_of(opts.settings, project, pins, recipe, opts.ws)
 
 
 def plan(opts: Options, project: ProjectRoot) -> int:
@@ -35,7 +34,7 @@ def plan(opts: Options, project: ProjectRoot) -> int:
     from onebit_build.job.plan import render_plan
     from onebit_build.job.job import load_for
 
-    pins, recipe = load_for(opts, project)
+    pins, recipe = load_for(opts.settings, project)
     the_plan = resolved_plan(opts, project, pins, recipe)
     state = built_state(opts, project, recipe.name, pins)
     if opts.json:

@@ -48,6 +48,6 @@ def run(opts, project, cmd: Command) -> int:
     from onebit_build.workflows.publish import publish
 
     po = PublishOptions.of(opts.args)
-    with open_job(opts, project, Needs(git=True)) as job:
+    with open_job(opts.settings, project, Needs(git=True), label=opts.label) as job:
         publish(job, po.target, allow_unverified=po.allow_unverified)
         return 0

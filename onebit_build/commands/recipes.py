@@ -27,7 +27,7 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     from onebit_build.core import ui
     from onebit_build.core.errors import ConfigError
 
-    if opts.names:
+    if opts.args.get("names") is True:
         ui.answer_lines(p.stem for p in sorted(project.recipes.glob("*.yaml")))
         return 0
     rows = recipe_rows(project)

@@ -28,17 +28,17 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Asked:
+class ProvenanceAsked:
     path: Path
     key: Path | None
 
 
-def asked_of(args: Mapping[str, Any]) -> Asked:
+def asked_of(args: Mapping[str, Any]) -> ProvenanceAsked:
     """The command's own options, checked. Pure but for resolving the paths."""
     from onebit_build.core.safepath import FILE, FILE_OR_FOLDER, check_kind, resolved
 
     key = args.get("provenance_key")
-    return Asked(path=check_kind(resolved(str(args["path"]), "PATH"), "PATH", FILE_OR_FOLDER),
+    return ProvenanceAsked(path=check_kind(resolved(str(args["path"]), "PATH"), "PATH", FILE_OR_FOLDER),
                  key=check_kind(resolved(str(key), "--key"), "--key", FILE) if key else None)
 
 

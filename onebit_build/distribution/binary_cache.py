@@ -64,7 +64,7 @@ class Entry:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Artifact:
+class BinaryArtifact:
     recipe: str
     key: str
     entries: tuple[Entry, ...]
@@ -114,7 +114,7 @@ def config_bytes(*, recipe: str, key: str, verified: str) -> bytes:
 # --------------------------------------------------------------------------- reading it back
 
 
-def parse_manifest(body: bytes, where: str) -> Artifact:
+def parse_manifest(body: bytes, where: str) -> BinaryArtifact:
     """The artifact a manifest describes, every field checked; FetchError naming the first
     thing that is not a build published by onebit-build."""
     def bad(why: str) -> FetchError:
@@ -140,7 +140,7 @@ def parse_manifest(body: bytes, where: str) -> Artifact:
     rels = [e.rel for e in entries]
     if len(set(rels)) != len(rels):
         raise bad("a path appears twice")
-    return Artifact(recipe=recipe, key=key, entries=entries, created=str(notes.get(CREATED, ""))[:64],
+    return BinaryArtifact(recipe=recipe, key=key, entries=entries, created=str(notes.get(CREATED, ""))[:64],
                     verified=str(notes.get(VERDICT, ""))[:64])
 
 
@@ -179,7 +179,7 @@ def path_ok(rel: str) -> bool:
                                                or any(fnmatch.fnmatchcase(path.name, p) for p in CARRIED))
 
 
-def pull_into(registry: Registry, artifact: Artifact, dest: Path, progress: Callable[[int], None] | None = None
+def pull_into(registry: Registry, artifact: BinaryArtifact, dest: Path, progress: Callable[[int], None] | None = None
               ) -> None:
     """Write every file of ``artifact`` under the new folder ``dest``, each from its blob,
     checked against its digest (IntegrityError otherwise); a link gets the target its blob

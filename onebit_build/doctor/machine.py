@@ -71,7 +71,7 @@ class DoctorRequest:
     # what a build in effect must hold. None: the built components are not checked.
     planned: Mapping[str, tuple[tuple[str, str], ...]] | None = None
     cache: CacheRequest | None = None  # --compiler-cache*: the scheduler and the shader cache's store
-    binary_cache: str | None = None  # --binary-cache as given (else $ONEBIT_BINARY_CACHE)
+    binary_cache: tuple[str | None, str] = (None, "--binary-cache")  # the registry named, and by what
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,6 +26,7 @@ from typing import Mapping, Sequence
 from onebit_build.building.compilers import compiler_path
 from onebit_build.building.cmake import find_tools
 from onebit_build.sources.downloads import cache_dir, recipe_downloads, unpacked_tree
+from onebit_build.sources.patch import newest_prepared
 from onebit_build.core import ui
 from onebit_build.spec.recipe import Recipe
 from onebit_build.core.errors import OnebitError, ToolMissingError
@@ -290,14 +291,6 @@ def download_checks(recipe: Recipe, ws: Workspace, mirror_dirs: tuple[Path, ...]
     return checks
 
 
-def fetched_tree(src_dir: Path, source: str, commit: str) -> Path | None:
-    """The newest prepared tree of ``source`` at ``commit`` (full or abbreviated) in the workspace."""
-    found = (
-        sorted(src_dir.glob(f"{source}-{commit[:12]}*-*"), key=lambda p: p.stat().st_mtime) if src_dir.is_dir() else []
-    )
-    return found[-1] if found else None
-
-
 def gather(recipe: Recipe, pins: Pins, ws: Workspace, *, planned: Mapping[str, Sequence[tuple[str, str]]] | None,
            environ: Mapping[str, str]) -> RequirementsInput | None:
     """The inputs of the recipe's requirement checks on this machine; None without ``requires``.
@@ -318,7 +311,7 @@ def gather(recipe: Recipe, pins: Pins, ws: Workspace, *, planned: Mapping[str, S
         comp = recipe.component(req.cxx_standard.component)
         named = compiler_path("cxx", defines(comp.name), environ)
         cxx = shutil.which(named, path=environ.get("PATH")) or named if named else None
-        tree = fetched_tree(ws.src_dir, comp.source, pins.get(comp.source).commit)
+        tree = newest_prepared(ws.src_dir, comp.source, pins.get(comp.source).commit)
     try:
         cmake_version: str | None = find_tools().cmake_version
     except OnebitError:

@@ -1,4 +1,4 @@
-"""The job model: what one invocation works on, resolved once from the options.
+"""The job: what one invocation works on, resolved once from its settings.
 
 A :class:`Job` is the project, the workspace, the pins (with pins.lock), the recipe (with the
 ``-D`` overrides) and this run's folder. Every stage takes the job and returns a typed result;
@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from onebit_build.building.cache.request import CacheRequest
 from onebit_build.core import ui
 from onebit_build.spec.recipe import Recipe, find_recipe, load_recipe
 from onebit_build.core.safepath import FILE, check_kind, resolved
@@ -24,39 +23,11 @@ from onebit_build.spec.pins import Pins, apply_lock, check_locked, load_pins, re
 from onebit_build.core.proc import which
 from onebit_build.core.project import ProjectRoot
 from onebit_build.core.workspace import Workspace, WorkspaceLock, check_usable, sweep_killed
-from onebit_build.commands._options import Define, Options, recipe_is_file
+from onebit_build.job.settings import Settings, recipe_is_file
+from onebit_build.spec.defines import Define
 
 if TYPE_CHECKING:
     from onebit_build.job.plan import Plan
-
-
-@dataclass(frozen=True, kw_only=True)
-class Settings:
-    """The global settings the stages read: the part of the user's request that is not the
-    command's own (its options stay with the command's module)."""
-
-    recipe: str  # as given: a recipe name or a recipe file
-    defines: tuple[Define, ...] = ()
-    mirror_dirs: tuple[Path, ...] = ()
-    offline: bool = False
-    locked: bool = False
-    fresh: bool = False
-    jobs: int | None = None
-    toolchain_root: str | None = None
-    compiler_cache: CacheRequest = field(default_factory=CacheRequest)
-    model: Path | None = None
-    junit: Path | None = None
-    write_numerics: Path | None = None  # smoke: write the CPU scoring run as a numerical reference here
-    signing_key: Path | None = None  # --signing-key (else $ONEBIT_SIGNING_KEY names one, or none)
-
-
-def settings_of(opts: Options) -> Settings:
-    """The settings of a request: the one place they are taken from the options. Pure."""
-    return Settings(recipe=opts.recipe, defines=opts.defines, mirror_dirs=opts.mirror_dirs, offline=opts.offline,
-                    locked=opts.locked, fresh=opts.fresh, jobs=opts.jobs, toolchain_root=opts.toolchain_root,
-                    compiler_cache=opts.compiler_cache, model=opts.model, junit=opts.junit,
-                    write_numerics=opts.write_numerics,
-                    signing_key=opts.signing_key)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +47,14 @@ class Job:
     def overrides(self) -> tuple[str, ...]:
         """The ``-D`` overrides as given (the manifest records them)."""
         return tuple(d.render() for d in self.settings.defines)
+
+    @property
+    def references(self) -> Path:
+        """The committed references of the job's recipe."""
+        # Imported here: the quick commands load recipes through this module without the manifest.
+        from onebit_build.checking.references import recipe_folder
+
+        return recipe_folder(self.project.references, self.recipe.name)
 
     def log(self, name: str) -> Path:
         """A log file of this run (``fetch.log``, ``build-llama.log``, ...)."""
@@ -131,9 +110,9 @@ def with_defines(recipe: Recipe, defines: tuple[Define, ...], pins: Pins | None 
     return replace(recipe, components=tuple(comps[n] for n in names))
 
 
-def load_for(opts: Options, project: ProjectRoot) -> tuple[Pins, Recipe]:
-    """The pins and recipe ``opts`` asks for, with its overrides and ``--locked``."""
-    return load_pins_and_recipe(project, opts.recipe, defines=opts.defines, locked=opts.locked)
+def load_for(settings: Settings, project: ProjectRoot) -> tuple[Pins, Recipe]:
+    """The pins and recipe ``settings`` ask for, with the overrides and ``--locked``."""
+    return load_pins_and_recipe(project, settings.recipe, defines=settings.defines, locked=settings.locked)
 
 
 # --------------------------------------------------------------------------- the run
@@ -149,29 +128,30 @@ class Needs:
 
 
 @contextmanager
-def open_job(opts: Options, project: ProjectRoot, needs: Needs, *, loaded: tuple[Pins, Recipe] | None = None
-             ) -> Iterator[Job]:
-    """The job ``opts`` asks for, holding the workspace lock, in a new run folder (removed again
-    when the run wrote nothing into it). ``loaded``: pins and recipe already loaded."""
+def open_job(settings: Settings, project: ProjectRoot, needs: Needs, *, label: str,
+             loaded: tuple[Pins, Recipe] | None = None) -> Iterator[Job]:
+    """The job ``settings`` ask for, holding the workspace lock, in a new run folder (removed
+    again when the run wrote nothing into it). ``label``: the command as the run folder and the
+    lock's holder name it (``pins-lock``); ``loaded``: pins and recipe already loaded."""
     if needs.git:
         which("git")
     if needs.writes_project and project.data_from != "checkout":
-        raise ConfigError(f"'{opts.label.replace('-', ' ', 1)}' writes into the project's files, but they come from the"
+        raise ConfigError(f"'{label.replace('-', ' ', 1)}' writes into the project's files, but they come from the"
                           f" installed package ({project.path})",
                           hint="run it inside a checkout of onebit-build, or pass --root DIR")
-    pins, recipe = loaded or load_for(opts, project)
+    pins, recipe = loaded or load_for(settings, project)
     if needs.compiles:
-        check_compiler(recipe, opts)
-    ws = opts.ws
+        check_compiler(recipe, settings.defines)
+    ws = Workspace(root=settings.workspace)
     check_usable(ws.root)
-    settings = settings_of(opts)
     # The planner (CMake's tools, the compiler cache) is imported by the commands that open a
     # job, here: the quick commands load recipes through this module without it.
     from onebit_build.job.plan import plan_of
 
-    with WorkspaceLock(ws.lock_file, f"onebit-build {opts.label}"):
+    with WorkspaceLock(ws.lock_file, f"onebit-build {label}"):
         sweep_left_behind(ws)
-        run_dir = given_run_dir(opts.run_dir) if opts.run_dir else ws.new_run_dir(Path(opts.recipe).stem, opts.label)
+        run_dir = (given_run_dir(settings.run_dir) if settings.run_dir
+                   else ws.new_run_dir(Path(settings.recipe).stem, label))
         ui.detail(f"workspace {ws.root}; logs in {run_dir}; project data {project.describe()}")
         try:
             yield Job(settings=settings, project=project, workspace=ws, pins=pins, recipe=recipe,
@@ -192,11 +172,11 @@ def sweep_left_behind(ws: Workspace) -> None:
 COMPILER_DEFINES = ("CMAKE_C_COMPILER", "CMAKE_CXX_COMPILER")
 
 
-def check_compiler(recipe: Recipe, opts: Options) -> None:
+def check_compiler(recipe: Recipe, defines: tuple[Define, ...]) -> None:
     """A command that compiles stops here without a C/C++ compiler: before the lock, a run
     folder or a fetch (exit 7). A recipe or -D that names its own compiler is checked when
     that component is built."""
-    named = [k for c in recipe.components for k, _ in c.defines] + [d.name for d in opts.defines]
+    named = [k for c in recipe.components for k, _ in c.defines] + [d.name for d in defines]
     if any(k in COMPILER_DEFINES for k in named):
         return
     # The builder (CMake, scikit-build-core) is imported by the commands that compile, here:

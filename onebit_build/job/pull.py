@@ -20,18 +20,19 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Mapping
+from typing import Mapping
 
-from onebit_build.distribution.binary_cache import Artifact, parse_manifest, pull_into, replace_folder, tag_of
+from onebit_build.distribution.binary_cache import BinaryArtifact, parse_manifest, pull_into, replace_folder, tag_of
 from onebit_build.building.builder import BuildResult, Output, Toolchain
 from onebit_build.distribution.install import MANIFEST_REL
 from onebit_build.checking.manifest import (MANIFEST_NAME, SERVER_OUTPUT, Manifest, host_info, latest_path,
                                             load_manifest, read_manifest, write_manifest)
 from onebit_build.distribution.oci import Registry, RegistryUnreachable
-from onebit_build.distribution.oci_ref import OciRef, parse_ref
+from onebit_build.distribution.oci_ref import OciRef
 from onebit_build.sources.patch import patch_digest
 from onebit_build.sources.pkgindex import ByteProgress
 from onebit_build.checking.references import find_reference, known_sizes, load_reference
+from onebit_build.checking.committed import BuildVerdict
 from onebit_build.checking.compare import verify_against
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, FetchError, IntegrityError, NotAvailableError, VerifyError
@@ -39,27 +40,18 @@ from onebit_build.core.fsutil import StateError
 from onebit_build.core.workspace import sweep_stale
 from onebit_build.job.build import Built
 from onebit_build.job.job import Job
-from onebit_build.job.verify import Verdict, references_dir
 
-VARIABLE = "ONEBIT_BINARY_CACHE"
 PULLED = "pulled"  # in the workspace: one folder per pulled build
 SAME_SYSTEM = ("os", "machine", "libc", "linker")
 
 
 @dataclass(frozen=True, kw_only=True)
 class CacheOptions:
-    """``--binary-cache oci://...`` (or ``$ONEBIT_BINARY_CACHE``) and ``--allow-unverified``."""
+    """Where the build may be taken from (``--binary-cache``, read by ``commands/_oci.py``) and
+    whether an unverified one is taken (``--allow-unverified``)."""
 
     ref: OciRef | None = None
     allow_unverified: bool = False
-
-    @classmethod
-    def of(cls, args: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> "CacheOptions":
-        env = os.environ if environ is None else environ
-        given = args.get("binary_cache")
-        text, flag = (given, "--binary-cache") if given else (env.get(VARIABLE) or None, f"${VARIABLE}")
-        return cls(ref=parse_ref(text, flag) if text else None,
-                   allow_unverified=bool(args.get("allow_unverified")))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,9 +60,9 @@ class Pulled:
 
     ref: OciRef
     key: str
-    artifact: Artifact
+    artifact: BinaryArtifact
     folder: Path
-    verdict: Verdict
+    verdict: BuildVerdict
 
 
 # --------------------------------------------------------------------------- the key
@@ -106,7 +98,7 @@ def pull(job: Job, ref: OciRef, *, allow_unverified: bool = False) -> Pulled | N
             raise VerifyError(f"{where} holds build {art.recipe} {art.key[:16]}, but this plan is {job.recipe.name} "
                               f"{key[:16]} (pins, patches, recipe or toolchain differ)",
                               hint="publish a build of this plan, or leave the tag out to ask for this plan's")
-        sizes_are_the_references(art, known_sizes(references_dir(job)), str(where))
+        sizes_are_the_references(art, known_sizes(job.references), str(where))
         root = job.workspace.root / PULLED
         root.mkdir(parents=True, exist_ok=True)
         sweep_stale(root)  # what pulls that were killed left
@@ -132,7 +124,7 @@ def pull(job: Job, ref: OciRef, *, allow_unverified: bool = False) -> Pulled | N
     return Pulled(ref=where, key=key, artifact=art, folder=folder, verdict=verdict)
 
 
-def sizes_are_the_references(art: Artifact, known: Mapping[str, int], where: str) -> None:
+def sizes_are_the_references(art: BinaryArtifact, known: Mapping[str, int], where: str) -> None:
     """Each file whose digest a committed reference names is declared with the reference's
     size, which is then all that is read of it; IntegrityError before a byte is pulled
     otherwise. (A file no reference names is read up to its declared size, within the cap
@@ -144,7 +136,7 @@ def sizes_are_the_references(art: Artifact, known: Mapping[str, int], where: str
                                  hint="the registry's manifest lies about the file; nothing was pulled")
 
 
-def accept(job: Job, art: Artifact, folder: Path, where: str, *, allow_unverified: bool) -> Verdict:
+def accept(job: Job, art: BinaryArtifact, folder: Path, where: str, *, allow_unverified: bool) -> BuildVerdict:
     """Whether the pulled tree in ``folder`` is this plan's build with the reference's bytes
     (see the module text); VerifyError naming the first reason it is not."""
     try:
@@ -159,22 +151,22 @@ def accept(job: Job, art: Artifact, folder: Path, where: str, *, allow_unverifie
     if other:
         raise VerifyError(f"{where} was built on another system: {'; '.join(other)}",
                           hint="publish a build made on a system like this one, or build here")
-    ref_path, candidates = find_reference(references_dir(job), man)
+    ref_path, candidates = find_reference(job.references, man)
     if ref_path is None:
         if not allow_unverified:
-            raise VerifyError(f"{where}: no committed reference in {references_dir(job)} for its toolchain "
+            raise VerifyError(f"{where}: no committed reference in {job.references} for its toolchain "
                               f"(candidates: {', '.join(candidates) or 'none'}), so its bytes cannot be checked",
                               hint="pass --allow-unverified to take it all the same (the report says so), or build "
                                    "here")
-        return Verdict(status="unverified", detail="taken with --allow-unverified: no committed reference for its "
-                       f"toolchain in {references_dir(job)}")
+        return BuildVerdict(status="unverified", detail="taken with --allow-unverified: no committed reference for its "
+                       f"toolchain in {job.references}")
     results = tuple(verify_against(man, load_reference(ref_path), with_outputs=True))
     bad = next((r for r in results if not r.ok), None)
     if bad is not None:
         raise VerifyError(f"{where} is NOT the committed reference's build ({ref_path.name}): "
                           + "; ".join(line.strip() for line in bad.lines()[:3]),
                           hint="the registry holds other bytes under this key: publish a verified build again")
-    return Verdict(status="verified", detail=f"against {ref_path.name}: "
+    return BuildVerdict(status="verified", detail=f"against {ref_path.name}: "
                    + "; ".join(r.summary() for r in results), reference=str(ref_path), results=results)
 
 
@@ -193,7 +185,7 @@ def _same_inputs(job: Job, man: Manifest, where: str) -> None:
                               hint="publish a build of this plan")
 
 
-def files_are_outputs(art: Artifact, man: Manifest, where: str) -> None:
+def files_are_outputs(art: BinaryArtifact, man: Manifest, where: str) -> None:
     """Every file under bin/ is an output the build manifest records, with its sha256; the
     server is among them when the build has one."""
     outputs = {PurePosixPath(o.path).name: o for c in man.components for o in c.outputs}

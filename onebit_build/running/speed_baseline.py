@@ -22,11 +22,10 @@ from onebit_build.running.server_args import device_args
 
 REF_KIND = "onebit-smoke-speed-reference"
 REF_SCHEMA = 1
-REF_FILE = "smoke-speed.json"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Workload:
+class SpeedWorkload:
     """What a decode figure was measured on."""
 
     prompt: str  # the prompt's name
@@ -45,7 +44,7 @@ class Workload:
         }
 
     @classmethod
-    def from_dict(cls, doc: Any, where: str) -> Workload:
+    def from_dict(cls, doc: Any, where: str) -> SpeedWorkload:
         want = {f.name for f in fields(cls)}
         if not isinstance(doc, dict) or set(doc) != want:
             raise ConfigError(
@@ -66,7 +65,7 @@ class Workload:
             model_sha256=str(doc["model_sha256"]),
         )
 
-    def differences(self, other: Workload) -> list[str]:
+    def differences(self, other: SpeedWorkload) -> list[str]:
         """The names of the fields in which ``other`` differs."""
         return [f.name for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)]
 
@@ -75,20 +74,20 @@ class Workload:
 class SpeedReference:
     device: str
     decode_tok_s: float
-    workload: Workload | None  # None: not known (a recipe's figure), so never compared
+    workload: SpeedWorkload | None  # None: not known (a recipe's figure), so never compared
     source: str  # where the figure comes from, for a person
 
 
 def smoke_workload(
     spec: SmokeSpec, device: str, *, model_sha256: str, threads: int | None, extra_args: tuple[str, ...] = ()
-) -> Workload:
+) -> SpeedWorkload:
     """The workload of the smoke stage's speed measurement on ``device`` (a server run with
     ``-t threads`` when given)."""
     first = spec.prompts[0]
     args = [*device_args(device), "-np", "1", "-c", str(spec.ctx_size)]
     if threads is not None:
         args += ["-t", str(threads)]
-    return Workload(
+    return SpeedWorkload(
         prompt=first.name,
         prompt_sha256=sha256_bytes(first.prompt.encode()),
         tokens=spec.speed_tokens,
@@ -105,7 +104,7 @@ def recipe_references(spec: SmokeSpec, recipe_name: str) -> tuple[SpeedReference
     )
 
 
-def pick(refs: tuple[SpeedReference, ...], device: str, workload: Workload) -> tuple[SpeedReference | None, str]:
+def pick(refs: tuple[SpeedReference, ...], device: str, workload: SpeedWorkload) -> tuple[SpeedReference | None, str]:
     """The reference to judge ``device`` against (one of the same workload) and a note
     saying which it is or why none is."""
     mine = [r for r in refs if r.device == device]
@@ -147,7 +146,7 @@ def load_references(path: Path) -> tuple[SpeedReference, ...]:
             SpeedReference(
                 device=e["device"],
                 decode_tok_s=float(e["decode_tok_s"]),
-                workload=Workload.from_dict(e.get("workload"), where),
+                workload=SpeedWorkload.from_dict(e.get("workload"), where),
                 source=str(e.get("source", path.name)),
             )
         )

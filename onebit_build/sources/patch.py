@@ -85,8 +85,23 @@ def patch_digest(commit: str, patches: tuple[PatchFile, ...]) -> str:
     return h.hexdigest()
 
 
+def tree_stem(source: str, commit: str) -> str:
+    """How a prepared tree's folder name starts: the source and the first 12 digits of its
+    commit (the digest of its patches follows). Pure."""
+    return f"{file_part(source)}-{commit[:12]}"
+
+
 def canonical_path(ws: Workspace, source: str, commit: str, digest: str) -> Path:
-    return ws.src_dir / f"{file_part(source)}-{commit[:12]}-{digest[:12]}"
+    return ws.src_dir / f"{tree_stem(source, commit)}-{digest[:12]}"
+
+
+def newest_prepared(src_dir: Path, source: str, commit: str) -> Path | None:
+    """The newest prepared tree of ``source`` at ``commit`` (full or abbreviated) in a
+    workspace's sources folder, whatever its patches; None when there is none."""
+    if not src_dir.is_dir():
+        return None
+    found = sorted(src_dir.glob(f"{tree_stem(source, commit)}*-*"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
 
 
 def _stamp_path(tree: Path) -> Path:

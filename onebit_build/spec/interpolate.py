@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Iterable
 from onebit_build.core.names import is_cmake_name
 
 if TYPE_CHECKING:
-    from onebit_build.spec.recipe import ToolchainSpec
+    from onebit_build.spec.toolchain_spec import ToolchainSpec
     from onebit_build.spec.pins import Pins
 
 REF_RE = re.compile(r"\$\{([^}]*)\}")

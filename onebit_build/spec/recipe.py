@@ -19,6 +19,7 @@ from onebit_build.spec.requires_spec import RequiresSpec, load_requires
 from onebit_build.spec.jit_cache_spec import JitCacheSpec, load_jit_cache
 from onebit_build.spec.numerics_spec import NumericsSpec, load_numerics
 from onebit_build.core.safepath import resolved
+from onebit_build.spec.toolchain_spec import ToolchainSpec, load_toolchain
 from onebit_build.spec.yamlnode import Node, Range, check_schema, load_yaml
 from onebit_build.core.names import is_cmake_name, is_component_name, is_file_name, relative_inside
 from onebit_build.spec.interpolate import (REF_RE, RESERVED_REF_HEADS, pin_ref_problem, toolchain_ref_problem,
@@ -50,16 +51,6 @@ class Component:
                 if head not in RESERVED_REF_HEADS:
                     refs.add(head)
         return refs
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolchainSpec:
-    """A compiler toolchain outside the system (e.g. TheRock): ``${toolchain.root|ar|libhsa}``."""
-
-    root: str
-    root_env: str = "ONEBIT_TOOLCHAIN_ROOT"  # overrides root; --toolchain-root overrides both
-    ar: tuple[str, ...] = ()  # candidates: paths relative to root, or program names on PATH
-    libhsa: tuple[str, ...] = ()  # candidate globs relative to root
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -225,7 +216,7 @@ def load_recipe(path: Path, pins: Pins) -> Recipe:
     root.only({"schema", "name", "description", "backends", "components", "model", "smoke", "toolchain", "verification",
                "requires", "jit_cache", "numerics"})
     check_schema(root, RECIPE_SCHEMA)
-    toolchain = _load_toolchain(root)
+    toolchain = load_toolchain(root)
     name = root.get("name", str)
     if not is_file_name(name):
         root.fail(f"recipe name {name!r} is not a name",
@@ -396,26 +387,6 @@ def _load_prompts(snode: Node) -> tuple[PromptCheck, ...]:
         prompts.append(PromptCheck(name=pnode.get("name", str), prompt=pnode.get("prompt", str),
                                    expect=pnode.get("expect", str)))
     return tuple(prompts)
-
-
-def _load_toolchain(root: Node) -> ToolchainSpec | None:
-    node = root.child("toolchain", required=False)
-    if node is None:
-        return None
-    node.only({"root", "root_env", "ar", "libhsa"})
-    where = node.get("root", str, fix="give the toolchain's install folder, e.g. /opt/rocm-therock")
-    if not where.startswith("/"):
-        node.fail(f"{where!r} is not an absolute path", "give an absolute folder", key="root")
-    for key in ("ar", "libhsa"):
-        for item in node.str_list(key, required=False):
-            if item.startswith("/") or ".." in Path(item).parts:
-                node.fail(f"{item!r} must be relative to the toolchain root", "remove the leading / and '..'", key=key)
-    return ToolchainSpec(
-        root=where,
-        root_env=node.get("root_env", str, required=False, default="ONEBIT_TOOLCHAIN_ROOT"),
-        ar=node.str_list("ar", required=False),
-        libhsa=node.str_list("libhsa", required=False),
-    )
 
 
 def _check_toolchain_refs(node: Node, values: Iterable[tuple[str, str]], toolchain: ToolchainSpec | None) -> None:

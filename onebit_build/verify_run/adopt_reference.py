@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from onebit_build.checking.artifacts import ArtifactSet
-from onebit_build.checking.references import fingerprint, load_reference, reference_name, write_reference
+from onebit_build.checking.references import load_reference, reference_file, write_reference
 from onebit_build.core.errors import VerifyError
+from onebit_build.verify_run.request import RunRequest
 
-if TYPE_CHECKING:  # run.py imports this module; the request type is only named here
-    from onebit_build.verify_run.run import RunRequest
 
 
 def adopt_reference(req: RunRequest, working_sets: dict[tuple[str, str], ArtifactSet]) -> tuple[Path | None, str]:
@@ -25,7 +23,7 @@ def adopt_reference(req: RunRequest, working_sets: dict[tuple[str, str], Artifac
     man = replace(man, components=tuple(
         replace(c, artifacts=tuple(s for (name, _k), s in sorted(working_sets.items()) if name == c.name))
         for c in man.components))
-    path = req.refs_dir / f"{reference_name(fingerprint(man))}.json"
+    path = reference_file(req.refs_dir, man)
     if path.exists():
         try:
             old = load_reference(path).sets

@@ -5,16 +5,12 @@ with like instead of with a number from another workload."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
+from onebit_build.checking.references import speed_file
 from onebit_build.core.errors import SmokeError
 from onebit_build.running import smoke as smoke_mod
 from onebit_build.running import speed_baseline as speed_ref
-from onebit_build.running.speed_baseline import SpeedReference, Workload
-
-
-def references_file(refs_dir: Path) -> Path:
-    return refs_dir / speed_ref.REF_FILE
+from onebit_build.running.speed_baseline import SpeedReference, SpeedWorkload
 
 
 def adopt_smoke_speed(req, devices: tuple[str, ...]) -> list[str]:
@@ -45,10 +41,10 @@ def adopt_smoke_speed(req, devices: tuple[str, ...]) -> list[str]:
             SpeedReference(
                 device=device,
                 decode_tok_s=speed.decode_tok_s,
-                workload=Workload.from_dict(speed.workload, "measured"),
+                workload=SpeedWorkload.from_dict(speed.workload, "measured"),
                 source=source,
             )
         )
     if new:
-        said += speed_ref.adopt(references_file(req.refs_dir), new)
+        said += speed_ref.adopt(speed_file(req.refs_dir), new)
     return said

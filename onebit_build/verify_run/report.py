@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from onebit_build.core.fsutil import atomic_write_bytes
-from onebit_build.verify_run.verdict import SPEED, SPEED_NOT_MEASURED, Part, Verdict
+from onebit_build.verify_run.verdict import SPEED, SPEED_NOT_MEASURED, Part, RunVerdict
 
 KIND = "onebit-build/verification"
 SCHEMA = 1
@@ -51,7 +51,7 @@ class Written:
     bundle: Path
 
 
-def verification_doc(verdict: Verdict, facts: RunFacts) -> dict[str, Any]:
+def verification_doc(verdict: RunVerdict, facts: RunFacts) -> dict[str, Any]:
     """The JSON document (without kind and schema, which :func:`write_all` adds)."""
     return {
         "verdict": verdict.label, "verified": verdict.verified, "exit_code": verdict.exit_code,
@@ -94,7 +94,7 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def render_markdown(verdict: Verdict, facts: RunFacts) -> str:
+def render_markdown(verdict: RunVerdict, facts: RunFacts) -> str:
     """The report a maintainer pastes into a pull request."""
     out = [f"## Verification run: {verdict.title}", ""]
     how = (f"at least {facts.rounds} interleaved rounds; speed tolerance ±{facts.tolerance:.0%}"
@@ -147,7 +147,7 @@ def _tar_bytes(members: Sequence[tuple[str, bytes | Path]]) -> bytes:
     return buf.getvalue()
 
 
-def write_all(run_dir: Path, verdict: Verdict, facts: RunFacts, *,
+def write_all(run_dir: Path, verdict: RunVerdict, facts: RunFacts, *,
               bundle_files: Sequence[tuple[str, Path]] = ()) -> Written:
     """Write the three files into ``run_dir``. Everything is rendered first; then each file
     is written atomically (bundle first, the markdown last), so that a failure while

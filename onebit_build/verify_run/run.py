@@ -24,7 +24,7 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -34,18 +34,12 @@ from onebit_build.checking.manifest import ComponentRecord
 from onebit_build.checking.references import find_matching_reference, load_reference
 from onebit_build.checking.compare import SetComparison, compare_outputs, compare_sets
 from onebit_build.core import ui
-from onebit_build.spec.recipe import Recipe
 from onebit_build.core.errors import SmokeError, VerifyError
 from onebit_build.core.fsutil import atomic_write_text, sha256_file
 from onebit_build.spec.model_spec import served_name
-from onebit_build.evidence.keys import SigningKey
-from onebit_build.evidence.scrub import Scrubber, scrubber
 from onebit_build.evidence.verdict import SIGNED as VERDICT_SIGNED, record as record_verdict
 from onebit_build.running import server as srvmod
 from onebit_build.running.server_args import ServerSpec
-from onebit_build.running.bench.plan import Prompt
-from onebit_build.running.bench.settings import DEFAULTS as BENCH_DEFAULTS
-from onebit_build.running.model import ModelFile
 from onebit_build.verify_run.adopt_reference import adopt_reference
 from onebit_build.verify_run.adopt_speed import adopt_smoke_speed
 from onebit_build.verify_run import report as report_mod
@@ -56,57 +50,19 @@ from onebit_build.verify_run.junit import write_junit
 from onebit_build.verify_run.mapped_files import Provenance, inspect_process
 from onebit_build.verify_run.speed_rounds import METRICS, speed_on
 from onebit_build.verify_run.verdict_junit import junit_cases
-from onebit_build.verify_run.verdict import (SPEED_NOT_MEASURED, Part, Verdict, answers_part, artifacts_part,
+from onebit_build.verify_run.verdict import (SPEED_NOT_MEASURED, Part, RunVerdict, answers_part, artifacts_part,
                                                provenance_part, speed_not_measured, speed_part, verdict)
 from onebit_build.verify_run.numerics_stage import numerics_stage
+from onebit_build.verify_run.request import NEW, WORKING, RunRequest, Side
 from onebit_build.verify_run.working import ResolvedBuild, server_component
 
-NEW = "new"
-WORKING = "working"
 SHOWN_LINES = 20  # details of a failed part printed at the end (all of them are in the report)
 NO_SPEED_ADOPTED = "smoke speed not adopted: --no-speed measures no speed"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Side:
-    role: str  # NEW or WORKING
-    build: ResolvedBuild
-    args: tuple[str, ...] = ()  # extra llama-server arguments for this build's servers
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunRequest:
-    recipe: Recipe  # with its runtime environment filled in
-    new: Side
-    working: Side
-    model: ModelFile
-    run_dir: Path
-    prompts: tuple[Prompt, ...]  # the speed prompts (the bench's)
-    rounds: int  # rounds before the first look at the speed interval
-    tolerance: float
-    refs_dir: Path  # references/<recipe>/
-    budget_s: float = 900.0  # seconds of speed rounds per device (verification.budget_s, --speed-budget)
-    decode_tokens: int = BENCH_DEFAULTS.decode_tokens
-    lock: Path | None = None  # the bench lock the caller holds (recorded)
-    junit: Path | None = None
-    adopt: bool = False
-    measure_speed: bool = True  # False (--no-speed): no speed rounds; the speed part is not judged
-    signing_key: SigningKey | None = None  # signs the verdict's statement (None: written unsigned)
-    scrub: Scrubber = field(default_factory=lambda: scrubber(workspace=None))  # what the statement must not name
-    numerics_text: str | None = None  # the recipe's evaluation text (None: the recipe has no numerical check)
-
-    @property
-    def sides(self) -> tuple[Side, Side]:
-        return (self.working, self.new)
-
-    @property
-    def env(self) -> tuple[tuple[str, str], ...]:
-        return self.recipe.smoke.env
-
-
-@dataclass(frozen=True, kw_only=True)
 class RunOutcome:
-    verdict: Verdict
+    verdict: RunVerdict
     written: report_mod.Written
     junit: Path | None
     reference: Path | None  # written (or found unchanged) by --adopt

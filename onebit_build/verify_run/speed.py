@@ -74,7 +74,7 @@ DECIDED = (ON_PAR, FASTER, SLOWER)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Budget:
+class SpeedBudget:
     """How the rounds of one device went: how many, in what time, against which budget,
     and the 1-minute load average while they ran (None where it cannot be read)."""
 
@@ -121,7 +121,7 @@ class SpeedVerdict:
     new_median: float | None = None  # tok/s, for the reader
     working_median: float | None = None
     rounds_asked: int = 0
-    budget: Budget | None = None  # how the sequential rounds went (verify-run)
+    budget: SpeedBudget | None = None  # how the sequential rounds went (verify-run)
 
     @property
     def ok(self) -> bool:
@@ -282,7 +282,7 @@ def another_round(labels: Iterable[str], *, valid_rounds: int, rounds_done: int,
 
 
 def speed_verdict(measures: Iterable[Measure], *, tolerance: float = DEFAULT_TOLERANCE, rounds_asked: int = 0,
-                  budget: Budget | None = None) -> SpeedVerdict:
+                  budget: SpeedBudget | None = None) -> SpeedVerdict:
     """The verdict on one metric of one device from its timed answers. With a ``budget``
     (sequential rounds), an undecided interval is "too noisy" only when the budget is spent."""
     if not 0 < tolerance < 1:

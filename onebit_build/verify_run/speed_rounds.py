@@ -10,7 +10,7 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from onebit_build.core import ui
 from onebit_build.running import server as srvmod
@@ -19,9 +19,8 @@ from onebit_build.running.bench.run import BenchRequest, run_bench
 from onebit_build.running.measure import Sample
 from onebit_build.verify_run import speed as speed_mod
 from onebit_build.verify_run.mapped_files import Provenance, inspect_process
+from onebit_build.verify_run.request import RunRequest
 
-if TYPE_CHECKING:  # only for the annotations: run.py imports this module
-    from onebit_build.verify_run.run import RunRequest
 
 METRICS = ("decode", "prompt")
 PROMPT_MIN_TOKENS = 32  # the shortest prompt prompt speed is judged on (when any is as long)
@@ -43,7 +42,7 @@ def prompt_speed_prompts(samples: tuple[Sample, ...]) -> set[str]:
 
 
 def verdicts_of(samples: tuple[Sample, ...], role_of: dict[str, str], *, device: str, tolerance: float,
-                rounds_asked: int, budget: speed_mod.Budget | None = None) -> Verdicts:
+                rounds_asked: int, budget: speed_mod.SpeedBudget | None = None) -> Verdicts:
     """Per metric, the verdict of the samples so far (invalid answers count as no figure). Pure."""
     out = {}
     counted = {"decode": {s.prompt for s in samples}, "prompt": prompt_speed_prompts(samples)}
@@ -64,7 +63,7 @@ def load_average() -> float | None:
         return None
 
 
-def speed_on(req: "RunRequest", device: str, hasher: Callable[[Path], str]) -> tuple[Verdicts, list[Provenance]]:
+def speed_on(req: RunRequest, device: str, hasher: Callable[[Path], str]) -> tuple[Verdicts, list[Provenance]]:
     """The sequential rounds on ``device`` and their verdicts; every timed server's
     provenance is checked while it runs, and the load average read as it starts."""
     threads = ("-t", str(req.recipe.smoke.threads)) if req.recipe.smoke.threads else ()
@@ -94,7 +93,7 @@ def speed_on(req: "RunRequest", device: str, hasher: Callable[[Path], str]) -> t
                         decode_tokens=req.decode_tokens, ctx_size=req.recipe.smoke.ctx_size, env=req.env,
                         health_timeout_s=req.recipe.smoke.health_timeout_s, lock=req.lock, together=True)
     result = run_bench(breq, progress=lambda line: ui.info(f"  {line}"), on_start=on_start, more=more)
-    budget = speed_mod.Budget(rounds=result.rounds_run, seconds=time.monotonic() - t0, budget_s=req.budget_s,
+    budget = speed_mod.SpeedBudget(rounds=result.rounds_run, seconds=time.monotonic() - t0, budget_s=req.budget_s,
                               load=statistics.mean(loads) if loads else None, cores=os.cpu_count())
     return verdicts_of(result.samples, role_of, device=device, tolerance=req.tolerance, rounds_asked=req.rounds,
                        budget=budget), provs

@@ -65,7 +65,7 @@ class Part:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Verdict:
+class RunVerdict:
     parts: tuple[Part, ...]
 
     @property
@@ -104,13 +104,13 @@ class Verdict:
         return f"{NOT_VERIFIED}: " + "; ".join(f"{p.name}: {p.summary}" for p in self.parts if not p.ok) + skipped
 
 
-def verdict(parts: Iterable[Part]) -> Verdict:
+def verdict(parts: Iterable[Part]) -> RunVerdict:
     parts = tuple(parts)
     names = [p.name for p in parts]
     if sorted(names) != sorted(PARTS):
         raise ValueError(f"a verdict needs exactly the parts {', '.join(PARTS)}; got {', '.join(names)}")
     order = {n: i for i, n in enumerate(PARTS)}
-    return Verdict(parts=tuple(sorted(parts, key=lambda p: order[p.name])))
+    return RunVerdict(parts=tuple(sorted(parts, key=lambda p: order[p.name])))
 
 
 # --------------------------------------------------------------------------- the parts

@@ -4,10 +4,10 @@ metric inside answers and speed, each with its evidence and the time of its step
 from __future__ import annotations
 
 from onebit_build.verify_run.junit import Case, classname, evidence_text
-from onebit_build.verify_run.verdict import Verdict
+from onebit_build.verify_run.verdict import RunVerdict
 
 
-def junit_cases(v: Verdict, *, recipe: str, times: dict[str, float] | None = None) -> list[Case]:
+def junit_cases(v: RunVerdict, *, recipe: str, times: dict[str, float] | None = None) -> list[Case]:
     """One case per part (class ``<recipe>``), and one per device and prompt or metric inside
     answers and speed (class ``<recipe>.<device>``), each with its evidence and the time of
     the step that made it (``times``: ``artifacts``, ``answers/DEVICE``, ``speed/DEVICE``; a

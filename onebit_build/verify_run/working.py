@@ -38,7 +38,7 @@ INSTALL_PREFIX = "install prefix"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Output:
+class WorkingOutput:
     name: str
     path: Path  # where the file is for this build (re-anchored)
     sha256: str
@@ -53,7 +53,7 @@ class ResolvedBuild:
     manifest_path: Path
     manifest: Manifest
     given_as: str  # BUILD_FOLDER, SERVER_FILE, RUN_FOLDER or INSTALL_PREFIX
-    outputs: tuple[Output, ...]  # of every component
+    outputs: tuple[WorkingOutput, ...]  # of every component
 
     @property
     def recipe(self) -> str:
@@ -121,7 +121,7 @@ def anchored(recorded: str, recorded_dir: str, actual_dir: Path) -> Path:
 
 
 def outputs_of(man: Manifest, *, server_comp: ComponentRecord, folder: Path,
-               installed: bool = False) -> tuple[Output, ...]:
+               installed: bool = False) -> tuple[WorkingOutput, ...]:
     """Every output of every component; those of the server's component re-anchored at
     ``folder``. Under an install prefix every output is in ``folder/bin``. Pure."""
     out = []
@@ -132,7 +132,7 @@ def outputs_of(man: Manifest, *, server_comp: ComponentRecord, folder: Path,
                 path = folder / "bin" / path.name
             elif comp is server_comp:
                 path = anchored(o.path, comp.build_dir, folder)
-            out.append(Output(name=o.name, path=path, sha256=o.sha256))
+            out.append(WorkingOutput(name=o.name, path=path, sha256=o.sha256))
     return tuple(out)
 
 

@@ -36,7 +36,9 @@ from onebit_build.core.gitops import Git
 from onebit_build.spec.pins import Pins, load_pins, read_lock, render_lock
 from onebit_build.spec.pins_edit import PinMove, check_moved, moved_text
 from onebit_build.core.project import CHECKOUT, ProjectRoot
-from onebit_build.job.build import Built, build_part, run_fetch, server_of
+from onebit_build.job.build import Built, server_of
+from onebit_build.job.fetch import run_fetch
+from onebit_build.job.run import build_part
 from onebit_build.workflows.bump_report import BumpRecord, gate, patch_table, write_report
 from onebit_build.job.job import Job, load_pins_and_recipe
 from onebit_build.job.plan import plan_of
@@ -50,7 +52,7 @@ TIE_MARGIN = 0.25
 
 
 @dataclass(frozen=True, kw_only=True)
-class Target:
+class BumpTarget:
     """Where the user asks one source to go."""
 
     source: str
@@ -60,7 +62,7 @@ class Target:
 
 @dataclass(frozen=True, kw_only=True)
 class BumpRequest:
-    targets: tuple[Target, ...]  # SOURCE first, then the --with ones
+    targets: tuple[BumpTarget, ...]  # SOURCE first, then the --with ones
     rounds: int = 3  # bench rounds
     tie_margin: float = TIE_MARGIN  # nats: a greedy flip the bench excuses between the two commits
 
@@ -119,7 +121,7 @@ def _gates(job: Job, req: BumpRequest, record: BumpRecord) -> None:
 # --------------------------------------------------------------------------- fetch
 
 
-def fetch_moves(job: Job, targets: tuple[Target, ...]) -> tuple[PinMove, ...]:
+def fetch_moves(job: Job, targets: tuple[BumpTarget, ...]) -> tuple[PinMove, ...]:
     """Each target's move, its new commit fetched into the workspace's store beside the old one."""
     from onebit_build.sources.sdist_target import sdist_target
 
@@ -218,7 +220,7 @@ def staged_job(job: Job, record: BumpRecord) -> Job:
 
 def _build_verify_smoke(job: Job, record: BumpRecord) -> tuple[Job, Built]:
     from onebit_build.job.smoke import smoke_stage
-    from onebit_build.job.verify import rebuild_and_compare
+    from onebit_build.workflows.verify import rebuild_and_compare
 
     with gate(record, "build") as g:
         new_job = staged_job(job, record)

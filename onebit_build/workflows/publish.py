@@ -20,8 +20,8 @@ import json
 import time
 from pathlib import Path
 
-from onebit_build.distribution.binary_cache import (CARRIED, Artifact, Entry, config_bytes, entry_of, manifest_doc,
-                                                path_ok, tag_of)
+from onebit_build.distribution.binary_cache import (CARRIED, BinaryArtifact, Entry, config_bytes, entry_of,
+                                                    manifest_doc, path_ok, tag_of)
 from onebit_build.distribution.install import Item, install_items, install_items_into
 from onebit_build.checking.manifest import load_manifest
 from onebit_build.distribution.oci import Registry, RegistryUnreachable
@@ -108,7 +108,7 @@ def check_publishable(job: Job, entries: list[Entry], built: Built) -> None:
         if e.link is not None and f"{Path(e.rel).parent}/{e.link}" not in names:
             raise BuildError(f"cannot publish {e.rel}: a link to {e.link!r}, which is not beside it in the tree",
                              hint="report it as a bug")
-    art = Artifact(recipe=job.recipe.name, key="", entries=tuple(entries))
+    art = BinaryArtifact(recipe=job.recipe.name, key="", entries=tuple(entries))
     try:
         files_are_outputs(art, load_manifest(built.manifest), "this build")
     except VerifyError as exc:
