@@ -22,7 +22,8 @@ from onebit_build.building.cache.dist import debug_build
 from onebit_build.building.cache.session import CacheSession
 from onebit_build.building.cache.compiler import (LAUNCHER_LANGUAGES, NO_LAUNCHER, Launcher, PrefixMap, describe,
                                                   launcher_defines, nested_project_env, prefix_maps, with_prefix_maps)
-from onebit_build.spec.recipe import REF_RE, Component
+from onebit_build.spec.interpolate import INTERPOLATION_RE
+from onebit_build.spec.recipe import Component
 from onebit_build.spec.pins import Pin
 from onebit_build.core.errors import BuildError, CommandError, ConfigError, ToolMissingError
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
@@ -124,7 +125,7 @@ def resolve_refs(value: str, *, pins: Mapping[str, Pin], components: Mapping[str
             raise ConfigError(f"reference ${{{ref}}}: {comp} has no {field!r}", hint=f"fields of {comp}: {known}")
         return components[comp][field]
 
-    return REF_RE.sub(sub, value)
+    return INTERPOLATION_RE.sub(sub, value)
 
 
 def build_key(req: BuildRequest, toolchain: Toolchain) -> str:

@@ -23,7 +23,7 @@ def needs(cmd: Command, opts: Options) -> Needs:
 
 def job(opts: Options, project: ProjectRoot, cmd: Command, binary_cache=None) -> int:
     """The job up to the command's last stage; ``binary_cache``: the command's --binary-cache
-    (job.pull.CacheOptions)."""
+    (job.pull.BinaryCacheRequest)."""
     assert cmd.until is not None  # every job command of the table names its last stage
     with open_job(opts.settings, project, needs(cmd, opts), label=opts.label) as j:
         done = run(j, cmd.until, skip=cmd.skip, server=opts.server, binary_cache=binary_cache,

@@ -7,7 +7,7 @@ import os
 from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
-    from onebit_build.job.pull import CacheOptions
+    from onebit_build.job.pull import BinaryCacheRequest
 
 BINARY_CACHE_VARIABLE = "ONEBIT_BINARY_CACHE"
 
@@ -33,11 +33,11 @@ def binary_cache_given(args: Mapping[str, Any], environ: Mapping[str, str]) -> t
     return environ.get(BINARY_CACHE_VARIABLE) or None, f"${BINARY_CACHE_VARIABLE}"
 
 
-def cache_options(args: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> CacheOptions:
+def cache_options(args: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> BinaryCacheRequest:
     """Where a job's build may be taken from, and whether an unverified one is taken."""
     from onebit_build.distribution.oci_ref import parse_ref
-    from onebit_build.job.pull import CacheOptions
+    from onebit_build.job.pull import BinaryCacheRequest
 
     text, flag = binary_cache_given(args, os.environ if environ is None else environ)
-    return CacheOptions(ref=parse_ref(text, flag) if text else None,
+    return BinaryCacheRequest(ref=parse_ref(text, flag) if text else None,
                         allow_unverified=bool(args.get("allow_unverified")))

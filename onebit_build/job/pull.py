@@ -46,7 +46,7 @@ SAME_SYSTEM = ("os", "machine", "libc", "linker")
 
 
 @dataclass(frozen=True, kw_only=True)
-class CacheOptions:
+class BinaryCacheRequest:
     """Where the build may be taken from (``--binary-cache``, read by ``commands/_oci.py``) and
     whether an unverified one is taken (``--allow-unverified``)."""
 
@@ -240,7 +240,7 @@ def as_built(job: Job, pulled: Pulled) -> Built:
     return Built(fetched={}, trees={}, builds=results, manifest=final)
 
 
-def from_binary_cache(job: Job, opts: CacheOptions) -> Built | None:
+def from_binary_cache(job: Job, opts: BinaryCacheRequest) -> Built | None:
     """The build stage's first step with ``--binary-cache``: the pulled build, or None (one
     line says why) when the stage must build here after all."""
     if opts.ref is None:

@@ -148,7 +148,7 @@ def _resolve_component(recipe: Recipe, comp: Component, pinned: Mapping[str, Pin
         launcher=inp.launcher, languages=compile_languages(recipe.backends), fresh=inp.fresh,
     )
     unknown = next((f"{d.name} is not resolved yet ({d.unknown})" for d in done
-                    if d.name in comp.references() and d.key is None), "")
+                    if d.name in comp.components_used() and d.key is None), "")
     if not unknown and missing:
         unknown = f"the configure-time download(s) {', '.join(missing)} are not unpacked yet (fetch unpacks them)"
     given = tree_sources(v for _, v in (*comp.defines, *comp.env))
@@ -182,7 +182,7 @@ def dependency_inputs(comp: Component, done: list[ComponentBuild]) -> tuple[tupl
     or re-assembled dependency gives this component a new build folder too. Pure."""
     out = []
     for d in done:
-        if d.name in comp.references():
+        if d.name in comp.components_used():
             assembled = d.request.assemble.digest if d.request.assemble else ""
             out.append((d.name, f"{d.key or '?'}:{assembled}"))
     return tuple(out)

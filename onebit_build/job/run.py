@@ -23,7 +23,7 @@ from onebit_build.job.build import Built, build_stage, server_of
 from onebit_build.job.fetch import fetch_stage
 from onebit_build.job.job import Job
 from onebit_build.job.patch import patch_stage
-from onebit_build.job.pull import CacheOptions, from_binary_cache
+from onebit_build.job.pull import BinaryCacheRequest, from_binary_cache
 from onebit_build.job.smoke import smoke_stage
 from onebit_build.job.stage import Stage
 from onebit_build.job.verify import verify_stage
@@ -37,7 +37,7 @@ class JobResult:
 
 
 def run(job: Job, until: Stage, *, skip: frozenset[Stage] = frozenset(), server: Path | None = None,
-        binary_cache: CacheOptions | None = None, allow_unverified: bool = False) -> JobResult:
+        binary_cache: BinaryCacheRequest | None = None, allow_unverified: bool = False) -> JobResult:
     """Run ``job``'s stages up to ``until``, leaving out ``skip``. ``server``: smoke this binary,
     built elsewhere, instead of building the recipe; ``binary_cache``: where to take the build from.
     A smoke that leaves out the verify stage uses the build's recorded verdict: NOT VERIFIED
@@ -68,7 +68,7 @@ def run(job: Job, until: Stage, *, skip: frozenset[Stage] = frozenset(), server:
 
 
 
-def build_part(job: Job, until: Stage = Stage.BUILD, binary_cache: CacheOptions | None = None) -> Built | None:
+def build_part(job: Job, until: Stage = Stage.BUILD, binary_cache: BinaryCacheRequest | None = None) -> Built | None:
     """Fetch, patch and build, up to ``until``; None when it stops before the build. With
     ``binary_cache``, the build is first asked of that registry."""
     recipe = job.recipe

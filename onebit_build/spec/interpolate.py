@@ -1,5 +1,5 @@
-"""References in a recipe and the checks that keep them from becoming code:
-``${pin.SOURCE.FIELD}``, ``${toolchain.FIELD}`` and the defines that hold them (the name rules
+"""Interpolation in a recipe, ``${...}``, and the checks that keep it from becoming code:
+``${pin.SOURCE.FIELD}``, ``${toolchain.FIELD}``, ``${COMPONENT.FIELD}`` and the defines that hold them (the name rules
 themselves are in :mod:`onebit_build.core.names`). Pure functions: each returns what is
 wrong (a problem and its fix) or None; the recipe loader and ``-D`` both use them."""
 
@@ -14,10 +14,10 @@ if TYPE_CHECKING:
     from onebit_build.spec.toolchain_spec import ToolchainSpec
     from onebit_build.spec.pins import Pins
 
-REF_RE = re.compile(r"\$\{([^}]*)\}")
+INTERPOLATION_RE = re.compile(r"\$\{([^}]*)\}")
 
 # ``${pin.SRC.FIELD}`` and ``${toolchain.FIELD}`` are not component references.
-RESERVED_REF_HEADS = ("pin", "toolchain")
+RESERVED_HEADS = ("pin", "toolchain")
 TOOLCHAIN_FIELDS = ("root", "ar", "libhsa")
 # ``tree``: the folder of the source's prepared (patched) tree, for a build that takes another
 # pinned source as a folder (the HRX fork's HRX_SOURCE_DIR); that source is fetched and patched
@@ -29,17 +29,17 @@ def tree_sources(values: Iterable[str]) -> list[str]:
     """The sources ``values`` take as a folder (``${pin.SOURCE.tree}``), in order, once each. Pure."""
     out: list[str] = []
     for value in values:
-        for ref in REF_RE.findall(value):
+        for ref in INTERPOLATION_RE.findall(value):
             parts = ref.split(".")
             if parts[0] == "pin" and len(parts) >= 3 and parts[-1] == "tree":
                 out.append(".".join(parts[1:-1]))
     return list(dict.fromkeys(out))
 
 
-def pin_ref_problem(key: str, value: str, pins: Pins) -> tuple[str, str] | None:
+def pin_value_problem(key: str, value: str, pins: Pins) -> tuple[str, str] | None:
     """(problem, fix) for the first ``${pin.SOURCE.FIELD}`` in ``value`` that names no pinned
     source or no field it has; None when every one is good. Pure."""
-    for ref in REF_RE.findall(value):
+    for ref in INTERPOLATION_RE.findall(value):
         parts = ref.split(".")
         if parts[0] != "pin":
             continue
@@ -58,12 +58,12 @@ def define_problem(key: str, value: str, pins: Pins, toolchain: ToolchainSpec | 
     CMake variable name, or a bad ``${pin...}`` / ``${toolchain...}`` reference. Pure."""
     if not is_cmake_name(key):
         return f"{key!r} is not a CMake variable name", "use letters, digits and '_' only, not starting with a digit"
-    return pin_ref_problem(key, value, pins) or toolchain_ref_problem(key, value, toolchain)
+    return pin_value_problem(key, value, pins) or toolchain_value_problem(key, value, toolchain)
 
 
-def toolchain_ref_problem(key: str, value: str, toolchain: ToolchainSpec | None) -> tuple[str, str] | None:
+def toolchain_value_problem(key: str, value: str, toolchain: ToolchainSpec | None) -> tuple[str, str] | None:
     """(problem, fix) for the first bad ``${toolchain.FIELD}`` in ``value``; None if none. Pure."""
-    for ref in REF_RE.findall(value):
+    for ref in INTERPOLATION_RE.findall(value):
         parts = ref.split(".")
         if parts[0] != "toolchain":
             continue

@@ -22,7 +22,7 @@ from onebit_build.core.safepath import resolved
 from onebit_build.spec.toolchain_spec import ToolchainSpec, load_toolchain
 from onebit_build.spec.yamlnode import Node, Range, check_schema, load_yaml
 from onebit_build.core.names import is_cmake_name, is_component_name, is_file_name, relative_inside
-from onebit_build.spec.interpolate import (REF_RE, RESERVED_REF_HEADS, pin_ref_problem, toolchain_ref_problem,
+from onebit_build.spec.interpolate import (INTERPOLATION_RE, RESERVED_HEADS, pin_value_problem, toolchain_value_problem,
                                           tree_sources)
 
 RECIPE_SCHEMA = 1
@@ -42,13 +42,13 @@ class Component:
     assemble: "AssembleSpec | None" = None  # how an install prefix is made from the build
     downloads: tuple[DownloadSpec, ...] = ()  # configure-time archives the tool fetches itself
 
-    def references(self) -> set[str]:
+    def components_used(self) -> set[str]:
         """Names of other components this one refers to through ``${name.field}``."""
         refs = set()
         for _, value in (*self.defines, *self.env):
-            for ref in REF_RE.findall(value):
+            for ref in INTERPOLATION_RE.findall(value):
                 head = ref.split(".", 1)[0]
-                if head not in RESERVED_REF_HEADS:
+                if head not in RESERVED_HEADS:
                     refs.add(head)
         return refs
 
@@ -182,7 +182,7 @@ def order_components(components: list[Component], file: Path) -> list[Component]
     names = [c.name for c in components]
     by_name = {c.name: c for c in components}
     for c in components:
-        for ref in c.references():
+        for ref in c.components_used():
             if ref not in by_name:
                 raise ConfigError(
                     f"{file}: components.{c.name}: refers to unknown component {ref!r}",
@@ -190,7 +190,7 @@ def order_components(components: list[Component], file: Path) -> list[Component]
                 )
             if ref == c.name:
                 raise ConfigError(f"{file}: components.{c.name}: refers to itself", hint="remove the self reference")
-    sorter = graphlib.TopologicalSorter({c.name: c.references() for c in components})
+    sorter = graphlib.TopologicalSorter({c.name: c.components_used() for c in components})
     try:
         sorter.prepare()
     except graphlib.CycleError as exc:
@@ -276,7 +276,7 @@ def _load_components(root: Node, pins: Pins, toolchain: ToolchainSpec | None) ->
         if not is_component_name(cname):
             node.fail(f"component name {cname!r} is not a name",
                       "use letters, digits, '-' and '_', starting with a letter", key="name")
-        if cname in RESERVED_REF_HEADS or any(c.name == cname for c in components):
+        if cname in RESERVED_HEADS or any(c.name == cname for c in components):
             node.fail(f"duplicate or reserved component name {cname!r}", "give each component its own name", key="name")
         components.append(_load_component(node, cname, pins, toolchain))
     return components
@@ -337,7 +337,7 @@ def _load_outputs(node: Node) -> tuple[tuple[str, str], ...]:
 def _check_pin_refs(node: Node, defines: Iterable[tuple[str, str]], pins: Pins) -> None:
     """Each ``${pin.SOURCE.FIELD}`` of the defines names a pinned source and a field it has."""
     for key, value in defines:
-        problem = pin_ref_problem(key, value, pins)
+        problem = pin_value_problem(key, value, pins)
         if problem is not None:
             node.fail(*problem, key="defines")
 
@@ -391,7 +391,7 @@ def _load_prompts(snode: Node) -> tuple[PromptCheck, ...]:
 
 def _check_toolchain_refs(node: Node, values: Iterable[tuple[str, str]], toolchain: ToolchainSpec | None) -> None:
     for key, value in values:
-        problem = toolchain_ref_problem(key, value, toolchain)
+        problem = toolchain_value_problem(key, value, toolchain)
         if problem is not None:
             node.fail(*problem)
 
