@@ -12,7 +12,7 @@ from junitparser import Failure, JUnitXml
 
 from _support import REPO, run_cli, shared_from_user
 from conftest import workspace_for_tests
-from onebit_build.verify_run.junit import Case, write_junit
+from onebit_build.running.junit import Case, write_junit
 from onebit_build.verify_run.verdict_junit import junit_cases
 from onebit_build.verify_run.verdict import Part, RunVerdict
 

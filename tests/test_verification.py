@@ -25,7 +25,7 @@ from onebit_build.core.errors import ConfigError
 from onebit_build.core.fsutil import sha256_file
 from onebit_build.running.measure import Sample
 from onebit_build.verify_run import answers, mapped_files as provenance, report, speed, speed_rounds, verdict, working
-from onebit_build.verify_run.junit import Case, junit_xml, write_junit
+from onebit_build.running.junit import Case, junit_xml, write_junit
 
 # --------------------------------------------------------------------------- speed
 

@@ -24,7 +24,7 @@ from onebit_build.running.devices import CPU_DEVICE, pick_devices
 from onebit_build.running import numerics_ref
 from onebit_build.running.numerics_run import NumericsPlan
 from onebit_build.running.server import list_devices
-from onebit_build.verify_run.junit import smoke_cases, write_junit
+from onebit_build.running.junit import smoke_cases, write_junit
 
 
 def with_runtime_env(recipe: Recipe, toolchain_root: str | None) -> Recipe:

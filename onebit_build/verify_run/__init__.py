@@ -13,5 +13,5 @@ build with a working build in one run, in five parts, and gives one verdict:
 - :mod:`.numerics_stage`: the evaluation text scored by both builds, new against working;
 - :mod:`.verdict`: VERIFIED (exit 0) only when all five hold, else NOT VERIFIED (exit 11);
 - :mod:`.report`: ``verification.md``, ``verification.json`` and ``verification.tar.gz``,
-  written atomically; :mod:`.junit`: the checks as JUnit XML.
+  written atomically; ``running.junit``: the checks as JUnit XML.
 """

@@ -46,7 +46,7 @@ from onebit_build.verify_run import report as report_mod
 from onebit_build.verify_run import speed as speed_mod
 from onebit_build.verify_run.answers import Answer, AnswerComparison, compare
 from onebit_build.running.devices import pick_devices
-from onebit_build.verify_run.junit import write_junit
+from onebit_build.running.junit import write_junit
 from onebit_build.verify_run.mapped_files import Provenance, inspect_process
 from onebit_build.verify_run.speed_rounds import METRICS, speed_on
 from onebit_build.verify_run.verdict_junit import junit_cases

@@ -3,7 +3,7 @@ metric inside answers and speed, each with its evidence and the time of its step
 
 from __future__ import annotations
 
-from onebit_build.verify_run.junit import Case, classname, evidence_text
+from onebit_build.running.junit import Case, classname, evidence_text
 from onebit_build.verify_run.verdict import RunVerdict
 
 
