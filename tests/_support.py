@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -338,3 +339,35 @@ def run_in_terminal(argv: list[str], env: dict[str, str], timeout: float = 600) 
     if proc.poll() is None and time.monotonic() >= deadline:
         proc.kill()
     return proc.wait(timeout=60), b"".join(chunks).decode("utf-8", "replace")
+
+
+def speed_measures(pairs: list[tuple[float, float]], prompts: int = 1) -> list:
+    """A verification run's speed rounds: (working, new) tok/s, the same on every prompt."""
+    from onebit_build.verify_run import speed
+
+    out = []
+    for rnd, (w, n) in enumerate(pairs, start=1):
+        for p in range(prompts):
+            out.append(speed.Measure(round=rnd, side="working", prompt=f"p{p}", tok_s=w))
+            out.append(speed.Measure(round=rnd, side="new", prompt=f"p{p}", tok_s=n))
+    return out
+
+
+# The bench's lock, held by another process (tests/test_bench.py, test_bench_real.py).
+HOLDER = textwrap.dedent("""\
+    import sys, time
+    from pathlib import Path
+    from onebit_build.running.bench import BenchLock
+    with BenchLock(Path(sys.argv[1]), "holder-test-bench"):
+        print("held", flush=True)
+        time.sleep(float(sys.argv[2]))
+""")
+
+
+def hold_lock(path: Path, seconds: float) -> subprocess.Popen[str]:
+    """Another process that holds the bench lock for ``seconds``; returns once it holds it."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), str(seconds)],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "held"
+    return holder
