@@ -21,8 +21,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from onebit_build.core.config import load_recipe  # noqa: E402
-from onebit_build.core.pins import load_pins  # noqa: E402
+from onebit_build.spec.recipe import load_recipe# noqa: E402
+from onebit_build.spec.pins import load_pins# noqa: E402
 from onebit_build.running import numerics as nm  # noqa: E402
 from onebit_build.running.gguf import block_count  # noqa: E402
 from onebit_build.running.numerics_ref import eval_text  # noqa: E402

@@ -24,7 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from onebit_build.core.numerics_spec import NumericsSpec  # noqa: E402
+from onebit_build.spec.numerics_spec import NumericsSpec# noqa: E402
 from onebit_build.running import numerics as nm  # noqa: E402
 from onebit_build.running.numerics_ref import eval_text  # noqa: E402
 from onebit_build.running.numerics_run import Runner  # noqa: E402

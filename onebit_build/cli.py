@@ -19,7 +19,8 @@ from onebit_build.core.errors import INTERRUPTED, ConfigError, OnebitError, Spac
 from onebit_build.core.project import find_root
 
 if TYPE_CHECKING:  # for the annotations only: the module itself is imported where it runs
-    from onebit_build.options import DefineSyntaxError, Options
+    from onebit_build.commands._options import Options
+    from onebit_build.spec.defines import DefineSyntaxError
 
 
 def refuse_unused_flags(opts: Options, cmd: Command) -> None:
@@ -58,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             return version(ns)
         # The options module is imported once the arguments are parsed and --version answered:
         # --help stops before, with only the command table and argparse imported.
-        from onebit_build.options import DefineSyntaxError, from_args
+        from onebit_build.commands._options import from_args
+        from onebit_build.spec.defines import DefineSyntaxError
 
         try:
             return dispatch(from_args(ns))
@@ -85,8 +87,9 @@ def define_error_with_examples(exc: DefineSyntaxError, ns: argparse.Namespace) -
     """The malformed ``-D`` error, its hint made of overrides that the chosen recipe accepts
     (the generic hint stays when the recipe itself cannot be read)."""
     # The job model (YAML, pins) is imported only on this error path: --help stays cheap.
-    from onebit_build import options
-    from onebit_build.job.model import load_pins_and_recipe
+    from onebit_build.commands import _options as options
+    from onebit_build.job.job import load_pins_and_recipe
+    from onebit_build.spec.defines import define_examples
 
     get = ns.__dict__.get
     try:
@@ -94,7 +97,7 @@ def define_error_with_examples(exc: DefineSyntaxError, ns: argparse.Namespace) -
         _, recipe = load_pins_and_recipe(project, options.recipe_choice(recipe=get("recipe"), hrx=get("hrx")))
     except OnebitError:
         return exc
-    examples = options.define_examples(recipe)
+    examples = define_examples(recipe)
     if examples:
         exc.hint = "e.g. " + " or ".join(examples)
     return exc

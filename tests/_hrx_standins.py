@@ -47,9 +47,9 @@ from pathlib import Path
 
 
 from _support import GIT_ENV, REPO, git, run_cli
-from onebit_build.building.artifacts import read_cmake_cache
+from onebit_build.checking.artifacts import read_cmake_cache
 from onebit_build.core.fsutil import sha256_file
-from onebit_build.building.manifest import read_manifest
+from onebit_build.checking.manifest import read_manifest
 
 # --------------------------------------------------------------------------- the catalog
 

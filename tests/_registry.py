@@ -131,9 +131,9 @@ def push_altered(registry: LocalRegistry, repo: str, digest: str, tree: Path, *,
     import hashlib
     import json
 
-    from onebit_build.building.binary_cache import config_bytes, entry_of, manifest_doc, parse_manifest
-    from onebit_build.building.oci import Registry
-    from onebit_build.building.oci_ref import parse_ref
+    from onebit_build.distribution.binary_cache import config_bytes, entry_of, manifest_doc, parse_manifest
+    from onebit_build.distribution.oci import Registry
+    from onebit_build.distribution.oci_ref import parse_ref
 
     body = requests.get(f"http://{registry.address}/v2/{repo}/manifests/{digest}",
                         headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}, timeout=30).content

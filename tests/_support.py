@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -224,8 +225,8 @@ def build_default_server(workspace: Path, say=None) -> Path:
     rc, out = stream_cli(REPO, "--workspace", str(workspace), *shared_from_user(workspace), "build", say=say)
     if rc != 0:
         raise AssertionError(f"default build failed:\n{out}")
-    from onebit_build.building.manifest import read_manifest
-    from onebit_build.building.manifest import latest_path as manifest_path
+    from onebit_build.checking.manifest import read_manifest
+    from onebit_build.checking.manifest import latest_path as manifest_path
     from onebit_build.core.workspace import Workspace
 
     doc = read_manifest(manifest_path(Workspace(root=workspace), "default"))
@@ -239,8 +240,8 @@ def build_default_server(workspace: Path, say=None) -> Path:
 def default_model(workspace: Path) -> Path:
     """The default recipe's model, taken from the user's workspace when it is there (the
     download is checked by content all the same), else fetched into ``workspace``."""
-    from onebit_build.core.config import load_recipe
-    from onebit_build.core.pins import load_pins
+    from onebit_build.spec.recipe import load_recipe
+    from onebit_build.spec.pins import load_pins
     from onebit_build.running.model import ensure_model
 
     pins = load_pins(REPO / "pins.yaml")
@@ -338,3 +339,35 @@ def run_in_terminal(argv: list[str], env: dict[str, str], timeout: float = 600) 
     if proc.poll() is None and time.monotonic() >= deadline:
         proc.kill()
     return proc.wait(timeout=60), b"".join(chunks).decode("utf-8", "replace")
+
+
+def speed_measures(pairs: list[tuple[float, float]], prompts: int = 1) -> list:
+    """A verification run's speed rounds: (working, new) tok/s, the same on every prompt."""
+    from onebit_build.verify_run import speed
+
+    out = []
+    for rnd, (w, n) in enumerate(pairs, start=1):
+        for p in range(prompts):
+            out.append(speed.Measure(round=rnd, side="working", prompt=f"p{p}", tok_s=w))
+            out.append(speed.Measure(round=rnd, side="new", prompt=f"p{p}", tok_s=n))
+    return out
+
+
+# The bench's lock, held by another process (tests/test_bench.py, test_bench_real.py).
+HOLDER = textwrap.dedent("""\
+    import sys, time
+    from pathlib import Path
+    from onebit_build.running.bench import BenchLock
+    with BenchLock(Path(sys.argv[1]), "holder-test-bench"):
+        print("held", flush=True)
+        time.sleep(float(sys.argv[2]))
+""")
+
+
+def hold_lock(path: Path, seconds: float) -> subprocess.Popen[str]:
+    """Another process that holds the bench lock for ``seconds``; returns once it holds it."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), str(seconds)],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "held"
+    return holder

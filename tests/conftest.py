@@ -66,9 +66,11 @@ REAL_BUILD_FIXTURES = {"llama_server", "gemma_model", "default_build", "second_b
 # Test modules whose tests configure and compile projects (tiny CMake projects, the HRX
 # stand-ins, the compiler and shader caches) or install the tool: each gets the marker
 # 'builds', so that -m 'not slow and not builds and not benchmark' is the quick subset.
-BUILDING_MODULES = {"test_build", "test_compiler_cache", "test_cubin", "test_dist_compile", "test_downloads",
-                    "test_elfdeps", "test_fresh", "test_hostile", "test_hrx0", "test_hrx_requirements",
-                    "test_hrx_standins", "test_install", "test_leftovers", "test_life", "test_oci_tiny",
+BUILDING_MODULES = {"test_build", "test_compiler_cache", "test_compiler_cache_builds",
+                    "test_compiler_cache_tool", "test_cubin", "test_dist_compile", "test_downloads",
+                    "test_elfdeps", "test_fresh", "test_hostile", "test_hostile_install", "test_hrx0",
+                    "test_hrx_requirements", "test_hrx_standins", "test_install", "test_leftovers", "test_life",
+                    "test_oci_tiny",
                     "test_pins_bump", "test_poisoned_cache", "test_provenance", "test_rebuild", "test_reliability",
                     "test_sbom", "test_sdist_mirror", "test_shader_cache", "test_shader_remote", "test_signing_keys",
                     "test_verify"}

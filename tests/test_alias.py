@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from onebit_build.core.config import load_recipe
+from onebit_build.spec.recipe import load_recipe
 from onebit_build.core.errors import ConfigError
-from onebit_build.core.model_spec import ModelSpec, served_name
-from onebit_build.core.pins import load_pins
+from onebit_build.spec.model_spec import ModelSpec, served_name
+from onebit_build.spec.pins import load_pins
 from onebit_build.running.server_args import ServerSpec, server_argv
 
 REPO = Path(__file__).resolve().parent.parent

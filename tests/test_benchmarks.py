@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from onebit_build.commands.parser import make_parser
-from onebit_build.core.config import load_recipe
-from onebit_build.core.pins import load_pins
+from onebit_build.spec.recipe import load_recipe
+from onebit_build.spec.pins import load_pins
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "benchmarks"

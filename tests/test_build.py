@@ -17,9 +17,9 @@ import pytest
 
 from _support import TINY_CMAKE, bare_mirror, make_repo, project_tree, run_cli, sigint_default, tiny_recipe
 from onebit_build.building.builder import BuildRequest, Toolchain, build_key, parse_progress, resolve_refs
-from onebit_build.core.config import Component
-from onebit_build.core.pins import Pin
-from onebit_build.building.manifest import read_manifest
+from onebit_build.spec.recipe import Component
+from onebit_build.spec.pins import Pin
+from onebit_build.checking.manifest import read_manifest
 
 TC = Toolchain(cmake="3.30.0", ninja="1.12.0", c_compiler="cc: gcc 12", cxx_compiler="c++: g++ 12")
 

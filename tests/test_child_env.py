@@ -16,7 +16,7 @@ from onebit_build.building.cache import compiler as cc
 from onebit_build.building.cache import dist, request
 from onebit_build.building.cache import session as cr
 from onebit_build.building.cache.request import CacheRequest
-from onebit_build.building import oci_ref
+from onebit_build.distribution import oci_ref
 from onebit_build.core.child_env import SECRET_VARIABLES, child_environ
 from onebit_build.running import server_args
 

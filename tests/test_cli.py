@@ -146,9 +146,9 @@ def test_recipes_lists_name_backends_description(tmp_path):
 
 
 def test_manifest_names_the_project_data_and_old_manifests_still_read(tmp_path):
-    from onebit_build.core.config import load_recipe
-    from onebit_build.core.pins import load_pins
-    from onebit_build.building.manifest import make_manifest, read_manifest, write_manifest
+    from onebit_build.spec.recipe import load_recipe
+    from onebit_build.spec.pins import load_pins
+    from onebit_build.checking.manifest import make_manifest, read_manifest, write_manifest
 
     recipe = load_recipe(REPO / "recipes" / "default.yaml", load_pins(REPO / "pins.yaml"))
     doc = make_manifest(recipe, {}, {}, [], project={"project_root": "/somewhere", "data_from": "package"})

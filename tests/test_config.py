@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from onebit_build.core.config import load_recipe, order_components, Component
-from onebit_build.core.pins import apply_lock, load_pins, read_lock, render_lock
+from onebit_build.spec.recipe import load_recipe, order_components, Component
+from onebit_build.spec.pins import apply_lock, load_pins, read_lock, render_lock
 from onebit_build.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from _support import cuda_wheel_bin
-from onebit_build.building.artifacts import CUBIN_CACHE, collect_cubin, sass_code_digest
+from onebit_build.checking.artifacts import CUBIN_CACHE, collect_cubin, sass_code_digest
 from onebit_build.core.errors import VerifyError
 
 SASS = """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onebit_build.core.config import SmokeSpec
+from onebit_build.spec.recipe import SmokeSpec
 from onebit_build.running.devices import pick_devices
 
 SPEC = SmokeSpec(devices=("CPU",), optional_devices=("Vulkan0",), skip_reason="no Vulkan GPU here")

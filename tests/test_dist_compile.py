@@ -16,8 +16,8 @@ from onebit_build.building.cache import dist
 from onebit_build.building.cache.compiler import plan_launcher
 from onebit_build.building.cache.dist_watch import LogReader, output_of
 from onebit_build.building.cache.request import CacheRequest, parse_dist_url, request_from
-from onebit_build.building.manifest import Manifest
-from onebit_build.building.references import fingerprint, reference_name
+from onebit_build.checking.manifest import Manifest
+from onebit_build.checking.references import fingerprint, reference_name
 from onebit_build.core.errors import ConfigError, ToolMissingError
 
 TOKEN = "s3cr3t-t0ken-abcdef0123456789"

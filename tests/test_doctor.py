@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from _support import REPO, cuda_wheel_bin, make_repo, run_cli
-from onebit_build.core.config import load_recipe
-from onebit_build.core.pins import load_pins
+from onebit_build.spec.recipe import load_recipe
+from onebit_build.spec.pins import load_pins
 from onebit_build.core.proc import capture
-from onebit_build.doctor import DoctorRequest, listed_versions, render, run_doctor, same_cmake_value, stale_defines
+from onebit_build.doctor.machine import (DoctorRequest, listed_versions, render, run_doctor, same_cmake_value,
+                                         stale_defines)
 from onebit_build.doctor.gpu_tools import vulkan_header_version, vulkan_minimum
-from onebit_build.building.fetch import _sdist_dir
-from onebit_build.building.manifest import write_manifest
+from onebit_build.sources.fetch import _sdist_dir
+from onebit_build.checking.manifest import write_manifest
 from onebit_build.core.workspace import Workspace
 from onebit_build.running.devices import parse_list_devices
 from _hrx_standins import bare, fake_toolchain

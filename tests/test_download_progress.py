@@ -15,7 +15,7 @@ from _support import REPO, run_in_terminal
 CHILD = textwrap.dedent("""\
     import functools, hashlib, http.server, sys, threading
     from pathlib import Path
-    from onebit_build.building import pkgindex
+    from onebit_build.sources import pkgindex
 
     folder = Path(sys.argv[1])
     blob = folder / "blob-1.0-py3-none-any.whl"

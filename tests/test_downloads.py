@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from onebit_build.building.downloads import (
+from onebit_build.sources.downloads import (
     DISCONNECTED,
     check_against_lock,
     cmake_defines,
@@ -22,12 +22,12 @@ from onebit_build.building.downloads import (
     provide,
     provide_all,
 )
-from onebit_build.core.config import Component, Recipe
-from onebit_build.core.downloads_spec import DownloadSpec, load_downloads
+from onebit_build.spec.recipe import Component, Recipe
+from onebit_build.spec.downloads_spec import DownloadSpec, load_downloads
 from onebit_build.core.errors import ConfigError, FetchError, IntegrityError
 from onebit_build.core.fsutil import sha256_file
 from onebit_build.core.workspace import Workspace
-from onebit_build.core.yamlnode import Node
+from onebit_build.spec.yamlnode import Node
 
 URL = "https://example.invalid/iree-org/hsa-runtime-headers/archive/4285513114a70f7cf4830c89279c8cfa57b901bb.tar.gz"
 

@@ -10,8 +10,8 @@ import pytest
 
 from _support import REPO, git, run_cli, shared_from_user
 from conftest import workspace_for_tests
-from onebit_build.building.manifest import read_manifest
-from onebit_build.building.manifest import latest_path as manifest_path
+from onebit_build.checking.manifest import read_manifest
+from onebit_build.checking.manifest import latest_path as manifest_path
 from onebit_build.building.builder import STAMP_KIND, STAMP_SCHEMA
 from onebit_build.core.fsutil import read_state, write_state
 from onebit_build.core.workspace import Workspace

@@ -11,7 +11,7 @@ import pytest
 from types import SimpleNamespace
 
 from onebit_build.building.elfdeps import build_tree_libraries, copy_libraries, outside_loads, read_elf
-from onebit_build.building.install import install_tree
+from onebit_build.distribution.install import install_tree
 from onebit_build.core.errors import BuildError
 
 CC = shutil.which("cc") or shutil.which("gcc")

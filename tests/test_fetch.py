@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from _support import bare_mirror, git, make_repo
-from onebit_build.core.pins import Pin, SdistMirror
+from onebit_build.spec.pins import Pin, SdistMirror
 from onebit_build.core.errors import FetchError, IntegrityError
-from onebit_build.building.fetch import FetchRequest, fetch, safe_extract, sdist_git_store
+from onebit_build.sources.fetch import FetchRequest, fetch, safe_extract, sdist_git_store
 from onebit_build.core.names import member_problem
 from onebit_build.core.workspace import Workspace
 
@@ -55,7 +55,7 @@ def test_a_shallow_mirror_without_the_pin_leaves_the_store_whole(tmp_path, upstr
     """A shallow mirror (as an sdist's git store is) that lacks the pin gives all its refs;
     they must come with their shallow roots, or a later pin of one of them finds its commit
     "cached" without its boundary and the store reads as damaged."""
-    from onebit_build.building.fetch import store_damage
+    from onebit_build.sources.fetch import store_damage
     from onebit_build.core.gitops import Git
 
     repo, first, second = upstream

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from _support import ggml_only_project, run_cli, sources_from_workspaces
-from onebit_build.building import manifest as manifest_mod
+from onebit_build.checking import manifest as manifest_mod
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import pytest
 
 from _support import REPO, one_line_error, run_cli
 from onebit_build.core.errors import ConfigError
-from onebit_build.core.model_lock import read_model_lock
+from onebit_build.spec.model_lock import read_model_lock
 
 
 @pytest.fixture

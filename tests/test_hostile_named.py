@@ -1,7 +1,7 @@
 """Files and folders a user names on the command line, when they are not what the option takes:
 a FIFO, a folder or a device where a file is read, a file far larger than what it should hold,
 a folder where a file is written, a file where a folder is. Every path option is checked by
-kind before any work (``options.py`` through ``safepath.check_kind``), and every named file is
+kind before any work (``commands/_options.py`` through ``safepath.check_kind``), and every named file is
 read by one reader (``safepath.read_regular``: regular files only, never blocking, its cap
 checked before a byte is read). Each through the real CLI, with a timeout: nothing hangs."""
 

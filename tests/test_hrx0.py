@@ -13,10 +13,10 @@ import pytest
 
 from _hrx0_standins import LIBHSA, MISSED, cli, failure_report, list_devices, make_project, project
 from _support import REPO, run_cli
-from onebit_build.building.artifacts import read_cmake_cache
-from onebit_build.building.manifest import read_manifest
-from onebit_build.core.config import load_recipe
-from onebit_build.core.pins import load_pins
+from onebit_build.checking.artifacts import read_cmake_cache
+from onebit_build.checking.manifest import read_manifest
+from onebit_build.spec.recipe import load_recipe
+from onebit_build.spec.pins import load_pins
 
 
 @pytest.fixture(scope="module")

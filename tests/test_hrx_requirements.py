@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from _support import run_cli
-from onebit_build.building.artifacts import parse_loombc_catalog
+from onebit_build.checking.artifacts import parse_loombc_catalog
 from onebit_build.core.errors import VerifyError
-from onebit_build.building.manifest import read_manifest
+from onebit_build.checking.manifest import read_manifest
 from _hrx_standins import (HSA_URL, MISSED, build, catalog_files, failure_report, hrx20_problem, make_project,
                            project)
 

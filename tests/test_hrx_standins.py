@@ -15,8 +15,8 @@ import pytest
 from _hrx_standins import (ARTIFACTS, HSA_ARCHIVE, HSA_URL, MISSED, OPS, build_project, cli, comp, failure_report,
                            hrx20_problem, list_devices, make_project, missed_requirements, output)
 from _support import run_cli
-from onebit_build.building.artifacts import read_cmake_cache
-from onebit_build.building.manifest import read_manifest
+from onebit_build.checking.artifacts import read_cmake_cache
+from onebit_build.checking.manifest import read_manifest
 from onebit_build.core.fsutil import sha256_file
 
 

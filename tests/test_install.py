@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from _support import REPO
-from onebit_build.core.config import load_recipe
-from onebit_build.core.pins import load_pins
+from onebit_build.spec.recipe import load_recipe
+from onebit_build.spec.pins import load_pins
 
 # The project data the installed tool needs, as the repository holds it.
 DATA_ITEMS = ("pins.yaml", "recipes", "patches", "references", "smoke/prompts", "smoke/eval")

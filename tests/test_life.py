@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from _support import TINY_CMAKE, bare_mirror, make_repo, project_tree, run_cli
-from onebit_build.building.inventory import Current, staleness
-from onebit_build.building.manifest import Manifest, SourceRecord
+from onebit_build.housekeeping.inventory import Current, staleness
+from onebit_build.checking.manifest import Manifest, SourceRecord
 
 # The tiny program stands in for llama-server: its output carries that name.
 SERVERISH = """\

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from onebit_build.core.config import load_recipe
-from onebit_build.core.model_spec import ModelSpec
+from onebit_build.spec.recipe import load_recipe
+from onebit_build.spec.model_spec import ModelSpec
 
-from onebit_build.core.pins import load_pins
+from onebit_build.spec.pins import load_pins
 from onebit_build.core.errors import ConfigError, FetchError, IntegrityError
 from onebit_build.core.names import member_problem
 from onebit_build.running.model import (

@@ -12,10 +12,10 @@ import pytest
 from _support import run_cli
 from tiny_chat_model import write_tiny_model
 
-from onebit_build.core import model_lock
+from onebit_build.spec import model_lock
 from onebit_build.core.errors import ConfigError, IntegrityError
 from onebit_build.core.fsutil import sha256_file
-from onebit_build.core.pins import load_pins, render_lock
+from onebit_build.spec.pins import load_pins, render_lock
 
 REPO = Path(__file__).resolve().parent.parent
 A, B = "a" * 64, "b" * 64

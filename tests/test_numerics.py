@@ -13,7 +13,7 @@ from onebit_build.core.errors import ConfigError
 from onebit_build.running import numerics as nm
 from onebit_build.running import numerics_ref as ref
 from onebit_build.running.numerics_run import judged, levels_of
-from onebit_build.core.numerics_spec import NumericsSpec
+from onebit_build.spec.numerics_spec import NumericsSpec
 
 
 def dist(pos: int, target: int, probs: dict[int, float], batch: int = 1) -> nm.Scored:
@@ -31,7 +31,7 @@ def test_identical_runs_have_no_divergence_and_full_agreement():
     base = [dist(i, 1, {1: 0.6, 2: 0.3, 3: 0.05}) for i in range(10)]
     fig = nm.compare(base, base)
     assert fig.kld_mean == 0 and fig.kld_max == 0 and fig.top1 == 1 and fig.ppl_ratio == 1
-    assert nm.misses(fig, nm.Budget(kld_mean=0, kld_p99=0, ppl_ratio=0, top1=1)) == ()
+    assert nm.misses(fig, nm.NumericsBudget(kld_mean=0, kld_p99=0, ppl_ratio=0, top1=1)) == ()
 
 
 def test_kl_divergence_equals_the_exact_value_when_the_lists_cover_everything():
@@ -55,9 +55,10 @@ def test_a_shifted_distribution_misses_each_budget_it_breaks():
     worse = [dist(i, 1, {1: 0.45, 2: 0.5}) for i in range(20)]  # another top-1, lower target probability
     fig = nm.compare(base, worse)
     assert fig.top1 == 0 and fig.ppl_ratio > 1.5 and fig.kld_mean > 0.05
-    missed = {m.figure for m in nm.misses(fig, nm.Budget(kld_mean=0.01, kld_p99=0.1, ppl_ratio=0.02, top1=0.95))}
+    budget = nm.NumericsBudget(kld_mean=0.01, kld_p99=0.1, ppl_ratio=0.02, top1=0.95)
+    missed = {m.figure for m in nm.misses(fig, budget)}
     assert missed == {"top1", "ppl_ratio", "kld_mean", "kld_p99"}
-    assert "top-1 agreement 0.0000 < budget 0.95" in str(nm.misses(fig, nm.Budget(
+    assert "top-1 agreement 0.0000 < budget 0.95" in str(nm.misses(fig, nm.NumericsBudget(
         kld_mean=1, kld_p99=1, ppl_ratio=1, top1=0.95))[0])
 
 
@@ -103,10 +104,10 @@ def test_a_server_that_reevaluates_whole_prompts_is_named():
     assert "the jump to position 40 evaluated 1 tokens, not at least 40" in nm.batches_as_planned(short, plan, 32)
 
 
-def _workload(**kw) -> ref.Workload:
+def _workload(**kw) -> ref.NumericsWorkload:
     base = dict(model_sha256="a" * 64, text="t.txt", text_sha256="b" * 64, tokens_sha256="c" * 64, ctx_size=2048,
                 ubatch=32, rounds=1, jump=40, steps=3, top_k=2, threads=1)
-    return ref.Workload(**{**base, **kw})
+    return ref.NumericsWorkload(**{**base, **kw})
 
 
 def test_reference_round_trip_and_workload_mismatch(tmp_path: Path):
@@ -144,7 +145,7 @@ def test_a_miss_names_device_level_figure_and_budget():
 
     run = ScoreRun(device="Vulkan0", level="half", layers="9", seconds=1.0, log=Path("x.log"),
                    scored=tuple(dist(i, 1, {1: 0.5, 2: 0.45}) for i in range(5)))
-    check, fig = judged("Vulkan0", "half", run, base, nm.Budget(kld_mean=0.01, kld_p99=1, ppl_ratio=1, top1=0),
+    check, fig = judged("Vulkan0", "half", run, base, nm.NumericsBudget(kld_mean=0.01, kld_p99=1, ppl_ratio=1, top1=0),
                         "this box's CPU run")
     assert not check.passed and fig is not None
     assert check.summary.startswith("Vulkan0 at half offload (-ngl 9): kld mean")
@@ -152,8 +153,8 @@ def test_a_miss_names_device_level_figure_and_budget():
 
 
 def recipe_with(tmp_path: Path, numerics: str):
-    from onebit_build.core.config import load_recipe
-    from onebit_build.core.pins import load_pins
+    from onebit_build.spec.recipe import load_recipe
+    from onebit_build.spec.pins import load_pins
 
     root = Path(__file__).resolve().parent.parent
     text = (root / "recipes" / "default.yaml").read_text().split("\nnumerics:")[0]
@@ -163,8 +164,8 @@ def recipe_with(tmp_path: Path, numerics: str):
 
 
 def test_the_default_recipe_scores_four_micro_batches_and_more():
-    from onebit_build.core.config import load_recipe
-    from onebit_build.core.pins import load_pins
+    from onebit_build.spec.recipe import load_recipe
+    from onebit_build.spec.pins import load_pins
 
     root = Path(__file__).resolve().parent.parent
     spec = load_recipe(root / "recipes" / "default.yaml", load_pins(root / "pins.yaml")).numerics

@@ -14,10 +14,10 @@ import pytest
 
 from _support import REPO, run_cli, shared_from_user
 from conftest import workspace_for_tests
-from onebit_build.building.manifest import load_latest, load_manifest, Workspace
-from onebit_build.building.references import fingerprint, reference_name
-from onebit_build.core.config import load_recipe
-from onebit_build.core.pins import load_pins
+from onebit_build.checking.manifest import load_latest, load_manifest, Workspace
+from onebit_build.checking.references import fingerprint, reference_name
+from onebit_build.spec.recipe import load_recipe
+from onebit_build.spec.pins import load_pins
 from onebit_build.running import numerics as nm
 from onebit_build.running.numerics_ref import eval_text
 from onebit_build.running.numerics_run import Runner

@@ -21,9 +21,9 @@ import pytest
 
 from _support import REPO, run_cli, shared_from_user
 from conftest import vulkan_workspace_for_tests
-from onebit_build.building.manifest import Workspace, load_latest
-from onebit_build.core.config import load_recipe
-from onebit_build.core.pins import load_pins
+from onebit_build.checking.manifest import Workspace, load_latest
+from onebit_build.spec.recipe import load_recipe
+from onebit_build.spec.pins import load_pins
 from onebit_build.running.numerics_ref import eval_text
 from onebit_build.running.numerics_run import Runner, budget_of, judged
 

@@ -17,10 +17,10 @@ import pytest
 
 from _support import cuda_wheel_bin
 from onebit_build.building import builder
-from onebit_build.building.artifacts import collect_cubin, nvcc_version, parse_nvcc_version
+from onebit_build.checking.artifacts import collect_cubin, nvcc_version, parse_nvcc_version
 from onebit_build.building.cache import compiler as cc
 from onebit_build.building.cmake import find_tools
-from onebit_build.building.references import reference_name
+from onebit_build.checking.references import reference_name
 
 NVCC = os.environ.get("CUDACXX") or shutil.which("nvcc")
 WHEEL_BIN = cuda_wheel_bin()

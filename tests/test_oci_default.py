@@ -47,8 +47,8 @@ def sha256(path: Path) -> str:
 
 def reference_of(llama_server: Path) -> str:
     """The committed reference's name for the toolchain the shared default build was made with."""
-    from onebit_build.building.manifest import load_manifest
-    from onebit_build.building.references import fingerprint, reference_name
+    from onebit_build.checking.manifest import load_manifest
+    from onebit_build.checking.references import fingerprint, reference_name
 
     return reference_name(fingerprint(load_manifest(llama_server.parent.parent / "build-manifest.json")))
 

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from onebit_build.building.binary_cache import (ARTIFACT_TYPE, FILE_MEDIA, LINK_MEDIA, Entry, config_bytes,
+from onebit_build.distribution.binary_cache import (ARTIFACT_TYPE, FILE_MEDIA, LINK_MEDIA, Entry, config_bytes,
                                                 manifest_doc, parse_manifest, path_ok, tag_of)
-from onebit_build.building.oci_ref import credentials_for, parse_ref
+from onebit_build.distribution.oci_ref import credentials_for, parse_ref
 from onebit_build.core.errors import ConfigError, FetchError
 
 KEY = "ab" * 32

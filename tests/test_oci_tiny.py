@@ -287,8 +287,8 @@ def test_a_registry_cannot_choose_how_much_is_written(tiny, registry, tmp_path):
 def test_a_blob_sent_one_byte_at_a_time_meets_its_deadline(tiny, registry, tmp_path):
     import time
 
-    from onebit_build.building.oci import Registry, RegistryUnreachable, blob_deadline
-    from onebit_build.building.oci_ref import parse_ref
+    from onebit_build.distribution.oci import Registry, RegistryUnreachable, blob_deadline
+    from onebit_build.distribution.oci_ref import parse_ref
 
     assert blob_deadline(0) == 60 and blob_deadline(912_256) < 64 and blob_deadline(1 << 30) == 60 + 4096
     liar, hello = lying_copy(tiny, registry, every=0.05)

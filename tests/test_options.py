@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from onebit_build.core.config import Component, Recipe
+from onebit_build.spec.recipe import Component, Recipe
 from onebit_build.core.errors import ConfigError
 from onebit_build.commands import by_name
 from onebit_build.commands._job import needs
-from onebit_build.options import Define, from_args, parse_define, recipe_choice, recipe_is_file
-from onebit_build.job.model import with_defines
+from onebit_build.commands._options import from_args, recipe_choice
+from onebit_build.job.settings import recipe_is_file
+from onebit_build.spec.defines import Define, parse_define
+from onebit_build.job.job import with_defines
 
 
 def test_recipe_choice():
@@ -79,7 +81,7 @@ def test_from_args_is_the_one_place_arguments_become_options(tmp_path):
     assert [d.render() for d in opts.defines] == ["X=1", "Y=2"]
     ns = make_parser().parse_args(["--workspace", str(tmp_path), "serve", "--port", "9000", "--", "--threads", "2"])
     opts = from_args(ns)
-    assert opts.serve.port == 9000 and opts.serve.extra == ("--threads", "2") and needs(by_name("serve"), opts).git
+    assert opts.own.port == 9000 and opts.own.extra == ("--threads", "2") and needs(by_name("serve"), opts).git
     (tmp_path / "s").write_bytes(b"")  # the path options name what is there, checked when parsed
     ns = make_parser().parse_args(["--workspace", str(tmp_path), "smoke", "--server", str(tmp_path / "s")])
     assert not needs(by_name("smoke"), from_args(ns)).git  # smoking a binary built elsewhere fetches nothing
@@ -99,7 +101,7 @@ def test_dry_run_only_where_it_means_something():
 def test_install_tree_copies_outputs_with_their_links(tmp_path):
     from types import SimpleNamespace
 
-    from onebit_build.building.install import install_tree
+    from onebit_build.distribution.install import install_tree
 
     bdir = tmp_path / "build" / "bin"
     bdir.mkdir(parents=True)

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from _support import git, make_patch, make_repo
-from onebit_build.core.pins import Pin
+from onebit_build.spec.pins import Pin
 from onebit_build.core.errors import PatchError
-from onebit_build.building.fetch import FetchRequest, fetch
-from onebit_build.building.patch import (PrepareRequest, canonical_path, export_series, list_patches, patch_digest,
+from onebit_build.sources.fetch import FetchRequest, fetch
+from onebit_build.sources.patch import (PrepareRequest, canonical_path, export_series, list_patches, patch_digest,
                                          prepare)
 from onebit_build.core.workspace import Workspace
 

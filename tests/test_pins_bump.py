@@ -206,14 +206,14 @@ def test_the_bench_gate_runs_old_against_new_on_real_servers(llama_server, gemma
     variants measured, every answer held, the table and bench.md written."""
     from onebit_build.commands.parser import make_parser
     from onebit_build.core.project import find_root
-    from onebit_build.job.bump_bench import bench_old_new
-    from onebit_build.job.model import Needs, open_job
-    from onebit_build.options import from_args
+    from onebit_build.workflows.bump_bench import bench_old_new
+    from onebit_build.job.job import Needs, open_job
+    from onebit_build.commands._options import from_args
 
     argv = ["--workspace", str(tmp_path / "ws"), "--model", str(gemma_model), "pins", "bump", "llama.cpp",
             "--to", "a" * 40]
     opts = from_args(make_parser(argv).parse_args(argv))
-    with open_job(opts, find_root(given=str(REPO), env={}, cwd=REPO), Needs()) as job:
+    with open_job(opts.settings, find_root(given=str(REPO), env={}, cwd=REPO), Needs(), label=opts.label) as job:
         table, bad = bench_old_new(job, old=Path(llama_server), new=Path(llama_server), rounds=1,
                                    out=tmp_path / "bench", tie_margin=0.25)
     assert bad == [], bad
@@ -227,7 +227,7 @@ def test_a_ctrl_c_during_a_gate_is_reported_as_interrupted_at_that_gate(tmp_path
     """Ctrl-C arrives as KeyboardInterrupt in the gate that runs: the report is headed
     INTERRUPTED at that gate, lists it as interrupted (not "not run"), and the later ones as
     not run."""
-    from onebit_build.job.bump_report import BumpRecord, gate, report_doc, write_report
+    from onebit_build.workflows.bump_report import BumpRecord, gate, report_doc, write_report
 
     record = BumpRecord(recipe="tiny")
     with gate(record, "fetch"):

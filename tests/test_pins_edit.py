@@ -13,9 +13,9 @@ from _support import REPO
 from onebit_build.commands.pins import bump_options
 from onebit_build.core.errors import ConfigError
 from onebit_build.core.fsutil import replace_files
-from onebit_build.core.pins import SdistMirror, load_pins
-from onebit_build.core.pins_edit import PinMove, check_moved, moved_text
-from onebit_build.job.bump import commit_day
+from onebit_build.spec.pins import SdistMirror, load_pins
+from onebit_build.spec.pins_edit import PinMove, check_moved, moved_text
+from onebit_build.workflows.bump import commit_day
 
 OLDER = "4df29be4f4c3673f428170fda944a5b19f743bb8"
 SDIST = SdistMirror(package="llama-cpp-python", version="0.3.35",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from onebit_build.building.pkgindex import IndexConfig, candidates_from_html, fetch_pinned
+from onebit_build.sources.pkgindex import IndexConfig, candidates_from_html, fetch_pinned
 from onebit_build.core.errors import FetchError, IntegrityError
 
 NAME = "demo_store-1.0.0.tar.gz"

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from _support import REPO, run_cli
-from onebit_build.core.config import Recipe, SmokeSpec, ToolchainSpec, load_recipe
-from onebit_build.core.pins import load_pins
+from onebit_build.spec.recipe import Recipe, SmokeSpec, load_recipe
+from onebit_build.spec.toolchain_spec import ToolchainSpec
+from onebit_build.spec.pins import load_pins
 from onebit_build.core.errors import ToolMissingError
 from onebit_build.building.toolchain import join_lists, resolve_toolchain, runtime_env
 from _hrx_standins import fake_toolchain
@@ -65,7 +66,7 @@ def test_real_recipe_loads_in_reference_order():
     pins = load_pins(REPO / "pins.yaml")
     recipe = load_recipe(REPO / "recipes" / "strix-halo.yaml", pins)
     assert [c.name for c in recipe.components] == ["hrx-runtime", "loom-link", "llama"]
-    assert recipe.component("llama").references() == {"hrx-runtime", "loom-link"}
+    assert recipe.component("llama").components_used() == {"hrx-runtime", "loom-link"}
     assert recipe.smoke.devices == ("HRX20", "Vulkan0")
     assert dict(recipe.smoke.reference_tok_s) == {"Vulkan0": 117.0, "HRX20": 34.0}
     assert recipe.model is not None and recipe.model.path_env and not recipe.model.sha256

@@ -14,12 +14,12 @@ import pytest
 import zstandard
 
 from _support import TINY_CMAKE, bare_mirror, make_repo, project_tree, run_cli, tiny_recipe
-from onebit_build.building.whatdiffers import stem_of
+from onebit_build.checking.whatdiffers import stem_of
 from onebit_build.building.cache.compiler import bundled_sccache
 from onebit_build.building.cache.entries import find_entries
-from onebit_build.building.manifest import Manifest
+from onebit_build.checking.manifest import Manifest
 from onebit_build.building.objects import Recompiled, differing_objects, uncached_argv
-from onebit_build.building.references import fingerprint, reference_name
+from onebit_build.checking.references import fingerprint, reference_name
 from onebit_build.core.fsutil import sha256_file
 
 OBJECT = "CMakeFiles/hello.dir/hello.c.o"
@@ -179,8 +179,8 @@ def test_poisoned_entry_fails_the_default_job(llama_server, tmp_path):
     at verify (exit 11) naming libllama-common.so, the object and the entry, before smoke."""
     from _support import sources_from_workspaces
     from conftest import workspace_for_tests
-    from onebit_build.building.manifest import latest_path, load_manifest
-    from onebit_build.building.references import find_reference
+    from onebit_build.checking.manifest import latest_path, load_manifest
+    from onebit_build.checking.references import find_reference
     from onebit_build.core.workspace import Workspace
 
     man = load_manifest(latest_path(Workspace(root=workspace_for_tests()), "default"))

@@ -18,8 +18,8 @@ from cyclonedx.validation.json import JsonStrictValidator
 from _evidence import payload, read_envelope, with_payload, write_envelope, write_key
 from _support import REPO, run_cli
 from conftest import workspace_for_tests
-from onebit_build.building import manifest as manifest_mod
-from onebit_build.building.references import find_reference
+from onebit_build.checking import manifest as manifest_mod
+from onebit_build.checking.references import find_reference
 
 pytestmark = [pytest.mark.slow, pytest.mark.shared_workspace]
 

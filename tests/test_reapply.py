@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from _support import bare_mirror, git, make_patch, make_repo
-from onebit_build.building.patch import list_patches
-from onebit_build.building.reapply import (APPLIES, CONFLICTS, EMPTY, OFFSET, THREE_WAY, ReapplyRequest, failing_hunks,
+from onebit_build.sources.patch import list_patches
+from onebit_build.sources.reapply import (APPLIES, CONFLICTS, EMPTY, OFFSET, THREE_WAY, ReapplyRequest, failing_hunks,
                                            offsets, patch_hunks, reapply)
 
 

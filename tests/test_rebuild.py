@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from _support import cache_programs, ggml_only_project, run_cli, sources_from_workspaces
-from onebit_build.building import manifest as manifest_mod
+from onebit_build.checking import manifest as manifest_mod
 
 
 @pytest.mark.slow

@@ -20,9 +20,9 @@ import pytest
 
 from _support import git, make_repo, one_line_error, only_find_links
 from onebit_build.core import proc
-from onebit_build.core.pins import Pin, SdistMirror
+from onebit_build.spec.pins import Pin, SdistMirror
 from onebit_build.core.errors import SpaceError
-from onebit_build.building.fetch import FetchRequest, fetch
+from onebit_build.sources.fetch import FetchRequest, fetch
 from onebit_build.core.fsutil import sha256_file
 from onebit_build.running.model import PartMember, join_parts
 from onebit_build.core.workspace import Workspace
@@ -414,7 +414,7 @@ def test_a_file_option_given_a_folder_and_back_is_one_line_exit_2(tmp_path, args
 
 def test_a_models_lock_that_is_a_folder_is_named_with_the_fix(tmp_path):
     from onebit_build.core.errors import ConfigError
-    from onebit_build.core.model_lock import read_model_lock
+    from onebit_build.spec.model_lock import read_model_lock
 
     (tmp_path / "models.lock").mkdir()
     with pytest.raises(ConfigError) as e:

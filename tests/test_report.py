@@ -7,9 +7,9 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from onebit_build.core.config import load_recipe
+from onebit_build.spec.recipe import load_recipe
 
-from onebit_build.core.pins import load_pins
+from onebit_build.spec.pins import load_pins
 from onebit_build.core.fsutil import read_state
 from onebit_build.running.model import ModelFile
 from onebit_build.running.report import REPORT_KIND, REPORT_SCHEMA, md_cell, print_summary, summary_lines, write_report

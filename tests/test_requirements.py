@@ -12,8 +12,8 @@ import pytest
 
 from _support import run_cli
 from onebit_build.core.proc import capture
-from onebit_build.core.requires_spec import CxxStandard
-from onebit_build.requirements import (
+from onebit_build.spec.requires_spec import CxxStandard
+from onebit_build.doctor.requirements import (
     AMDGPU_TOOLS,
     amdgpu_checks,
     cmake_check,

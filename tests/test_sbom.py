@@ -16,7 +16,7 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
 from _evidence import tiny_project
-from onebit_build.building.manifest import SourceRecord
+from onebit_build.checking.manifest import SourceRecord
 from onebit_build.core.fsutil import sha256_file
 from onebit_build.evidence import debian
 from onebit_build.evidence.runtime import parse_ldconfig

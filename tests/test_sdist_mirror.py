@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from _support import git, make_repo, only_find_links
-from onebit_build.core.pins import Pin, SdistMirror
+from onebit_build.spec.pins import Pin, SdistMirror
 from onebit_build.core.errors import FetchError, IntegrityError
-from onebit_build.building.fetch import FetchRequest, fetch
+from onebit_build.sources.fetch import FetchRequest, fetch
 from onebit_build.core.fsutil import sha256_file
-from onebit_build.building.pkgindex import (
+from onebit_build.sources.pkgindex import (
     candidates_from_html,
     index_config_from,
     parse_pip_config,

@@ -14,9 +14,9 @@ import pytest
 
 from _redis import RedisServer, free_port
 from _support import REPO, run_cli
-from onebit_build.building.cache import glslc as gl
-from onebit_build.building.cache import glslc_json as gj
-from onebit_build.building.cache import shaders
+from onebit_build.building.shaders import glslc as gl
+from onebit_build.building.shaders import glslc_json as gj
+from onebit_build.building.shaders import session as shaders
 from onebit_build.building.cache.compiler import Launcher
 from onebit_build.building.cache.request import parse_url
 from onebit_build.running.report import _cache_section

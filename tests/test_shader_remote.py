@@ -14,10 +14,10 @@ import pytest
 from _redis import free_port
 from _stores import MotoS3, WebDav
 from test_shader_cache import compile_with, needs_glslc, stats, tree
-from onebit_build.building.cache import shaders
+from onebit_build.building.shaders import session as shaders
 from onebit_build.building.cache.compiler import Launcher
-from onebit_build.building.cache.glslc_http import S3Store
-from onebit_build.building.cache.shader_remote import plan_remote, settings_for
+from onebit_build.building.shaders.glslc_http import S3Store
+from onebit_build.building.shaders.shader_remote import plan_remote, settings_for
 from onebit_build.core.errors import ConfigError
 
 ENTRY = "onebit-glslc/1/"

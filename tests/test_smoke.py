@@ -19,9 +19,9 @@ import requests
 
 from _support import sigint_default
 
-from onebit_build.core.config import PromptCheck, load_recipe
+from onebit_build.spec.recipe import PromptCheck, load_recipe
 
-from onebit_build.core.pins import load_pins
+from onebit_build.spec.pins import load_pins
 from onebit_build.core.errors import SmokeError
 from onebit_build.core.fsutil import read_state
 from onebit_build.running.model import ModelFile
@@ -349,8 +349,8 @@ def _serving_child(ppid: int) -> tuple[int, int] | None:
 def test_ctrl_c_during_smoke_leaves_no_server(llama_server, gemma_model, tmp_path):
     script = textwrap.dedent(f"""
         from pathlib import Path
-        from onebit_build.core.config import load_recipe
-        from onebit_build.core.pins import load_pins
+        from onebit_build.spec.recipe import load_recipe
+        from onebit_build.spec.pins import load_pins
         from onebit_build.running.model import ModelFile
         from onebit_build.running.smoke import run_smoke
         recipe = load_recipe(Path("recipes/default.yaml"), load_pins(Path("pins.yaml")))

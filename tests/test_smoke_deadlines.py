@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from onebit_build.core.config import load_recipe
+from onebit_build.spec.recipe import load_recipe
 
-from onebit_build.core.pins import load_pins
+from onebit_build.spec.pins import load_pins
 from onebit_build.core.errors import ConfigError
 from onebit_build.running.model import ModelFile
 from onebit_build.running.smoke import run_smoke

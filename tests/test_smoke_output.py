@@ -12,9 +12,9 @@ from junitparser import Failure, JUnitXml
 
 from _support import REPO, run_cli, shared_from_user
 from conftest import workspace_for_tests
-from onebit_build.verification.junit import Case, write_junit
-from onebit_build.verification.verdict_junit import junit_cases
-from onebit_build.verification.verdict import Part, Verdict
+from onebit_build.running.junit import Case, write_junit
+from onebit_build.verify_run.verdict_junit import junit_cases
+from onebit_build.verify_run.verdict import Part, RunVerdict
 
 pytestmark = pytest.mark.shared_workspace
 
@@ -94,7 +94,7 @@ def test_verify_run_cases_are_classed_by_device_and_timed():
     speed = Part(name="speed", ok=True, summary="on par", data={"per_device": [
         {"device": "CPU", "metric": "decode", "verdict": "on par", "median_ratio": 1.01, "ok": True}]})
     times = {"artifacts": 2.0, "answers/CPU": 3.0, "answers/Vulkan0": 4.0, "speed/CPU": 30.0}
-    cases = junit_cases(Verdict(parts=(answers, speed)), recipe="vulkan", times=times)
+    cases = junit_cases(RunVerdict(parts=(answers, speed)), recipe="vulkan", times=times)
     got = {(c.classname, c.name): c for c in cases}
     assert got[("vulkan", "answers")].seconds == 7.0 and got[("vulkan", "speed")].seconds == 30.0
     ok, bad = got[("vulkan.CPU", "answer:capital")], got[("vulkan.Vulkan0", "answer:capital")]

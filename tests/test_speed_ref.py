@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from onebit_build.core.config import load_recipe
+from onebit_build.spec.recipe import load_recipe
 from onebit_build.core.errors import ConfigError
-from onebit_build.core.pins import load_pins
+from onebit_build.spec.pins import load_pins
 from onebit_build.running.model import ModelFile
 from onebit_build.running.smoke import measure_speed, run_smoke
 from onebit_build.running.smoke_checks import check_speed, summarize_speed
 from onebit_build.running.measure import Sample
-from onebit_build.verification import run as vrun
-from onebit_build.verification.adopt_speed import adopt_smoke_speed, references_file
-from onebit_build.verification.working import resolve_working
-from onebit_build.running.speed_ref import (
-    REF_FILE,
+from onebit_build.verify_run import request as vreq
+from onebit_build.checking.references import SPEED_FILE, speed_file
+from onebit_build.verify_run.adopt_speed import adopt_smoke_speed
+from onebit_build.verify_run.working import resolve_working
+from onebit_build.running.speed_baseline import (
     SpeedReference,
     adopt,
     load_references,
@@ -102,7 +102,7 @@ def test_only_a_reference_of_the_same_workload_is_used():
 
 
 def test_adopt_keeps_the_first_figures_of_a_workload(tmp_path):
-    path = tmp_path / "strix-halo" / REF_FILE
+    path = tmp_path / "strix-halo" / SPEED_FILE
     first = SpeedReference(device="HRX20", decode_tok_s=33.3, workload=hrx_workload(), source="run 1")
     said = adopt(path, [first])
     assert said == [f"HRX20: adopted 33.3 tok/s (run 1) into {path}"]
@@ -128,7 +128,7 @@ def test_adopt_keeps_the_first_figures_of_a_workload(tmp_path):
     ],
 )
 def test_a_damaged_reference_file_is_a_config_error(tmp_path, text):
-    path = tmp_path / REF_FILE
+    path = tmp_path / SPEED_FILE
     path.write_text(text)
     with pytest.raises(ConfigError):
         load_references(path)
@@ -157,7 +157,7 @@ def test_a_box_adopts_its_own_figures_and_the_next_smoke_uses_them(llama_server,
         threads=THREADS,
     )
     assert speed.valid and speed.decode_tok_s and speed.workload["model_sha256"] == model.sha256
-    path = tmp_path / "default" / REF_FILE
+    path = tmp_path / "default" / SPEED_FILE
     measured = SpeedReference(
         device="CPU",
         decode_tok_s=speed.decode_tok_s,
@@ -200,10 +200,10 @@ def test_verify_run_adopt_measures_the_working_build(llama_server, gemma_model, 
     default = replace(default, smoke=replace(default.smoke, threads=THREADS))
     model = ModelFile(path=Path(gemma_model).resolve(), sha256=default.model.sha256, source="local")
     working = resolve_working(Path(llama_server), recipe="default")
-    side = vrun.Side(role=vrun.WORKING, build=working, args=())
-    req = vrun.RunRequest(
+    side = vreq.Side(role=vreq.WORKING, build=working, args=())
+    req = vreq.RunRequest(
         recipe=default,
-        new=replace(side, role=vrun.NEW),
+        new=replace(side, role=vreq.NEW),
         working=side,
         model=model,
         run_dir=tmp_path / "run",
@@ -214,9 +214,9 @@ def test_verify_run_adopt_measures_the_working_build(llama_server, gemma_model, 
         adopt=True,
     )
     said = adopt_smoke_speed(req, ("CPU",))
-    assert len(said) == 1 and said[0].startswith("CPU: adopted ") and str(references_file(req.refs_dir)) in said[0]
-    (ref,) = load_references(references_file(req.refs_dir))
+    assert len(said) == 1 and said[0].startswith("CPU: adopted ") and str(speed_file(req.refs_dir)) in said[0]
+    (ref,) = load_references(speed_file(req.refs_dir))
     assert ref.workload == smoke_workload(default.smoke, "CPU", model_sha256=model.sha256, threads=THREADS)
     assert "the working build" in ref.source
     again = adopt_smoke_speed(req, ("CPU",))
-    assert "kept the reference" in again[0] and load_references(references_file(req.refs_dir)) == (ref,)
+    assert "kept the reference" in again[0] and load_references(speed_file(req.refs_dir)) == (ref,)

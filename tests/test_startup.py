@@ -16,14 +16,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 NEVER = ("rich", "requests", "scikit_build_core", "pypi_simple", "psutil", "onebit_build.building.builder",
-         "onebit_build.building.fetch", "onebit_build.job.plan", "onebit_build.doctor",
+         "onebit_build.sources.fetch", "onebit_build.job.plan", "onebit_build.doctor",
          "onebit_build.running.server", "onebit_build.building.cache.compiler")
 # What the quick commands need beyond that, by command: parsing the arguments needs none of it.
-NOT_FOR_HELP = ("yaml", "onebit_build.options", "onebit_build.core.config", "shtab")
+NOT_FOR_HELP = ("yaml", "onebit_build.commands._options", "onebit_build.spec.recipe", "shtab")
 # The recipe table and the completion script, once kept in the user cache, need neither YAML
 # nor the recipe model (nor shtab): only a first run, or one after a change, makes them.
-NOT_WHEN_KEPT = ("yaml", "packaging", "onebit_build.core.config", "onebit_build.core.yamlnode",
-                 "onebit_build.core.pins", "onebit_build.core.model_spec", "onebit_build.job.model",
+NOT_WHEN_KEPT = ("yaml", "packaging", "onebit_build.spec.recipe", "onebit_build.spec.yamlnode",
+                 "onebit_build.spec.pins", "onebit_build.spec.model_spec", "onebit_build.job.job",
                  "onebit_build.job.build", "shtab")
 
 PROBE = """

@@ -98,9 +98,9 @@ def test_a_verdict_that_is_not_one_is_named_and_ignored(tmp_path):
     outputs is ignored, a damaged one warned about, a NOT VERIFIED one refused with its line."""
     import pytest
 
-    from onebit_build.building.manifest import (MANIFEST_NAME, ComponentRecord, Manifest, OutputRecord,
+    from onebit_build.checking.manifest import (MANIFEST_NAME, ComponentRecord, Manifest, OutputRecord,
                                                 write_manifest)
-    from onebit_build.building.verdict import VERDICT_NAME, record_verdict, recorded_verdict, refuse_not_verified
+    from onebit_build.checking.verdict import VERDICT_NAME, record_verdict, recorded_verdict, refuse_not_verified
     from onebit_build.core.errors import VerifyError
 
     (tmp_path / "hello").write_bytes(b"x")

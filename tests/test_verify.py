@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from _support import bare_mirror, make_repo, project_tree, run_cli
-from onebit_build.building.artifacts import Artifact, ArtifactSet
-from onebit_build.building.manifest import Manifest, latest_path, load_latest, write_manifest
-from onebit_build.building.references import reference_doc
-from onebit_build.building.verify import compare_sets
+from onebit_build.checking.artifacts import Artifact, ArtifactSet
+from onebit_build.checking.manifest import Manifest, latest_path, load_latest, write_manifest
+from onebit_build.checking.references import reference_doc
+from onebit_build.checking.compare import compare_sets
 from onebit_build.core.fsutil import StateError
 from onebit_build.core.workspace import Workspace
 
@@ -236,8 +236,8 @@ def test_latest_manifest_of_a_recipe(tmp_path):
 def test_the_artifact_kinds_have_one_table():
     """Every collector a recipe may name is a kind of building.artifacts.KINDS, and the facts
     verify treats as tools and as paths come from that table."""
-    from onebit_build.building.artifacts import KINDS, PATH_FACTS, TOOL_FACTS
-    from onebit_build.core.config import KNOWN_COLLECTORS
+    from onebit_build.checking.artifacts import KINDS, PATH_FACTS, TOOL_FACTS
+    from onebit_build.spec.recipe import KNOWN_COLLECTORS
 
     assert set(KINDS) == KNOWN_COLLECTORS
     assert TOOL_FACTS == ("glslc", "loom_link", "nvcc")

@@ -24,7 +24,7 @@ import pytest
 
 from _support import REPO, cache_programs, run_cli, shared_from_user, stream_cli
 from conftest import progress, vulkan_workspace_for_tests, workspace_for_tests
-from onebit_build.building import manifest as manifest_mod
+from onebit_build.checking import manifest as manifest_mod
 from onebit_build.core.fsutil import sha256_file
 from onebit_build.running.bench import BenchLock
 
@@ -392,20 +392,21 @@ def test_flipped_shader_byte_in_the_working_build_is_named(vulkan_build, tmp_pat
 def test_adopted_reference_is_named_after_the_toolchain_and_verifies(vulkan_build, tmp_path):
     """--adopt's writer on the real vulkan build: the reference it writes is found as the
     match for this toolchain and holds every shader."""
-    from onebit_build.building.manifest import load_manifest
-    from onebit_build.building.references import (find_matching_reference, find_reference, fingerprint,
+    from onebit_build.checking.manifest import load_manifest
+    from onebit_build.checking.references import (find_matching_reference, find_reference, fingerprint,
                                                   load_reference, reference_name)
-    from onebit_build.building.verify import compare_sets
-    from onebit_build.core.config import load_recipe
-    from onebit_build.core.pins import load_pins
-    from onebit_build.verification import run as vrun
-    from onebit_build.verification.working import resolve_working
+    from onebit_build.checking.compare import compare_sets
+    from onebit_build.spec.recipe import load_recipe
+    from onebit_build.spec.pins import load_pins
+    from onebit_build.verify_run import run as vrun
+    from onebit_build.verify_run import request as vreq
+    from onebit_build.verify_run.working import resolve_working
 
     recipe = load_recipe(REPO / "recipes" / "vulkan.yaml", load_pins(REPO / "pins.yaml"))
     build = resolve_working(vulkan_build, recipe="vulkan")
     sets = vrun.collect_sets(build)
-    side = vrun.Side(role=vrun.WORKING, build=build)
-    req = vrun.RunRequest(recipe=recipe, new=side, working=side, model=None, run_dir=tmp_path, prompts=(), rounds=5,
+    side = vreq.Side(role=vreq.WORKING, build=build)
+    req = vreq.RunRequest(recipe=recipe, new=side, working=side, model=None, run_dir=tmp_path, prompts=(), rounds=5,
                           tolerance=0.03, refs_dir=tmp_path / "references" / "vulkan")
     path, said = vrun.adopt_reference(req, sets)
     glslc = next(iter(sets.values())).facts["glslc"]

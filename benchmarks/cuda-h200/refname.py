@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from onebit_build.building.references import REF_KIND, reference_name
+from onebit_build.checking.references import REF_KIND, reference_name
 
 
 def main(argv: list[str]) -> int:

@@ -26,7 +26,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from onebit_build.core.assemble_spec import AssembleSpec
+from onebit_build.spec.assemble_spec import AssembleSpec
 from onebit_build.core.errors import BuildError, CommandError
 from onebit_build.core.proc import run
 

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from onebit_build.core import ui
 from onebit_build.building.cmake import (Tools, build_argv, configure_argv, find_tools, init_cache_text,
                                          write_init_cache)
-from onebit_build.building.cache import shaders
+from onebit_build.building.shaders import session as shaders
 from onebit_build.building.cache.dist import debug_build
 from onebit_build.building.cache.session import CacheSession
 from onebit_build.building.cache.compiler import (LAUNCHER_LANGUAGES, NO_LAUNCHER, Launcher, PrefixMap, describe,
                                                   launcher_defines, nested_project_env, prefix_maps, with_prefix_maps)
-from onebit_build.core.config import REF_RE, Component
-from onebit_build.core.pins import Pin
+from onebit_build.spec.interpolate import INTERPOLATION_RE
+from onebit_build.spec.recipe import Component
+from onebit_build.spec.pins import Pin
 from onebit_build.core.errors import BuildError, CommandError, ConfigError, ToolMissingError
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
 from onebit_build.building.compilers import compiler_path, missing_compiler
@@ -131,7 +132,7 @@ def resolve_refs(value: str, *, pins: Mapping[str, Pin], components: Mapping[str
             raise ConfigError(f"reference ${{{ref}}}: {comp} has no {field!r}", hint=f"fields of {comp}: {known}")
         return components[comp][field]
 
-    return REF_RE.sub(sub, value)
+    return INTERPOLATION_RE.sub(sub, value)
 
 
 def build_key(req: BuildRequest, toolchain: Toolchain) -> str:

@@ -7,7 +7,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from onebit_build.core.config import Component
+from onebit_build.spec.recipe import Component
 from onebit_build.core.errors import BuildError, ConfigError
 from onebit_build.core.fsutil import sha256_file
 from onebit_build.core.names import relative_inside

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Mapping
 
 from onebit_build.building.builder import resolve_refs
-from onebit_build.core.config import REF_RE, Recipe, ToolchainSpec
+from onebit_build.spec.interpolate import INTERPOLATION_RE
+from onebit_build.spec.recipe import Recipe
+from onebit_build.spec.toolchain_spec import ToolchainSpec
 from onebit_build.core.errors import ToolMissingError
 
 
@@ -91,7 +93,7 @@ def resolve_toolchain(spec: ToolchainSpec, *, override: str | None = None,
 def toolchain_refs(values: tuple[tuple[str, str], ...]) -> set[str]:
     out = set()
     for _, v in values:
-        for ref in REF_RE.findall(v):
+        for ref in INTERPOLATION_RE.findall(v):
             parts = ref.split(".")
             if parts[0] == "toolchain" and len(parts) == 2:
                 out.add(parts[1])

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
 
 from onebit_build.commands import Command
 
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
 
 COMMAND = Command(name="bench", help="benchmark llama-server configs, builds or devices: interleaved, answer-checked,"
                   " locked; table, JSON and plot", rank=31, takes_model=True)
@@ -53,18 +55,54 @@ def arguments(bp: argparse.ArgumentParser) -> None:
     bp.add_argument("--out", metavar="DIR", help="write the results here (default: a new run folder in the workspace)")
 
 
+@dataclass(frozen=True, kw_only=True)
+class BenchFlags:
+    """``bench``: what to compare and how (defaults: running.bench.settings.DEFAULTS)."""
+
+    configs: tuple[str, ...] = ()
+    builds: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
+    rounds: int
+    decode_tokens: int
+    prefix_tokens: int
+    tie_margin: float
+    ctx_size: int
+    expect: Path | None = None
+    prompts: Path | None = None
+    lock: Path | None = None
+    wait_s: float = 0.0
+    out: Path | None = None
+
+
+def options(args: Mapping[str, Any]) -> BenchFlags:
+    """``bench``'s own options, their paths checked before any work."""
+    from onebit_build.commands._options import checked_path, existing, existing_folder, file_to_write
+    from onebit_build.core.safepath import FILE
+
+    get = args.get
+    return BenchFlags(
+        configs=tuple(get("bench_configs") or ()), builds=tuple(get("bench_builds") or ()),
+                        devices=tuple(get("bench_devices") or ()),
+        rounds=get("rounds"), decode_tokens=get("decode_tokens"), prefix_tokens=get("prefix_tokens"),
+        tie_margin=max(0.0, get("tie_margin")), ctx_size=get("ctx_size"),
+        expect=existing(get("expect"), "--expect", FILE),
+        prompts=existing_folder(get("prompts"), "--prompts"),
+        lock=file_to_write(get("bench_lock"), "--lock"), wait_s=max(0.0, get("wait") or 0.0),
+        out=checked_path(get("out"), "--out"),
+    )
+
+
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Benchmark: parse and check everything first, then take the bench lock and run."""
-    from onebit_build.building.manifest import latest_server
+    from onebit_build.checking.manifest import latest_server
     from onebit_build.core import ui
-    from onebit_build.core.model_spec import served_name
+    from onebit_build.spec.model_spec import served_name
     from onebit_build.core.workspace import check_target_folder
-    from onebit_build.job.model import load_pins_and_recipe
+    from onebit_build.job.job import load_pins_and_recipe
     from onebit_build.job.smoke import resolve_model, with_runtime_env
     from onebit_build.running import bench as b
 
-    bo = opts.bench
-    assert bo is not None  # the parser makes it for bench
+    bo = opts.own
     if bo.out is not None:
         check_target_folder(bo.out, "--out")
     ws = opts.ws
@@ -82,7 +120,8 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     with b.BenchLock(lock_path, f"onebit-build bench {', '.join(c.name for c in configs)}", wait_s=bo.wait_s):
         run_dir = bo.out or ws.new_run_dir(recipe.name if recipe is not None and not bo.builds else "local", "bench")
         run_dir.mkdir(parents=True, exist_ok=True)
-        mf = resolve_model(recipe, opts, models_dir=ws.models, log=run_dir / "model.log", lock=project.models_lock)
+        mf = resolve_model(recipe, opts.settings, models_dir=ws.models, log=run_dir / "model.log",
+                           lock=project.models_lock)
         devices = b.resolve_devices(builds, bo.devices, env=env, log_dir=run_dir / "logs")
         variants = b.make_variants(configs, builds, devices)
         ui.info(f"bench: {len(variants)} variant(s) x {bo.rounds} round(s) x {len(prompts)} prompts, "

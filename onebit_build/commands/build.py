@@ -21,6 +21,6 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 def run(opts, project, cmd: Command) -> int:
     from onebit_build.commands._job import job
-    from onebit_build.job.binary_cache import CacheOptions
+    from onebit_build.commands._oci import cache_options
 
-    return job(opts, project, cmd, binary_cache=CacheOptions.of(opts.args))  # checked before anything starts
+    return job(opts, project, cmd, binary_cache=cache_options(opts.args))  # checked before anything starts

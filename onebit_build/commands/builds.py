@@ -9,15 +9,15 @@ from onebit_build.commands import Command
 
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
 
 COMMAND = Command(name="builds", help="every build in the workspace: recipe, key, when, size, up to date or stale",
                   rank=50, json="print the list as JSON (schema 1)")
 
 
 def entries(opts: Options, project: ProjectRoot):
-    from onebit_build.building.inventory import find_builds
-    from onebit_build.job.model import load_pins_and_recipe
+    from onebit_build.housekeeping.inventory import find_builds
+    from onebit_build.job.job import load_pins_and_recipe
 
     pins, _ = load_pins_and_recipe(project, opts.recipe)
     ws = opts.ws
@@ -34,9 +34,9 @@ def size_text(n: int) -> str:
 
 
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
-    from onebit_build.building.inventory import folder_size
-    from onebit_build.building.manifest import MANIFEST_NAME
-    from onebit_build.building.verdict import STATUSES, recorded_verdict
+    from onebit_build.housekeeping.inventory import folder_size
+    from onebit_build.checking.manifest import MANIFEST_NAME
+    from onebit_build.checking.verdict import STATUSES, recorded_verdict
     from onebit_build.core import ui
 
     ws, found = entries(opts, project)

@@ -11,7 +11,7 @@ from onebit_build.commands import Command
 
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
 
 COMMAND = Command(name="completion", help="print a shell completion script (bash, zsh or fish)", rank=90)
 SHELLS = ("bash", "zsh", "fish")
@@ -39,12 +39,13 @@ def run(opts: Options, project: ProjectRoot | None, cmd: Command) -> int:
     'recipes --names' as it completes), so adding a recipe does not change it."""
     from onebit_build.core import usercache
 
-    key = usercache.key_of(usercache.code_stamp(("shtab",)), opts.shell)
-    where = usercache.tool_dir(os.environ) / f"completion-{opts.shell}.json"
+    shell = opts.args.get("shell") or "bash"
+    key = usercache.key_of(usercache.code_stamp(("shtab",)), shell)
+    where = usercache.tool_dir(os.environ) / f"completion-{shell}.json"
     kept = usercache.read(where, COMPLETION_KIND, key)
     script = kept.get("script") if kept else None
     if not isinstance(script, str):
-        script = completion_script(opts.shell)
+        script = completion_script(shell)
         usercache.write(where, COMPLETION_KIND, key, {"script": script})
     sys.stdout.write(script)
     return 0

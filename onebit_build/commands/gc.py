@@ -13,7 +13,7 @@ from onebit_build.commands import Command
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
     from onebit_build.core.workspace import Workspace
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
 
 COMMAND = Command(name="gc", help="remove stale builds, old run folders and unused prepared trees (--dry-run lists"
                   " them)", rank=53)
@@ -32,16 +32,17 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Remove what is stale, holding the workspace lock (a build in progress holds it too),
     never a folder a running process's program lives in."""
-    from onebit_build.building.inventory import folder_size, plan_removals, processes_using
+    from onebit_build.housekeeping.inventory import folder_size, plan_removals, processes_using
     from onebit_build.commands.builds import entries, size_text as _size
     from onebit_build.core import ui
     from onebit_build.core.fsutil import remove_entry
     from onebit_build.core.workspace import WorkspaceLock, check_usable
 
+    dry, tests = opts.args.get("gc_dry_run") is True, opts.args.get("gc_tests") is True
     ws = opts.ws
     if not ws.root.is_dir():
-        freed = _jit_caches(project, remove=opts.args.get("gc_jit_cache") is True, dry_run=opts.gc_dry_run)
-        verb = "would free" if opts.gc_dry_run else "freed"
+        freed = _jit_caches(project, remove=opts.args.get("gc_jit_cache") is True, dry_run=dry)
+        verb = "would free" if dry else "freed"
         ui.answer(f"nothing to remove: {ws.root} does not exist"
                   + (f"; {verb} {_size(freed)} of kernel cache entries" if freed else ""))
         return 0
@@ -54,17 +55,17 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
         for r in removals:
             size = folder_size(r.path)
             total += size
-            ui.info(f"  {'would remove' if opts.gc_dry_run else 'removing'} {r.path} ({_size(size)}): {r.why}")
-            if not opts.gc_dry_run:
+            ui.info(f"  {'would remove' if dry else 'removing'} {r.path} ({_size(size)}): {r.why}")
+            if not dry:
                 remove_entry(r.path)  # a run folder that is a link: the link goes, its target stays
         for f in sorted(in_use):
             ui.info(f"  kept {f}: a running program is in it")
-        killed = _killed_runs_leftovers(ws, dry_run=opts.gc_dry_run)
+        killed = _killed_runs_leftovers(ws, dry_run=dry)
         total += killed[1]
-    total += _test_workspaces(ws.root, remove=opts.gc_tests, dry_run=opts.gc_dry_run)
-    total += _other_programs(dry_run=opts.gc_dry_run)
-    total += _jit_caches(project, remove=opts.args.get("gc_jit_cache") is True, dry_run=opts.gc_dry_run)
-    verb = "would free" if opts.gc_dry_run else "freed"
+    total += _test_workspaces(ws.root, remove=tests, dry_run=dry)
+    total += _other_programs(dry_run=dry)
+    total += _jit_caches(project, remove=opts.args.get("gc_jit_cache") is True, dry_run=dry)
+    verb = "would free" if dry else "freed"
     ui.answer(f"{verb} {_size(total)} in {len(removals) + killed[0]} folder(s) and file(s) of {ws.root}")
     return 0
 
@@ -73,7 +74,7 @@ def _test_workspaces(busy: Path, *, remove: bool, dry_run: bool) -> int:
     """The test command's shared workspaces: listed with their size; with ``--test-workspaces``
     removed (each under its own workspace lock: never while a test run uses it). Returns the
     bytes freed (or that would be)."""
-    from onebit_build.building.inventory import folder_size
+    from onebit_build.housekeeping.inventory import folder_size
     from onebit_build.commands.builds import size_text as _size
     from onebit_build.core import ui
     from onebit_build.core.workspace import WorkspaceLock, kept_by_tests
@@ -106,7 +107,7 @@ def _other_programs(*, dry_run: bool) -> int:
 
     from onebit_build.building.cache.compiler import find_programs
     from onebit_build.building.cache.kept import other_programs
-    from onebit_build.building.inventory import processes_using
+    from onebit_build.housekeeping.inventory import processes_using
     from onebit_build.commands.builds import size_text as _size
     from onebit_build.core import ui
 
@@ -129,7 +130,7 @@ def _other_programs(*, dry_run: bool) -> int:
 def _killed_runs_leftovers(ws: Workspace, *, dry_run: bool) -> tuple[int, int]:
     """List, and unless ``dry_run`` remove, what killed runs left (partial downloads, joins,
     trees). Returns how many and their bytes."""
-    from onebit_build.building.inventory import folder_size
+    from onebit_build.housekeeping.inventory import folder_size
     from onebit_build.commands.builds import size_text as _size
     from onebit_build.core import ui
     from onebit_build.core.workspace import sweep_killed
@@ -153,7 +154,7 @@ def _jit_caches(project: ProjectRoot, *, remove: bool, dry_run: bool) -> int:
     from onebit_build.commands.builds import size_text as _size
     from onebit_build.core import ui
     from onebit_build.core.errors import OnebitError
-    from onebit_build.job.model import load_pins_and_recipe
+    from onebit_build.job.job import load_pins_and_recipe
     from onebit_build.running.jit_cache import remove_entries, scan
 
     seen: dict[Path, list[str]] = {}

@@ -12,9 +12,11 @@ from onebit_build.commands import Command
 from onebit_build.job.stage import Stage
 
 if TYPE_CHECKING:
-    from onebit_build.building.oci_ref import OciRef
+    from pathlib import Path
+
+    from onebit_build.distribution.oci_ref import OciRef
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
 
 COMMAND = Command(name="install", help="build if needed, then copy llama-server, its libraries and the manifest into"
                   " a prefix", rank=41, until=Stage.BUILD, git=True)
@@ -45,7 +47,7 @@ class FromOptions:
 
     @classmethod
     def of(cls, args: Mapping[str, Any]) -> "FromOptions":
-        from onebit_build.building.oci_ref import parse_ref
+        from onebit_build.distribution.oci_ref import parse_ref
         from onebit_build.core.errors import ConfigError
 
         given = args.get("from_ref")
@@ -56,33 +58,41 @@ class FromOptions:
                    allow_unverified=bool(args.get("allow_unverified")))
 
 
+def options(args: Mapping[str, Any]) -> Path | None:
+    """``--prefix``, its length checked before any work."""
+    from onebit_build.commands._options import checked_path
+
+    return checked_path(args.get("prefix"), "--prefix")
+
+
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Build if needed, then copy the relocatable ``bin/`` tree, the manifest and the build's
     provenance statement, SBOM and link into a prefix."""
-    from onebit_build.building.install import MANIFEST_REL, install_tree
+    from onebit_build.distribution.install import MANIFEST_REL, install_tree
     from onebit_build.core import ui
     from onebit_build.core.errors import ConfigError
     from onebit_build.core.workspace import check_target_folder
-    from onebit_build.building.verdict import VERDICT_NAME, refuse_not_verified
+    from onebit_build.checking.verdict import VERDICT_NAME, refuse_not_verified
     from onebit_build.evidence.emit import STATEMENT_PATTERNS, carried, clear_stale
     from onebit_build.evidence.floor import check_outputs, write_packages
-    from onebit_build.job.model import Needs, open_job
+    from onebit_build.job.job import Needs, open_job
     from onebit_build.job.run import run as run_job
 
-    if opts.prefix is None:
+    prefix = opts.own
+    if prefix is None:
         raise ConfigError("install needs --prefix DIR", hint="e.g. onebit-build install --prefix ~/.local/llama")
     # Before building: a file or a read-only folder there, or a file where bin/ or share/onebit-build/ goes.
-    check_target_folder(opts.prefix, "--prefix", inside=("bin", str(MANIFEST_REL.parent)))
+    check_target_folder(prefix, "--prefix", inside=("bin", str(MANIFEST_REL.parent)))
     fo = FromOptions.of(opts.args)
     root = system_root(opts.args.get("system_root"))
-    with open_job(opts, project, Needs(git=True)) as job:
+    with open_job(opts.settings, project, Needs(git=True), label=opts.label) as job:
         if fo.source is not None:
-            from onebit_build.job.publish import install_from
+            from onebit_build.workflows.publish import install_from
 
-            files = install_from(job, fo.source, opts.prefix, check=fo.check, allow_unverified=fo.allow_unverified,
+            files = install_from(job, fo.source, prefix, check=fo.check, allow_unverified=fo.allow_unverified,
                                  system_root=root)
-            ui.answer(f"installed {len(files)} file(s) into {opts.prefix}")
-            say_packages(opts.prefix)
+            ui.answer(f"installed {len(files)} file(s) into {prefix}")
+            say_packages(prefix)
             return 0
         built = run_job(job, Stage.BUILD).built
         assert built is not None  # a job run up to the build has built
@@ -92,12 +102,12 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
         check_outputs([o.path for b in built.builds for o in b.outputs], built.manifest, root=root)
         packages = write_packages(job.run_dir, built.manifest, [o.path for b in built.builds for o in b.outputs])
         evidence += [packages] if packages else []
-        files = install_tree(built.builds, built.manifest, opts.prefix, evidence)
-        clear_stale(opts.prefix / MANIFEST_REL.parent, keep={f.name for f in evidence},
+        files = install_tree(built.builds, built.manifest, prefix, evidence)
+        clear_stale(prefix / MANIFEST_REL.parent, keep={f.name for f in evidence},
                     patterns=(*STATEMENT_PATTERNS, VERDICT_NAME))  # an older install's
-        ui.answer(f"installed {len(files)} file(s) into {opts.prefix}")
-        say_packages(opts.prefix)
-        ui.info(f"  run: {opts.prefix / 'bin' / 'llama-server'} -m MODEL.gguf")
+        ui.answer(f"installed {len(files)} file(s) into {prefix}")
+        say_packages(prefix)
+        ui.info(f"  run: {prefix / 'bin' / 'llama-server'} -m MODEL.gguf")
         return 0
 
 
@@ -115,7 +125,7 @@ def system_root(given: Path | None) -> Path | None:
 
 def say_packages(prefix: Path) -> None:
     """One line naming the system packages the installed server needs, and where the list is."""
-    from onebit_build.building.install import MANIFEST_REL
+    from onebit_build.distribution.install import MANIFEST_REL
     from onebit_build.core import ui
     from onebit_build.evidence.floor import PACKAGES_NAME
 

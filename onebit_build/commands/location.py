@@ -11,7 +11,7 @@ from onebit_build.commands import Command
 
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
 
 COMMAND = Command(name="location", help="print the path of the recipe's latest llama-server (nothing is built)",
                   rank=51)
@@ -36,10 +36,10 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """The latest build's llama-server, for scripts: ``$(onebit-build location)``."""
     from pathlib import Path
 
-    from onebit_build.building.manifest import MANIFEST_NAME, latest_server, load_latest
-    from onebit_build.building.verdict import refuse_not_verified
+    from onebit_build.checking.manifest import MANIFEST_NAME, latest_server, load_latest
+    from onebit_build.checking.verdict import refuse_not_verified
     from onebit_build.core import ui
-    from onebit_build.job.model import load_pins_and_recipe
+    from onebit_build.job.job import load_pins_and_recipe
 
     req = LocationRequest(jit_cache=opts.args.get("jit_cache") is True,
                           allow_unverified=opts.args.get("allow_unverified") is True)

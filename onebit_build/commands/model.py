@@ -9,7 +9,7 @@ from onebit_build.commands import Command
 
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
 
 COMMAND = Command(name="model", help="model tools", rank=52, action="pull")
 
@@ -27,17 +27,17 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
 
     from onebit_build.core import ui
     from onebit_build.core.workspace import WorkspaceLock, check_usable
-    from onebit_build.job.model import load_for, sweep_left_behind
+    from onebit_build.job.job import load_for, sweep_left_behind
     from onebit_build.job.smoke import resolve_model
 
-    _, recipe = load_for(opts, project)
+    _, recipe = load_for(opts.settings, project)
     ws = opts.ws
     check_usable(ws.root)
     t0 = time.monotonic()
     with WorkspaceLock(ws.lock_file, "onebit-build model pull"):
         sweep_left_behind(ws)
         log = ws.runs / f"model-pull-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        mf = resolve_model(recipe, opts, models_dir=ws.models, log=log, lock=project.models_lock)
+        mf = resolve_model(recipe, opts.settings, models_dir=ws.models, log=log, lock=project.models_lock)
     ui.info(f"model {mf.path.name}: sha256 {mf.sha256} ({'fetched' if mf.fetched else 'already here'},"
             f" {time.monotonic() - t0:.1f} s)")
     ui.answer(str(mf.path))

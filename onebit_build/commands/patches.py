@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 from onebit_build.commands import Command
 
 if TYPE_CHECKING:
-    from onebit_build.building.patch import PreparedTree
+    from onebit_build.sources.patch import PreparedTree
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.job.model import Job
-    from onebit_build.options import Options
+    from onebit_build.job.job import Job
+    from onebit_build.commands._options import Options
 
 COMMAND = Command(name="patches", help="patch series tools", rank=61, git=True, writes_project=True, action="export")
 
@@ -27,13 +27,13 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Write the commits of a prepared tree back as ``patches/SOURCE/NNNN-*.patch``."""
-    from onebit_build.building.patch import export_series
+    from onebit_build.sources.patch import export_series
     from onebit_build.core import ui
-    from onebit_build.job.build import run_fetch
-    from onebit_build.job.model import Needs, open_job
+    from onebit_build.job.fetch import run_fetch
+    from onebit_build.job.job import Needs, open_job
 
-    (source,) = opts.sources
-    with open_job(opts, project, Needs(git=True, writes_project=True)) as job:
+    source = str(opts.args["source"])
+    with open_job(opts.settings, project, Needs(git=True, writes_project=True), label=opts.label) as job:
         job.pins.get(source)
         fetched = run_fetch(job, [source])
         tree = tree_as_it_is(job, source, fetched[source].commit)
@@ -47,7 +47,7 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
 def tree_as_it_is(job: Job, source: str, commit: str) -> PreparedTree:
     """The prepared tree of ``source`` as it is now (the user may have committed changes in
     it), found by its pin and the current patch series."""
-    from onebit_build.building.patch import PreparedTree, canonical_path, list_patches, patch_digest
+    from onebit_build.sources.patch import PreparedTree, canonical_path, list_patches, patch_digest
     from onebit_build.core.errors import OnebitError
     from onebit_build.core.gitops import Git
 

@@ -12,7 +12,7 @@ from onebit_build.commands import Command
 
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
 
 COMMAND = Command(name="pins", help="pin tools", rank=60, git=True, writes_project=True, action="lock")
 
@@ -93,13 +93,18 @@ def bump_options(args: Mapping[str, Any]) -> BumpOptions:
             raise ConfigError(f"--with {item!r} is not OTHER=COMMIT naming another source once",
                               hint="e.g. --with hrx-system=<40-hex commit>")
         coupled.append((other, _commit(commit, f"--with {other}")))
-    from onebit_build.job.bump import TIE_MARGIN
+    from onebit_build.workflows.bump import TIE_MARGIN
 
     margin = TIE_MARGIN if args.get("bump_tie_margin") is None else float(args["bump_tie_margin"])
     if not 0 <= margin <= 5:  # nan and inf too
         raise ConfigError(f"--tie-margin {margin!r} is not between 0 and 5 nats", hint="e.g. --tie-margin 0.25")
     return BumpOptions(source=source, to=to, sdist=sdist, coupled=tuple(coupled), rounds=int(args.get("bump_rounds")
                                                                                               or 3), tie_margin=margin)
+
+
+def options(args: Mapping[str, Any]) -> BumpOptions | None:
+    """``pins bump``'s options, checked before any work (``pins lock`` has none of its own)."""
+    return bump_options(args) if args.get("pins_command") == "bump" else None
 
 
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
@@ -109,14 +114,15 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
 def lock(opts: Options, project: ProjectRoot) -> int:
     """Resolve abbreviated pins (pins.lock ignored while doing so) and record them in pins.lock."""
     from onebit_build.core import ui
-    from onebit_build.core.pins import apply_lock, load_pins, read_lock
-    from onebit_build.job.build import run_fetch
-    from onebit_build.job.model import Needs, load_pins_and_recipe, open_job
+    from onebit_build.spec.pins import apply_lock, load_pins, read_lock
+    from onebit_build.job.fetch import run_fetch
+    from onebit_build.job.job import Needs, load_pins_and_recipe, open_job
 
     pins = apply_lock(load_pins(project.pins), {}, locked=False)
     _, recipe = load_pins_and_recipe(project, opts.recipe)
-    with open_job(opts, project, Needs(git=True, writes_project=True), loaded=(pins, recipe)) as job:
-        wanted = list(opts.sources) or [n for n, p in pins.sources.items() if p.abbreviated]
+    needs = Needs(git=True, writes_project=True)
+    with open_job(opts.settings, project, needs, label=opts.label, loaded=(pins, recipe)) as job:
+        wanted = list(opts.args.get("sources") or ()) or [n for n, p in pins.sources.items() if p.abbreviated]
         for n in wanted:
             pins.get(n)
         for n, f in run_fetch(job, wanted).items():
@@ -129,14 +135,15 @@ def bump(opts: Options, project: ProjectRoot) -> int:
     """Run the bump's gates; the pins move only when all of them pass."""
     from onebit_build.core import ui
     from onebit_build.core.errors import OnebitError
-    from onebit_build.job.bump import BumpRequest, Target, bump as run_bump
-    from onebit_build.job.bump_report import BumpRecord, move_rows, report_doc
-    from onebit_build.job.model import Needs, open_job
+    from onebit_build.workflows.bump import BumpRequest, BumpTarget, bump as run_bump
+    from onebit_build.workflows.bump_report import BumpRecord, move_rows, report_doc
+    from onebit_build.job.job import Needs, open_job
 
-    bo = bump_options(opts.args)
-    targets = (Target(source=bo.source, commit=bo.to, sdist=bo.sdist),
-               *(Target(source=n, commit=c) for n, c in bo.coupled))
-    with open_job(opts, project, Needs(git=True, writes_project=True, compiles=True)) as job:
+    bo = opts.own
+    targets = (BumpTarget(source=bo.source, commit=bo.to, sdist=bo.sdist),
+               *(BumpTarget(source=n, commit=c) for n, c in bo.coupled))
+    needs = Needs(git=True, writes_project=True, compiles=True)
+    with open_job(opts.settings, project, needs, label=opts.label) as job:
         for t in targets:
             job.pins.get(t.source)
         record = BumpRecord(recipe=job.recipe.name)

@@ -11,7 +11,7 @@ from onebit_build.commands import Command
 
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
 
 COMMAND = Command(name="plan", help="print the full plan (sources, patches, configure commands, outputs, runtime);"
                   " no network", rank=20, json="print the plan as JSON (schema 1)")
@@ -23,19 +23,18 @@ def run(opts: Options, project: ProjectRoot, cmd: Command | None = None) -> int:
 
 def resolved_plan(opts: Options, project: ProjectRoot, pins, recipe):
     """The plan of ``recipe`` for these options (what ``plan`` prints and ``doctor`` checks)."""
-    from onebit_build.job.model import settings_of
     from onebit_build.job.plan import plan_of
 
-    return plan_of(settings_of(opts), project, pins, recipe, opts.ws)
+    return plan_of(opts.settings, project, pins, recipe, opts.ws)
 
 
 def plan(opts: Options, project: ProjectRoot) -> int:
     """Print the whole plan without fetching, building or taking the workspace lock."""
     from onebit_build.core import ui
     from onebit_build.job.plan import render_plan
-    from onebit_build.job.model import load_for
+    from onebit_build.job.job import load_for
 
-    pins, recipe = load_for(opts, project)
+    pins, recipe = load_for(opts.settings, project)
     the_plan = resolved_plan(opts, project, pins, recipe)
     state = built_state(opts, project, recipe.name, pins)
     if opts.json:
@@ -51,7 +50,7 @@ def plan(opts: Options, project: ProjectRoot) -> int:
 def built_state(opts: Options, project: ProjectRoot, recipe: str, pins) -> dict:
     """Whether the workspace already holds an up-to-date build of ``recipe`` (and, if only stale
     ones, why they would be rebuilt). ``-D`` overrides give a build of their own."""
-    from onebit_build.building.inventory import find_builds
+    from onebit_build.housekeeping.inventory import find_builds
 
     found = [b for b in find_builds(opts.ws, recipes_dir=project.recipes,
                                     patches_dir=project.patches, pins=pins) if b.recipe == recipe]

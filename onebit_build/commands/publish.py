@@ -11,7 +11,7 @@ from onebit_build.commands import Command
 from onebit_build.job.stage import Stage
 
 if TYPE_CHECKING:
-    from onebit_build.building.oci_ref import OciRef
+    from onebit_build.distribution.oci_ref import OciRef
 
 COMMAND = Command(name="publish", help="push a finished, verified build to an OCI registry, tagged by recipe and build"
                   " key (a binary cache for build --binary-cache and install --from)", rank=42, until=Stage.VERIFY,
@@ -33,7 +33,7 @@ class PublishOptions:
 
     @classmethod
     def of(cls, args: Mapping[str, Any]) -> "PublishOptions":
-        from onebit_build.building.oci_ref import parse_ref
+        from onebit_build.distribution.oci_ref import parse_ref
         from onebit_build.core.errors import ConfigError
 
         target = parse_ref(str(args.get("target") or ""), "publish")
@@ -44,10 +44,10 @@ class PublishOptions:
 
 
 def run(opts, project, cmd: Command) -> int:
-    from onebit_build.job.model import Needs, open_job
-    from onebit_build.job.publish import publish
+    from onebit_build.job.job import Needs, open_job
+    from onebit_build.workflows.publish import publish
 
     po = PublishOptions.of(opts.args)
-    with open_job(opts, project, Needs(git=True)) as job:
+    with open_job(opts.settings, project, Needs(git=True), label=opts.label) as job:
         publish(job, po.target, allow_unverified=po.allow_unverified)
         return 0

@@ -68,8 +68,8 @@ def _content(path: Path) -> str:
 def checked_rows(project: ProjectRoot, paths: list[Path]) -> list[dict[str, Any]]:
     """Each recipe loaded against the pins. An error in pins.yaml or pins.lock stops the
     listing (no recipe can be checked); an error in a recipe becomes its row."""
-    from onebit_build.core.config import inside_recipes, load_recipe  # YAML and the recipe model: only when not kept
-    from onebit_build.job.model import load_locked_pins
+    from onebit_build.spec.recipe import inside_recipes, load_recipe# YAML and the recipe model: only when not kept
+    from onebit_build.job.job import load_locked_pins
 
     pins = load_locked_pins(project)
     out = []

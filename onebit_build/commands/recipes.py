@@ -10,7 +10,7 @@ from onebit_build.commands import Command
 
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
 
 COMMAND = Command(name="recipes", help="list the recipes: name, backends, description", rank=21,
                   json="print the list as JSON")
@@ -27,7 +27,7 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     from onebit_build.core import ui
     from onebit_build.core.errors import ConfigError
 
-    if opts.names:
+    if opts.args.get("names") is True:
         ui.answer_lines(p.stem for p in sorted(project.recipes.glob("*.yaml")))
         return 0
     rows = recipe_rows(project)

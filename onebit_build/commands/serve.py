@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping
 
 from onebit_build.commands import Command
 from onebit_build.job.stage import Stage
 
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
     from onebit_build.running.server_args import ServerSpec
 
 COMMAND = Command(name="serve", help="build if needed, then run llama-server in the foreground (Ctrl-C stops it)",
@@ -36,6 +37,43 @@ def arguments(p: argparse.ArgumentParser) -> None:
                    help="more llama-server arguments, after --")
 
 
+@dataclass(frozen=True, kw_only=True)
+class ServeFlags:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    extra: tuple[str, ...] = ()  # llama-server arguments after "--"
+    api_key_file: Path | None = None  # the key itself is read when the server starts, and kept nowhere
+
+
+def options(args: Mapping[str, Any]) -> ServeFlags:
+    """``serve``'s options, with a ``--host`` after ``--`` taken as its own ``--host`` (where
+    llama-server would listen: the last one given), checked the same way."""
+    from onebit_build.commands._options import existing
+    from onebit_build.core.errors import ConfigError
+    from onebit_build.core.safepath import FILE
+
+    host, port = args.get("host") or "127.0.0.1", args.get("port") or 8080
+    extra = tuple(args.get("server_args") or ())
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    api_key_file = existing(args.get("api_key_file"), "--api-key-file", FILE)
+    if any(a == "--host" or a.startswith("--host=") for a in extra):
+        from onebit_build.running.ports import check_host
+        from onebit_build.running.server_args import HOST_OPTION, take_option
+
+        extra, hosts = take_option(extra, HOST_OPTION)
+        host = hosts[-1]
+        if "," in host:
+            raise ConfigError(f"-- {HOST_OPTION} {host}: serve listens on one address",
+                              hint="give one address: 127.0.0.1, or 0.0.0.0 for every address")
+        try:
+            host = check_host(host)
+        except ValueError as exc:
+            raise ConfigError(f"-- {HOST_OPTION}: {exc}",
+                              hint="give an address of this machine, e.g. 127.0.0.1") from None
+    return ServeFlags(host=host, port=port, extra=extra, api_key_file=api_key_file)
+
+
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Build if needed (holding the workspace lock), then run llama-server in the foreground
     until Ctrl-C (without the lock: other runs may use the workspace meanwhile)."""
@@ -45,34 +83,34 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     from onebit_build.running.ports import bind_error, bind_problem
     from onebit_build.running.server import serve_foreground
 
-    problem = bind_problem(opts.serve.host, opts.serve.port)
+    problem = bind_problem(opts.own.host, opts.own.port)
     if problem is not None:  # before anything is built: the user's port is never swapped for another
-        raise bind_error(opts.serve.host, opts.serve.port, problem)
-    key = api_key(opts.serve.api_key_file, os.environ)  # before anything is built, as the port
+        raise bind_error(opts.own.host, opts.own.port, problem)
+    key = api_key(opts.own.api_key_file, os.environ)  # before anything is built, as the port
     spec = serve_spec(opts, project, key)
     return serve_foreground(spec, has_chat_template=has_chat_template(spec.model) is not False)
 
 
 def serve_spec(opts: Options, project: ProjectRoot, key: str | None = None) -> ServerSpec:
     """What ``serve`` runs: the built server and the model, made ready under the workspace lock."""
-    from onebit_build.building.verdict import refuse_not_verified
-    from onebit_build.core.model_spec import served_name
+    from onebit_build.checking.verdict import refuse_not_verified
+    from onebit_build.spec.model_spec import served_name
     from onebit_build.job.build import server_of
-    from onebit_build.job.model import Needs, open_job
+    from onebit_build.job.job import Needs, open_job
     from onebit_build.job.run import run as run_job
     from onebit_build.job.smoke import resolve_model, with_runtime_env
     from onebit_build.running.server_args import ServerSpec
 
-    with open_job(opts, project, Needs(git=True)) as job:
+    with open_job(opts.settings, project, Needs(git=True), label=opts.label) as job:
         built = run_job(job, Stage.BUILD).built
         assert built is not None  # a job run up to the build has built
         refuse_not_verified(built.manifest, allow=opts.args.get("allow_unverified") is True, what="serve")
-        model = resolve_model(job.recipe, opts, models_dir=job.workspace.models, log=job.log("model.log"),
+        model = resolve_model(job.recipe, job.settings, models_dir=job.workspace.models, log=job.log("model.log"),
                               lock=project.models_lock)
         log = job.log("server.log")
         log.parent.mkdir(parents=True, exist_ok=True)
-        return ServerSpec(binary=server_of(built.builds, job.recipe), model=model.path, log=log, host=opts.serve.host,
-                          port=opts.serve.port, fixed_port=True, extra_args=opts.serve.extra,
+        return ServerSpec(binary=server_of(built.builds, job.recipe), model=model.path, log=log, host=opts.own.host,
+                          port=opts.own.port, fixed_port=True, extra_args=opts.own.extra,
                           alias=served_name(job.recipe.model, sha256=model.sha256, file=model.path),
                           env=with_runtime_env(job.recipe, opts.toolchain_root).smoke.env, health_timeout_s=300.0,
                           api_key=key)

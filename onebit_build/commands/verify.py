@@ -4,6 +4,9 @@ of its toolchain (building first when needed)."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
 
 from onebit_build.commands import Command
 from onebit_build.job.stage import Stage
@@ -21,14 +24,32 @@ def arguments(p: argparse.ArgumentParser) -> None:
                    help="build the same configuration again in another folder and compare everything")
 
 
+@dataclass(frozen=True, kw_only=True)
+class VerifyFlags:
+    reference: Path | None = None  # a reference file or build folder to compare with
+    write_reference: Path | None = None
+    rebuild: bool = False
+
+
+def options(args: Mapping[str, Any]) -> VerifyFlags:
+    """``verify``'s own options, their paths checked before any work."""
+    from onebit_build.commands._options import file_to_write, existing
+    from onebit_build.core.safepath import FILE_OR_FOLDER
+
+    return VerifyFlags(reference=existing(args.get("reference"), "--reference", FILE_OR_FOLDER),
+                       write_reference=file_to_write(args.get("write_reference"), "--write-reference"),
+                       rebuild=bool(args.get("rebuild")))
+
+
 def run(opts, project, cmd: Command) -> int:
     """Build if needed, then write a reference, rebuild and compare, or compare with a reference."""
     from onebit_build.commands._job import needs
-    from onebit_build.job.build import build_part
-    from onebit_build.job.model import open_job
-    from onebit_build.job.verify import verify_command
+    from onebit_build.job.job import open_job
+    from onebit_build.job.run import build_part
+    from onebit_build.workflows.verify import verify_command
 
-    with open_job(opts, project, needs(cmd, opts)) as j:
+    own = opts.own
+    with open_job(opts.settings, project, needs(cmd, opts), label=opts.label) as j:
         built = build_part(j)
         assert built is not None  # build_part stops early only when asked to
-        return verify_command(j, built, opts.verify)
+        return verify_command(j, built, reference=own.reference, write_to=own.write_reference, rebuild=own.rebuild)

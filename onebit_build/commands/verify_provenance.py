@@ -12,7 +12,7 @@ from onebit_build.commands import Command
 
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.options import Options
+    from onebit_build.commands._options import Options
 
 COMMAND = Command(name="verify-provenance", help="check a build's signed provenance statement (or verify-run's signed"
                   " verdict): signature, files, pins and patches, references, build key", rank=16,
@@ -28,17 +28,17 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Asked:
+class ProvenanceAsked:
     path: Path
     key: Path | None
 
 
-def asked_of(args: Mapping[str, Any]) -> Asked:
+def asked_of(args: Mapping[str, Any]) -> ProvenanceAsked:
     """The command's own options, checked. Pure but for resolving the paths."""
     from onebit_build.core.safepath import FILE, FILE_OR_FOLDER, check_kind, resolved
 
     key = args.get("provenance_key")
-    return Asked(path=check_kind(resolved(str(args["path"]), "PATH"), "PATH", FILE_OR_FOLDER),
+    return ProvenanceAsked(path=check_kind(resolved(str(args["path"]), "PATH"), "PATH", FILE_OR_FOLDER),
                  key=check_kind(resolved(str(key), "--key"), "--key", FILE) if key else None)
 
 
@@ -48,7 +48,7 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     from onebit_build.evidence.check_project import ProjectFacts, verify_target
     from onebit_build.evidence.keys import load_public_key
     from onebit_build.evidence.locate import locate
-    from onebit_build.job.model import load_locked_pins
+    from onebit_build.job.job import load_locked_pins
 
     asked = asked_of(opts.args)
     key = load_public_key(asked.key) if asked.key else None

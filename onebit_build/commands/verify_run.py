@@ -5,17 +5,17 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping
 
 from onebit_build.commands import Command
 from onebit_build.job.stage import Stage
 
 if TYPE_CHECKING:
     from onebit_build.core.project import ProjectRoot
-    from onebit_build.job.model import Job
-    from onebit_build.options import Options, VerifyRunOptions
-    from onebit_build.verification import run as vrun
-    from onebit_build.verification.working import ResolvedBuild
+    from onebit_build.job.job import Job
+    from onebit_build.commands._options import Options
+    from onebit_build.verify_run import run as vrun
+    from onebit_build.verify_run.working import ResolvedBuild
 
 COMMAND = Command(name="verify-run", help="compare this recipe's new build with a working build: kernel artifacts,"
                   " answers, speed and provenance; VERIFIED (exit 0) or NOT VERIFIED (exit 11)", rank=30,
@@ -62,7 +62,40 @@ def arguments(vp: argparse.ArgumentParser) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Asked:
+class VerifyRunFlags:
+    """``verify-run``: the working build to compare with, and how (None: the recipe's)."""
+
+    working: Path
+    adopt: bool = False
+    rounds: int | None = None  # default: the recipe's verification.rounds
+    tolerance: float | None = None  # default: the recipe's verification.tolerance
+    budget_s: float | None = None  # --speed-budget; default: the recipe's verification.budget_s
+    decode_tokens: int | None = None  # --decode-tokens; default: the bench's
+    no_speed: bool = False  # --no-speed: no speed rounds, the speed part is not judged
+    new_args: str = ""  # extra llama-server arguments for the new build's servers
+    working_args: str = ""
+    lock: Path | None = None
+    wait_s: float = 0.0
+
+
+def options(args: Mapping[str, Any]) -> VerifyRunFlags:
+    """``verify-run``'s own options as given, their paths checked before any work (what they
+    mean for the recipe is checked by :func:`check_request`)."""
+    from onebit_build.commands._options import check_path_length, file_to_write
+
+    get = args.get
+    return VerifyRunFlags(
+        working=check_path_length("--working", Path(get("working")).expanduser()), adopt=bool(get("adopt")),
+        rounds=get("rounds"), tolerance=get("tolerance"), budget_s=get("speed_budget"),
+        decode_tokens=get("decode_tokens"), no_speed=bool(get("no_speed")),
+        new_args=get("new_args") or "", working_args=get("working_args") or "",
+        lock=file_to_write(get("bench_lock"), "--lock"),
+        wait_s=max(0.0, get("wait") or 0.0),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyRunAsked:
     """What the user gave, checked before anything is built or written."""
 
     working: ResolvedBuild
@@ -77,17 +110,16 @@ class Asked:
     lock: Path
 
 
-def check_request(opts: Options, recipe) -> Asked:
+def check_request(opts: Options, recipe) -> VerifyRunAsked:
     """A bad working path, a build of another recipe, too few rounds, --adopt without
     artifacts, speed options with --no-speed: one line each, before anything runs."""
     from onebit_build.core.errors import ConfigError
     from onebit_build.running.bench import parse_config
     from onebit_build.running.bench.settings import DEFAULTS as BENCH_DEFAULTS
-    from onebit_build.verification.speed import check_rounds
-    from onebit_build.verification.working import resolve_working
+    from onebit_build.verify_run.speed import check_rounds
+    from onebit_build.verify_run.working import resolve_working
 
-    vo = opts.verify_run
-    assert vo is not None  # the parser makes it for verify-run
+    vo = opts.own
     working = resolve_working(vo.working, recipe=recipe.name)
     rounds = vo.rounds or recipe.verification.rounds
     check_rounds(rounds)
@@ -98,7 +130,7 @@ def check_request(opts: Options, recipe) -> Asked:
         raise ConfigError(f"--adopt: recipe {recipe.name} collects no kernel artifacts and {why}",
                           hint="drop --adopt; references exist for recipes with an 'artifacts:' collector"
                                " or smoke prompts")
-    return Asked(working=working, rounds=rounds, tolerance=vo.tolerance or recipe.verification.tolerance,
+    return VerifyRunAsked(working=working, rounds=rounds, tolerance=vo.tolerance or recipe.verification.tolerance,
                  budget_s=vo.budget_s or recipe.verification.budget_s,
                  decode_tokens=vo.decode_tokens or BENCH_DEFAULTS.decode_tokens, measure_speed=not vo.no_speed,
                  new_args=parse_config(f"new={vo.new_args}").args,
@@ -106,11 +138,11 @@ def check_request(opts: Options, recipe) -> Asked:
                  lock=vo.lock or opts.ws.root / "bench.lock")
 
 
-def check_speed_options(vo: VerifyRunOptions) -> None:
+def check_speed_options(vo: VerifyRunFlags) -> None:
     """--no-speed with an option that only shapes the speed rounds is refused (it would do
     nothing); a number of decode tokens out of range too."""
     from onebit_build.core.errors import ConfigError
-    from onebit_build.verification.speed_rounds import DECODE_MAX_TOKENS, DECODE_MIN_TOKENS
+    from onebit_build.verify_run.speed_rounds import DECODE_MAX_TOKENS, DECODE_MIN_TOKENS
 
     if vo.no_speed:
         given = [name for name, value in (("--rounds", vo.rounds), ("--speed-budget", vo.budget_s),
@@ -130,15 +162,15 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Everything the user gave is checked first; then, holding the workspace and the bench
     lock, build the recipe, compare, and give the verdict."""
     from onebit_build.core import ui
-    from onebit_build.job.model import Needs, load_for, open_job
+    from onebit_build.job.job import Needs, load_for, open_job
     from onebit_build.running.bench import BenchLock, load_prompts
-    from onebit_build.verification import run as vrun
+    from onebit_build.verify_run import run as vrun
 
-    loaded = load_for(opts, project)
+    loaded = load_for(opts.settings, project)
     asked = check_request(opts, loaded[1])
     prompts = load_prompts(project.prompts)
-    with open_job(opts, project, Needs(git=True), loaded=loaded) as job:
-        with BenchLock(asked.lock, f"onebit-build verify-run {job.recipe.name}", wait_s=opts.verify_run.wait_s):
+    with open_job(opts.settings, project, Needs(git=True), label=opts.label, loaded=loaded) as job:
+        with BenchLock(asked.lock, f"onebit-build verify-run {job.recipe.name}", wait_s=opts.own.wait_s):
             ui.result(f"run folder: {job.run_dir}")
             out = compare(job, opts, asked, prompts)
     vrun.print_outcome(out)
@@ -166,27 +198,27 @@ def numerics_text(job: Job) -> str | None:
         raise ConfigError(f"{job.recipe.path}: numerics: {exc}", hint="name a file of smoke/eval/") from None
 
 
-def compare(job: Job, opts: Options, asked: Asked, prompts) -> vrun.RunOutcome:
+def compare(job: Job, opts: Options, asked: VerifyRunAsked, prompts) -> vrun.RunOutcome:
     """Build the recipe (if needed), then compare the new build with the working one."""
     import os
     from dataclasses import replace
 
-    from onebit_build.building.manifest import load_manifest
+    from onebit_build.checking.manifest import load_manifest
     from onebit_build.core import ui
     from onebit_build.core.errors import ConfigError
     from onebit_build.evidence.keys import signing_key_from
     from onebit_build.evidence.scrub import scrubber
     from onebit_build.job.run import run as run_job
     from onebit_build.job.smoke import resolve_model, with_runtime_env
-    from onebit_build.job.verify import references_dir
-    from onebit_build.verification import run as vrun
-    from onebit_build.verification.working import resolve_new, same_build
+    from onebit_build.verify_run import run as vrun
+    from onebit_build.verify_run import request as vreq
+    from onebit_build.verify_run.working import resolve_new, same_build
 
     built = run_job(job, Stage.BUILD).built
     assert built is not None  # a job run up to the build has built
     new = resolve_new(built.manifest, load_manifest(built.manifest))
     if same_build(new, asked.working):
-        raise ConfigError(f"--working {opts.verify_run.working} is the new build itself ({new.folder})",
+        raise ConfigError(f"--working {opts.own.working} is the new build itself ({new.folder})",
                           hint="give the working build to compare with: another folder, a copy, or an install prefix")
     model = resolve_model(job.recipe, job.settings, models_dir=job.workspace.models, log=job.log("model.log"),
                           lock=job.project.models_lock)
@@ -195,13 +227,13 @@ def compare(job: Job, opts: Options, asked: Asked, prompts) -> vrun.RunOutcome:
            else "speed not measured (--no-speed)")
     ui.info(f"verify-run: new {new.folder}; working {asked.working.folder} ({asked.working.given_as}); {how};"
             f" lock {asked.lock}")
-    req = vrun.RunRequest(
+    req = vreq.RunRequest(
         recipe=with_runtime_env(job.recipe, job.settings.toolchain_root),
-        new=vrun.Side(role=vrun.NEW, build=new, args=asked.new_args),
-        working=vrun.Side(role=vrun.WORKING, build=asked.working, args=asked.working_args), model=model,
+        new=vreq.Side(role=vreq.NEW, build=new, args=asked.new_args),
+        working=vreq.Side(role=vreq.WORKING, build=asked.working, args=asked.working_args), model=model,
         run_dir=job.run_dir, prompts=prompts, rounds=asked.rounds, tolerance=asked.tolerance, budget_s=asked.budget_s,
-        refs_dir=references_dir(job),
-        lock=asked.lock, junit=opts.junit, adopt=opts.verify_run.adopt, decode_tokens=asked.decode_tokens,
+        refs_dir=job.references,
+        lock=asked.lock, junit=opts.junit, adopt=opts.own.adopt, decode_tokens=asked.decode_tokens,
         measure_speed=asked.measure_speed, signing_key=signing_key_from(job.settings.signing_key, os.environ),
         scrub=scrubber(workspace=job.workspace.root, project=job.project.path),
     )

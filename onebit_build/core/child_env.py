@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 # name for its variable to it).
 SECRET_VARIABLES = (
     "ONEBIT_COMPILER_CACHE_DIST_TOKEN",  # the sccache-dist token (building/cache/dist.py)
-    "ONEBIT_OCI_PASSWORD",  # the registry's password (building/oci_ref.py)
+    "ONEBIT_OCI_PASSWORD",  # the registry's password (distribution/oci_ref.py)
     "ONEBIT_API_KEY",  # serve's API key (running/server_args.py)
     "ONEBIT_COMPILER_CACHE_URL",  # may carry a Redis password (building/cache/request.py)
     "LLAMA_API_KEY",  # llama-server's keys: given to llama-server only

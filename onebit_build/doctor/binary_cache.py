@@ -6,16 +6,17 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from onebit_build.building.oci import Registry
-from onebit_build.building.oci_ref import credentials_for, parse_ref
+from onebit_build.distribution.oci import Registry
+from onebit_build.distribution.oci_ref import credentials_for, parse_ref
 from onebit_build.core.errors import OnebitError
-from onebit_build.requirements import Check
+from onebit_build.doctor.requirements import Check
 
 NAME = "binary cache"
 
 
-def binary_cache_checks(given: str | None, environ: Mapping[str, str]) -> list[Check]:
-    text, flag = (given, "--binary-cache") if given else (environ.get("ONEBIT_BINARY_CACHE"), "$ONEBIT_BINARY_CACHE")
+def binary_cache_checks(given: tuple[str | None, str], environ: Mapping[str, str]) -> list[Check]:
+    """``given``: the registry the command line names (or None) and the flag or variable that named it."""
+    text, flag = given
     if not text:
         return [Check(name=NAME, ok=None, detail="none (builds compile here; --binary-cache oci://REGISTRY/REPO or "
                                                  "$ONEBIT_BINARY_CACHE names a registry holding published builds)")]

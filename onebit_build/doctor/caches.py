@@ -13,10 +13,10 @@ from onebit_build.building.cache import dist
 from onebit_build.building.cache.compiler import START_TIMEOUT_S, Launcher, resolve
 from onebit_build.building.cache.request import CacheRequest
 from onebit_build.building.cache.session import runtime_dir, start_server, stop_server
-from onebit_build.building.cache.shader_remote import plan_remote, settings_for
+from onebit_build.building.shaders.shader_remote import plan_remote, settings_for
 from onebit_build.core.errors import OnebitError
 from onebit_build.core.proc import capture
-from onebit_build.requirements import Check
+from onebit_build.doctor.requirements import Check
 
 DIST = "distributed compiles"
 SHADERS = "shader cache store"
@@ -83,7 +83,7 @@ def shader_store_check(launcher: Launcher, environ: Mapping[str, str]) -> Check:
             if launcher.backend not in ("local", "none") else ""
         return Check(name=SHADERS, ok=None, detail=f"{where}a local folder only "
                                                    f"(S3, WebDAV or Redis through the compiler cache's variables)")
-    from onebit_build.building.cache.glslc import remote_store
+    from onebit_build.building.shaders.glslc import remote_store
 
     try:
         remote_store(settings_for(remote) or {}).get("0" * 64)

@@ -8,10 +8,10 @@ import shutil
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from onebit_build.building.artifacts import KINDS
-from onebit_build.core.config import Recipe
+from onebit_build.checking.artifacts import KINDS
+from onebit_build.spec.recipe import Recipe
 from onebit_build.core.proc import probe, version_line
-from onebit_build.requirements import Check
+from onebit_build.doctor.requirements import Check
 
 
 VULKAN_MIN_HEADER = (1, 3, 261)  # unpatched ggml-vulkan uses VK_EXT_layer_settings

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Mapping
 
 from onebit_build.core.proc import PROBE_TIMEOUT_S, capture
-from onebit_build.requirements import Check
+from onebit_build.doctor.requirements import Check
 
 LIBHSA = "libhsa-runtime64.so.1"
 # Where a distribution installs its libraries: a libhsa from here is the packaged one.

@@ -24,7 +24,7 @@ from securesystemslib.signer import Key
 from onebit_build.core.errors import NotAvailableError, VerifyError
 from onebit_build.core.fsutil import sha256_file
 from onebit_build.evidence.envelope import Opened, signature_problem
-from onebit_build.evidence.locate import Target, subject_file
+from onebit_build.evidence.locate import LocatedEvidence, subject_file
 from onebit_build.evidence.statement import PREDICATE_TYPE, check_shape
 
 TEST_RESULT_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
@@ -33,7 +33,7 @@ VERIFIED, NOT_VERIFIED, UNVERIFIED = "VERIFIED", "NOT VERIFIED", "UNVERIFIED"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Check:
+class Finding:
     name: str
     status: str  # OK, FAILED or UNCHECKED
     summary: str
@@ -42,8 +42,8 @@ class Check:
 
 @dataclass(frozen=True, kw_only=True)
 class Outcome:
-    target: Target
-    checks: tuple[Check, ...]
+    target: LocatedEvidence
+    checks: tuple[Finding, ...]
 
     @property
     def label(self) -> str:
@@ -72,29 +72,29 @@ class Outcome:
                                     hint="; ".join(r for n, r in remedies.items() if n in unchecked))
 
 
-def check_signature(opened: Opened, key: Key | None) -> Check:
+def check_signature(opened: Opened, key: Key | None) -> Finding:
     ids = ", ".join(k[:16] for k in opened.keyids)
     if key is None:
         said = f"signed by key {ids}; give --key PUB to check it" if opened.signed else "the statement is unsigned"
-        return Check(name="signature", status=UNCHECKED, summary=said)
+        return Finding(name="signature", status=UNCHECKED, summary=said)
     problem = signature_problem(opened, key)
     if problem is not None:
-        return Check(name="signature", status=FAILED, summary=problem, lines=(problem,))
-    return Check(name="signature", status=OK, summary=f"signed by key {key.keyid[:16]} ({key.scheme})")
+        return Finding(name="signature", status=FAILED, summary=problem, lines=(problem,))
+    return Finding(name="signature", status=OK, summary=f"signed by key {key.keyid[:16]} ({key.scheme})")
 
 
-def check_statement(statement: Mapping[str, Any]) -> Check:
+def check_statement(statement: Mapping[str, Any]) -> Finding:
     kind = statement.get("predicateType")
     schema = {PREDICATE_TYPE: None, TEST_RESULT_TYPE: test_result_pb2.TestResult}.get(str(kind), False)
     if schema is False:
         why = f"predicate type {kind!r} is not one onebit-build writes ({PREDICATE_TYPE}, {TEST_RESULT_TYPE})"
-        return Check(name="statement", status=FAILED, summary=why, lines=(why,))
+        return Finding(name="statement", status=FAILED, summary=why, lines=(why,))
     problem = check_shape(statement) if schema is None else check_shape(statement, schema)
     if problem is not None:
-        return Check(name="statement", status=FAILED, summary="not a valid statement", lines=(problem,))
+        return Finding(name="statement", status=FAILED, summary="not a valid statement", lines=(problem,))
     build_type = (statement.get("predicate", {}).get("buildDefinition") or {}).get("buildType", "")
     what = f"SLSA provenance v1 ({build_type})" if kind == PREDICATE_TYPE else "test result v0.1"
-    return Check(name="statement", status=OK, summary=f"in-toto Statement v1, {what}")
+    return Finding(name="statement", status=OK, summary=f"in-toto Statement v1, {what}")
 
 
 def component_folders(statement: Mapping[str, Any]) -> dict[str, str]:
@@ -106,7 +106,8 @@ def component_folders(statement: Mapping[str, Any]) -> dict[str, str]:
             for i, c in enumerate(comps)}
 
 
-def check_subjects(target: Target, statement: Mapping[str, Any], hasher: Callable[[Path], str] = sha256_file) -> Check:
+def check_subjects(target: LocatedEvidence, statement: Mapping[str, Any],
+                   hasher: Callable[[Path], str] = sha256_file) -> Finding:
     """Each subject's file against its sha256; in a build folder or a prefix every one must be
     there, in another folder those present are checked."""
     folders = component_folders(statement)
@@ -125,16 +126,16 @@ def check_subjects(target: Target, statement: Mapping[str, Any], hasher: Callabl
             matched += 1
     n = len(subjects)
     if bad:
-        return Check(name="subjects", status=FAILED, summary=f"{len(bad)} of {n} differ", lines=tuple(bad))
+        return Finding(name="subjects", status=FAILED, summary=f"{len(bad)} of {n} differ", lines=tuple(bad))
     if not matched:
-        return Check(name="subjects", status=UNCHECKED if n else FAILED,
+        return Finding(name="subjects", status=UNCHECKED if n else FAILED,
                      summary=f"none of the {n} files is beside the statement: the statement alone is checked"
                      if n else "the statement names no subject")
     rest = f"; {len(absent)} not here" if absent else ""
-    return Check(name="subjects", status=OK, summary=f"{matched}/{n} files match{rest}", lines=tuple(absent))
+    return Finding(name="subjects", status=OK, summary=f"{matched}/{n} files match{rest}", lines=tuple(absent))
 
 
-def check_byproducts(target: Target, statement: Mapping[str, Any]) -> Check:
+def check_byproducts(target: LocatedEvidence, statement: Mapping[str, Any]) -> Finding:
     """The manifest and SBOM the statement names, where they lie beside it."""
     run = (statement.get("predicate", {}).get("runDetails") or {})
     bad, seen = [], []
@@ -147,18 +148,18 @@ def check_byproducts(target: Target, statement: Mapping[str, Any]) -> Check:
         if sha256_file(path) != want:
             bad.append(f"{name}: changed since the statement was made ({path})")
     if bad:
-        return Check(name="byproducts", status=FAILED, summary=f"{len(bad)} changed", lines=tuple(bad))
-    return Check(name="byproducts", status=OK if seen else UNCHECKED,
+        return Finding(name="byproducts", status=FAILED, summary=f"{len(bad)} changed", lines=tuple(bad))
+    return Finding(name="byproducts", status=OK if seen else UNCHECKED,
                  summary=", ".join(seen) + " match" if seen else "none beside the statement")
 
 
-def check_verdict(statement: Mapping[str, Any]) -> Check:
+def check_verdict(statement: Mapping[str, Any]) -> Finding:
     """A verification run's own verdict: PASSED, or it failed (and names its failed checks)."""
     pred = statement.get("predicate") or {}
     result, failed = str(pred.get("result", "")), [str(t) for t in pred.get("failedTests") or []]
     if result != "PASSED":
         why = f"the verification run it records was {result or 'not judged'}" + \
               (f" (failed: {', '.join(failed)})" if failed else "")
-        return Check(name="verdict", status=FAILED, summary=why, lines=(why,))
+        return Finding(name="verdict", status=FAILED, summary=why, lines=(why,))
     passed = ", ".join(str(t) for t in pred.get("passedTests") or [])
-    return Check(name="verdict", status=OK, summary=f"the verification run passed ({passed})")
+    return Finding(name="verdict", status=OK, summary=f"the verification run passed ({passed})")

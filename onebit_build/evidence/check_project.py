@@ -14,17 +14,17 @@ from typing import Any, Callable, Mapping
 from securesystemslib.signer import Key
 
 from onebit_build.building.builder import key_of_inputs
-from onebit_build.building.manifest import MANIFEST_NAME, load_manifest
-from onebit_build.building.patch import PatchFile, list_patches, patch_digest
-from onebit_build.building.references import load_reference, reference_files
+from onebit_build.checking.manifest import MANIFEST_NAME, load_manifest
+from onebit_build.sources.patch import PatchFile, list_patches, patch_digest
+from onebit_build.checking.references import load_reference, reference_files
 from onebit_build.core.errors import OnebitError
 from onebit_build.core.fsutil import sha256_file
 from onebit_build.core.names import relative_inside
-from onebit_build.core.pins import Pin
-from onebit_build.evidence.check import (FAILED, OK, TEST_RESULT_TYPE, UNCHECKED, Check, Outcome, check_byproducts,
+from onebit_build.spec.pins import Pin
+from onebit_build.evidence.check import (FAILED, OK, TEST_RESULT_TYPE, UNCHECKED, Finding, Outcome, check_byproducts,
                                          check_signature, check_statement, check_subjects, check_verdict)
 from onebit_build.evidence.envelope import read_statement
-from onebit_build.evidence.locate import Target
+from onebit_build.evidence.locate import LocatedEvidence
 from onebit_build.evidence.scrub import HOME, PROJECT, WORKSPACE, restore
 
 
@@ -83,7 +83,7 @@ def _patch_problems(statement: Mapping[str, Any], project: ProjectFacts) -> list
     return bad
 
 
-def check_materials(statement: Mapping[str, Any], project: ProjectFacts) -> Check:
+def check_materials(statement: Mapping[str, Any], project: ProjectFacts) -> Finding:
     """Sources, patches and the recipe file against this project's."""
     bad = _pin_problems(statement, project) + _patch_problems(statement, project)
     recipe = _build(statement).get("externalParameters", {}).get("recipe") or {}
@@ -96,9 +96,9 @@ def check_materials(statement: Mapping[str, Any], project: ProjectFacts) -> Chec
         note = f"; recipe {file or '?'} is not one of this project's, not compared"
     where = f"{project.root} ({project.data_from})"
     if bad:
-        return Check(name="materials", status=FAILED, summary=f"{len(bad)} differ from {where}", lines=tuple(bad))
+        return Finding(name="materials", status=FAILED, summary=f"{len(bad)} differ from {where}", lines=tuple(bad))
     n_src, n_patch = len(deps_of(statement, "source")), len(deps_of(statement, "patch"))
-    return Check(name="materials", status=OK,
+    return Finding(name="materials", status=OK,
                  summary=f"{n_src} source(s) and {n_patch} patch(es) as pinned in {where}{note}")
 
 
@@ -121,10 +121,10 @@ def _reference_outputs(statement: Mapping[str, Any], project: ProjectFacts) -> t
     return None, {}
 
 
-def check_references(statement: Mapping[str, Any], project: ProjectFacts) -> Check:
+def check_references(statement: Mapping[str, Any], project: ProjectFacts) -> Finding:
     path, outputs = _reference_outputs(statement, project)
     if path is None:
-        return Check(name="references", status=UNCHECKED,
+        return Finding(name="references", status=UNCHECKED,
                      summary="no committed reference of its toolchain in this project's references/")
     bad = []
     subjects = {str(s.get("name")): str((s.get("digest") or {}).get("sha256", "")) for s in statement["subject"]}
@@ -134,8 +134,9 @@ def check_references(statement: Mapping[str, Any], project: ProjectFacts) -> Che
         elif outputs[name] != got:
             bad.append(f"{name}: sha256 {got[:16]}, the reference {path.name} records {outputs[name][:16]}")
     if bad:
-        return Check(name="references", status=FAILED, summary=f"{len(bad)} differ from {path.name}", lines=tuple(bad))
-    return Check(name="references", status=OK, summary=f"{len(subjects)}/{len(subjects)} outputs as {path.name}")
+        return Finding(name="references", status=FAILED, summary=f"{len(bad)} differ from {path.name}",
+                       lines=tuple(bad))
+    return Finding(name="references", status=OK, summary=f"{len(subjects)}/{len(subjects)} outputs as {path.name}")
 
 
 def _key_problem(comp: Mapping[str, Any], statement: Mapping[str, Any], places: Mapping[str, str]) -> str | None:
@@ -157,7 +158,7 @@ def _key_problem(comp: Mapping[str, Any], statement: Mapping[str, Any], places: 
     return None if got == key else f"{name}: its inputs give key {got[:16]}, the statement says {key[:16]}"
 
 
-def check_keys(statement: Mapping[str, Any], places: Mapping[str, str]) -> Check:
+def check_keys(statement: Mapping[str, Any], places: Mapping[str, str]) -> Finding:
     """Each component's build key from its recorded inputs. ``places``: the values of the
     placeholders known here (a build folder's workspace); inputs that name an unknown one
     are checked against the statement but not hashed."""
@@ -172,15 +173,15 @@ def check_keys(statement: Mapping[str, Any], places: Mapping[str, str]) -> Check
         elif unknown:
             skipped.append(str(comp.get("name")))
     if bad:
-        return Check(name="build key", status=FAILED, summary=f"{len(bad)} of {len(comps)} differ", lines=tuple(bad))
+        return Finding(name="build key", status=FAILED, summary=f"{len(bad)} of {len(comps)} differ", lines=tuple(bad))
     if skipped:
-        return Check(name="build key", status=OK, summary=f"{len(comps) - len(skipped)}/{len(comps)} recomputed; "
+        return Finding(name="build key", status=OK, summary=f"{len(comps) - len(skipped)}/{len(comps)} recomputed; "
                      f"{', '.join(skipped)}: inputs agree with the statement (its workspace path is left out of "
                      "what is signed: give the build folder to compute the key)")
-    return Check(name="build key", status=OK, summary=f"{len(comps)}/{len(comps)} recomputed from their inputs")
+    return Finding(name="build key", status=OK, summary=f"{len(comps)}/{len(comps)} recomputed from their inputs")
 
 
-def places_of(target: Target) -> dict[str, str]:
+def places_of(target: LocatedEvidence) -> dict[str, str]:
     """The placeholders' values known for a target: a build folder in a workspace knows its
     workspace, its project (from the manifest beside it) and this user's home."""
     if target.workspace is None:
@@ -193,7 +194,7 @@ def places_of(target: Target) -> dict[str, str]:
     return {**places, PROJECT: project} if project else places
 
 
-def verify_target(target: Target, key: Key | None, project: ProjectFacts) -> Outcome:
+def verify_target(target: LocatedEvidence, key: Key | None, project: ProjectFacts) -> Outcome:
     """Every check of the statement ``target`` names."""
     opened = read_statement(target.statement)
     st = opened.statement
@@ -211,11 +212,11 @@ def verify_target(target: Target, key: Key | None, project: ProjectFacts) -> Out
     return Outcome(target=target, checks=tuple(checks + [_guarded(name, step) for name, step in steps]))
 
 
-def _guarded(name: str, step: Callable[[], Check]) -> Check:
+def _guarded(name: str, step: Callable[[], Finding]) -> Finding:
     """A check on a statement whose free-form parts (annotations, parameters) are not of the
     shape this tool writes fails as malformed, with what was wrong, instead of stopping."""
     try:
         return step()
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
         why = f"the statement's {name} part is malformed ({type(exc).__name__}: {exc})"
-        return Check(name=name, status=FAILED, summary="malformed", lines=(why,))
+        return Finding(name=name, status=FAILED, summary="malformed", lines=(why,))

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from onebit_build.building.manifest import MANIFEST_NAME, SERVER_OUTPUT, Manifest
-from onebit_build.core.config import Recipe
+from onebit_build.checking.manifest import MANIFEST_NAME, SERVER_OUTPUT, Manifest
+from onebit_build.spec.recipe import Recipe
 from onebit_build.core.errors import VerifyError
 from onebit_build.core.fsutil import atomic_write_bytes, atomic_write_text, sha256_bytes, sha256_file
-from onebit_build.core.pins import Pin
+from onebit_build.spec.pins import Pin
 from onebit_build.evidence import debian, sbom as sbom_mod
 from onebit_build.evidence.envelope import envelope_line, read_statement, sign
 from onebit_build.evidence.keys import SigningKey

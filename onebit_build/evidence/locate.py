@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from onebit_build.building.install import MANIFEST_REL
-from onebit_build.building.manifest import MANIFEST_NAME
+from onebit_build.distribution.install import MANIFEST_REL
+from onebit_build.checking.manifest import MANIFEST_NAME
 from onebit_build.core.errors import NotAvailableError
 from onebit_build.core.names import plain_name, relative_inside
 from onebit_build.evidence.emit import SIGNED, UNSIGNED
@@ -27,7 +27,7 @@ STATEMENT_NAMES = (SIGNED, UNSIGNED)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Target:
+class LocatedEvidence:
     layout: str  # BUILD_FOLDER, PREFIX or FOLDER
     statement: Path
     root: Path  # the build folder, the prefix, or the folder holding the statement
@@ -56,7 +56,7 @@ def _layout_of(folder: Path) -> tuple[str, Path]:
     return FOLDER, folder
 
 
-def locate(path: Path) -> Target:
+def locate(path: Path) -> LocatedEvidence:
     """The statement ``path`` names (a build folder, an install prefix, a folder or the file
     itself) and the layout its subjects are found in."""
     path = path.absolute()
@@ -74,10 +74,10 @@ def locate(path: Path) -> Target:
                                 hint="give a build folder, an install prefix or a statement file")
     layout, root = _layout_of(folder)
     workspace = root.parent.parent if layout == BUILD_FOLDER and root.parent.name == "build" else None
-    return Target(layout=layout, statement=statement, root=root, workspace=workspace)
+    return LocatedEvidence(layout=layout, statement=statement, root=root, workspace=workspace)
 
 
-def subject_file(target: Target, subject: Mapping[str, Any],
+def subject_file(target: LocatedEvidence, subject: Mapping[str, Any],
                  folders: Mapping[str, str]) -> tuple[Path | None, str]:
     """Where the file a subject names lies in this layout (``folders``: each component's build
     folder name, as the statement records it): (path, "") or (None, why it is refused).

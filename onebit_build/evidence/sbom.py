@@ -27,7 +27,7 @@ from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
 from onebit_build import __version__
-from onebit_build.building.manifest import Manifest, SourceRecord
+from onebit_build.checking.manifest import Manifest, SourceRecord
 from onebit_build.core.fsutil import sha256_file
 from onebit_build.core.names import public_url
 from onebit_build.evidence import debian

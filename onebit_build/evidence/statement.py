@@ -20,12 +20,12 @@ from in_toto_attestation.v1 import resource_descriptor_pb2
 from in_toto_attestation.v1.statement import Statement
 
 from onebit_build import __version__
-from onebit_build.building.manifest import Manifest
-from onebit_build.building.references import fingerprint
-from onebit_build.core.downloads_spec import DownloadSpec
-from onebit_build.core.model_spec import ModelSpec
+from onebit_build.checking.manifest import Manifest
+from onebit_build.checking.references import fingerprint
+from onebit_build.spec.downloads_spec import DownloadSpec
+from onebit_build.spec.model_spec import ModelSpec
 from onebit_build.core.names import public_url
-from onebit_build.core.pins import Pin
+from onebit_build.spec.pins import Pin
 from onebit_build.evidence.envelope import STATEMENT_TYPE
 from onebit_build.evidence.scrub import Scrubber
 

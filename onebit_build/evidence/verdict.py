@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from onebit_build.building.manifest import Manifest
+from onebit_build.checking.manifest import Manifest
 from onebit_build.core.fsutil import atomic_write_text, sha256_file
 from onebit_build.evidence.envelope import STATEMENT_TYPE, envelope_line, sign
 from onebit_build.evidence.keys import SigningKey

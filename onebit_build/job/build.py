@@ -1,108 +1,32 @@
-"""The build part of a job: fetch -> patch -> configure/build -> manifest.
-
-Each step gets the job (and what the step before it returned) and returns a typed result;
-this module only passes them on.
-"""
+"""The build stage: every component configured and built in order, as
+:func:`onebit_build.job.resolve.component_builds` resolves it, then the manifest (with the
+kernel artifacts collected) and the evidence written beside the build."""
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from onebit_build.building.artifacts import ArtifactSet, collect
 from onebit_build.building.builder import BuildResult, build
-from onebit_build.building.cmake import Tools, find_tools
-from onebit_build.building.downloads import check_against_lock, provide_all
 from onebit_build.building.cache.compiler import Launcher
-from onebit_build.building.fetch import FetchRequest, FetchResult, fetch
-from onebit_build.evidence.floor import recorded_floor
-from onebit_build.building.manifest import (MANIFEST_NAME, SERVER_OUTPUT, latest_path, load_manifest, make_manifest,
-                                            read_manifest, utc_now, write_manifest)
-from onebit_build.building.patch import PrepareRequest, PreparedTree, list_patches, prepare
+from onebit_build.building.cmake import Tools, find_tools
 from onebit_build.building.toolchain import component_fields
+from onebit_build.checking.artifacts import ArtifactSet, collect
+from onebit_build.checking.manifest import (MANIFEST_NAME, SERVER_OUTPUT, latest_path, load_manifest, make_manifest,
+                                            read_manifest, write_manifest)
 from onebit_build.core import ui
-from onebit_build.core.config import Recipe
-from onebit_build.core.errors import ConfigError, NotAvailableError
-from onebit_build.core.fsutil import StateError, atomic_write_text
-from onebit_build.core.gitops import Git
-from onebit_build.core.pins import Pin, Pins, read_lock, render_lock
+from onebit_build.core.errors import NotAvailableError
+from onebit_build.core.fsutil import StateError
 from onebit_build.evidence.emit import EmitRequest, Emitted, emit, keep_signed, toolchain_files
-from onebit_build.evidence.keys import SigningKey, signing_key_from
-from onebit_build.job.model import Job
+from onebit_build.evidence.floor import recorded_floor
+from onebit_build.evidence.keys import SigningKey
+from onebit_build.job.job import Job
 from onebit_build.job.resolve import BuildInputs, TreeFacts, component_builds
-from onebit_build.requirements import check_before_build
-from onebit_build.job.stage import Stage
-
-if TYPE_CHECKING:
-    from onebit_build.job.binary_cache import CacheOptions
-
-
-def run_fetch(job: Job, names: list[str]) -> dict[str, FetchResult]:
-    pins, opts = job.pins, job.settings
-    out: dict[str, FetchResult] = {}
-    for name in names:
-        pin = pins.get(name)
-        res = fetch(FetchRequest(pin=pin, workspace=job.workspace, mirror_dirs=opts.mirror_dirs, offline=opts.offline,
-                                 log=job.log("fetch.log")))
-        ui.detail(f"  {name}: {res.commit} from {res.mirror_used}")
-        check_before(pin, res, log=job.log("fetch.log"))
-        out[name] = res
-    newly = {n: r for n, r in out.items() if r.resolved_from}
-    if newly and job.project.data_from == "checkout":
-        update_lock(pins, newly)
-    elif newly:  # the installed package's own files are never written to
-        ui.detail(f"  resolved {', '.join(newly)}; {pins.lock_path.name} not updated "
-                  "(the pins come from the installed package)")
-    return out
-
-
-def check_before(pin: Pin, res: FetchResult, *, log: Path | None = None) -> bool | None:
-    """A pin with ``before: SHA`` must not be that commit nor descend from it. Checked when
-    the mirror holds that commit (True: holds); None when it could not be checked."""
-    if not pin.before:
-        return None
-    git = Git(res.bare_repo, log=log, bare=True)
-    if not git.has_commit(pin.before):
-        ui.detail(f"  {pin.name}: constraint 'before {pin.before[:12]}' not checked (that commit is not in the mirror)")
-        return None
-    r = git.run("merge-base", "--is-ancestor", pin.before, res.commit, check=False)
-    if r.status == 0:
-        raise ConfigError(
-            f"source {pin.name}: pinned commit {res.commit[:12]} is at or after {pin.before[:12]}, "
-            "which it must stay before",
-            hint=f"pin a commit older than {pin.before[:12]} in pins.yaml ({pin.note or 'see the note there'})",
-        )
-    return True
-
-
-def update_lock(pins: Pins, resolved: dict[str, FetchResult]) -> bool:
-    """Record the full SHAs of abbreviated pins in pins.lock. Returns whether it changed."""
-    lock = read_lock(pins.lock_path)
-    changed = False
-    for name, r in resolved.items():
-        assert r.resolved_from is not None
-        entry = {"prefix": r.resolved_from, "commit": r.commit}
-        if lock.get(name) != entry:
-            lock[name] = entry
-            changed = True
-    if changed:
-        atomic_write_text(pins.lock_path, render_lock(lock))
-        ui.info(f"  recorded resolved commits in {pins.lock_path.name}")
-    return changed
-
-
-def run_patch(job: Job, fetched: dict[str, FetchResult]) -> dict[str, PreparedTree]:
-    trees: dict[str, PreparedTree] = {}
-    for name, f in fetched.items():
-        trees[name] = prepare(PrepareRequest(
-            source=name, commit=f.commit, bare_repo=f.bare_repo,
-            patches=list_patches(job.project.patches, name), workspace=job.workspace,
-            log=job.log("patch.log"),
-        ))
-    return trees
+from onebit_build.sources.downloads import check_against_lock, provide_all
+from onebit_build.sources.fetch import FetchResult
+from onebit_build.sources.patch import PreparedTree
+from onebit_build.spec.recipe import Recipe
 
 
 def run_build(job: Job, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], *,
@@ -199,12 +123,10 @@ def manifests_and_evidence(job: Job, fetched: dict[str, FetchResult], trees: dic
     return man, write_evidence(job, builds, man, key)
 
 
-# --------------------------------------------------------------------------- the build part
-
-
 @dataclass(frozen=True, kw_only=True)
 class Built:
-    """What the build part of a job produced."""
+    """What the build part of a job produced (the fetched sources and prepared trees are empty
+    for a build taken from the binary cache)."""
 
     fetched: dict[str, FetchResult]  # by source
     trees: dict[str, PreparedTree]  # by source
@@ -212,46 +134,14 @@ class Built:
     manifest: Path
 
 
-def build_part(job: Job, until: Stage = Stage.BUILD, binary_cache: CacheOptions | None = None) -> Built | None:
-    """Fetch, patch and build, up to ``until``; None when it stops before the build. With
-    ``binary_cache``, the build is first asked of that registry."""
-    recipe = job.recipe
-    planned = {c.name: c.requested for c in job.plan.components}
-    started, key = utc_now(), None
-    if until >= Stage.BUILD:  # every requirement the build will meet, named at once before anything starts
-        check_before_build(recipe, job.pins, job.workspace, planned=planned)
-        key = signing_key_from(job.settings.signing_key, os.environ)  # a bad key stops it here
-        if binary_cache is not None and binary_cache.ref is not None:
-            from onebit_build.job.binary_cache import from_binary_cache  # it builds on this module
-
-            pulled = from_binary_cache(job, binary_cache)
-            if pulled is not None:
-                return pulled
-    with ui.stage("fetch") as st:
-        fetched = run_fetch(job, recipe.sources_in_order())
-        st["note"] = ", ".join(f"{n}@{f.commit[:12]} ({f.mirror_used.split(':')[0]})" for n, f in fetched.items())
-        # The configure-time downloads too, so that --offline names a missing one before configure.
-        downloaded = provide_all(recipe, job.workspace, job.settings.mirror_dirs, job.settings.offline)
-        if downloaded:
-            st["note"] += f"; {len(downloaded)} configure-time download(s): {', '.join(downloaded)}"
-    if until == Stage.FETCH:
-        return None
-    with ui.stage("patch") as st:
-        trees = run_patch(job, fetched)
-        st["note"] = ", ".join(f"{n}: {len(t.patches)} patch(es){' (reused)' if t.reused else ''}"
-                               for n, t in trees.items())
-    if until == Stage.PATCH:
-        for t in trees.values():
-            ui.info(f"  {t.source}: {t.path}")
-        return None
-    req = recipe.requires
-    if req is not None and req.cxx_standard is not None:  # read in the prepared tree
-        source = recipe.component(req.cxx_standard.component).source
-        check_before_build(recipe, job.pins, job.workspace, planned=planned, tree=trees[source].path)
+def build_stage(job: Job, fetched: dict[str, FetchResult], trees: dict[str, PreparedTree], *,
+                downloaded: dict[str, Path], started: str, key: SigningKey | None) -> Built:
+    """Configure and build every component, then write the manifest and the evidence (signed
+    with ``key`` when there is one)."""
     with ui.stage("build") as st:
         builds = run_build(job, fetched, trees, downloaded=downloaded)
         t_manifest = time.monotonic()
-        before = {**recorded_outputs(latest_path(job.workspace, recipe.name)),  # kept when --fresh empties the folder
+        before = {**recorded_outputs(latest_path(job.workspace, job.recipe.name)),  # kept when --fresh empties it
                   **recorded_outputs(builds[-1].build_dir / MANIFEST_NAME)}
         man, evidence = manifests_and_evidence(job, fetched, trees, builds, started=started, key=key)
         manifest_s = time.monotonic() - t_manifest

@@ -17,13 +17,13 @@ from typing import Mapping
 
 from onebit_build.building.builder import resolve_refs
 from onebit_build.building.cache.compiler import NO_LAUNCHER, Launcher, describe, launcher_defines
-from onebit_build.building.cache.shaders import ShaderCache, plan_shader_cache, wants_shaders
+from onebit_build.building.shaders.session import ShaderCache, plan_shader_cache, wants_shaders
 from onebit_build.building.cmake import build_argv, configure_argv, find_tools
-from onebit_build.building.downloads import places, unpacked_tree
+from onebit_build.sources.downloads import places, unpacked_tree
 from onebit_build.building.toolchain import ToolchainSettings, resolve_toolchain, toolchain_refs
-from onebit_build.core.config import Component, Recipe
-from onebit_build.core.pins import Pin, Pins
-from onebit_build.building.patch import PatchFile, canonical_path, list_patches, patch_digest
+from onebit_build.spec.recipe import Component, Recipe
+from onebit_build.spec.pins import Pin, Pins
+from onebit_build.sources.patch import PatchFile, canonical_path, list_patches, patch_digest
 from onebit_build.core.errors import ConfigError, ToolMissingError
 from onebit_build.core.workspace import Workspace
 from onebit_build.job.resolve import BuildInputs, ComponentBuild, component_builds, planned_tree, portable_key

@@ -24,14 +24,14 @@ from onebit_build.building.builder import (BuildRequest, Toolchain, build_dir_fo
                                            key_doc, key_of, resolve_refs)
 from onebit_build.building.cache.compiler import Launcher, compile_languages
 from onebit_build.building.cmake import Tools
-from onebit_build.building.downloads import cmake_defines
+from onebit_build.sources.downloads import cmake_defines
 from onebit_build.building.cache.dist import dist_defines
-from onebit_build.building.patch import PreparedTree, canonical_path, list_patches, patch_digest
+from onebit_build.sources.patch import PreparedTree, canonical_path, list_patches, patch_digest
 from onebit_build.building.toolchain import join_lists
-from onebit_build.core.config import Component, Recipe
+from onebit_build.spec.recipe import Component, Recipe
 from onebit_build.core.errors import ToolMissingError
-from onebit_build.core.pins import FULL_SHA, Pin, Pins
-from onebit_build.core.references import tree_sources
+from onebit_build.spec.pins import FULL_SHA, Pin, Pins
+from onebit_build.spec.interpolate import tree_sources
 from onebit_build.core.workspace import Workspace
 
 
@@ -148,7 +148,7 @@ def _resolve_component(recipe: Recipe, comp: Component, pinned: Mapping[str, Pin
         launcher=inp.launcher, languages=compile_languages(recipe.backends), fresh=inp.fresh,
     )
     unknown = next((f"{d.name} is not resolved yet ({d.unknown})" for d in done
-                    if d.name in comp.references() and d.key is None), "")
+                    if d.name in comp.components_used() and d.key is None), "")
     if not unknown and missing:
         unknown = f"the configure-time download(s) {', '.join(missing)} are not unpacked yet (fetch unpacks them)"
     given = tree_sources(v for _, v in (*comp.defines, *comp.env))
@@ -182,7 +182,7 @@ def dependency_inputs(comp: Component, done: list[ComponentBuild]) -> tuple[tupl
     or re-assembled dependency gives this component a new build folder too. Pure."""
     out = []
     for d in done:
-        if d.name in comp.references():
+        if d.name in comp.components_used():
             assembled = d.request.assemble.digest if d.request.assemble else ""
             out.append((d.name, f"{d.key or '?'}:{assembled}"))
     return tuple(out)

@@ -6,24 +6,25 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from onebit_build.building.manifest import Manifest, load_manifest, read_manifest
-from onebit_build.building.references import fingerprint, reference_name
+from onebit_build.checking.manifest import Manifest, load_manifest, read_manifest
+from onebit_build.checking.references import fingerprint, numerics_file, recipe_folder, reference_name, speed_file
 from onebit_build.building.toolchain import resolve_toolchain, runtime_env
-from onebit_build.core import model_lock, ui
-from onebit_build.core.config import Recipe
+from onebit_build.spec import model_lock
+from onebit_build.core import ui
+from onebit_build.spec.recipe import Recipe
 from onebit_build.core.errors import ConfigError, IntegrityError, NotAvailableError, SmokeError
-from onebit_build.job.model import Job, Settings
-from onebit_build.options import Options
+from onebit_build.job.job import Job
+from onebit_build.job.settings import Settings
 from onebit_build.running import model as model_mod
 from onebit_build.running import numerics_plot
 from onebit_build.running import report as report_mod
 from onebit_build.running import smoke as smoke_mod
-from onebit_build.running import speed_ref
+from onebit_build.running import speed_baseline as speed_ref
 from onebit_build.running.devices import CPU_DEVICE, pick_devices
 from onebit_build.running import numerics_ref
 from onebit_build.running.numerics_run import NumericsPlan
 from onebit_build.running.server import list_devices
-from onebit_build.verification.junit import smoke_cases, write_junit
+from onebit_build.running.junit import smoke_cases, write_junit
 
 
 def with_runtime_env(recipe: Recipe, toolchain_root: str | None) -> Recipe:
@@ -35,7 +36,7 @@ def with_runtime_env(recipe: Recipe, toolchain_root: str | None) -> Recipe:
     return replace(recipe, smoke=replace(recipe.smoke, env=env))
 
 
-def resolve_model(recipe: Recipe | None, opts: Settings | Options, *, models_dir: Path, log: Path,
+def resolve_model(recipe: Recipe | None, opts: Settings, *, models_dir: Path, log: Path,
                   lock: Path | None = None):
     """The model to serve: ``--model``, the user's file the recipe names, or the recipe's
     registry model (downloaded and checked). A recipe model without a pinned sha256 is
@@ -94,7 +95,7 @@ def locked_model(spec, mf, *, locked: bool, lock: Path | None):
 def speed_references(project, recipe: Recipe):
     """The smoke speed references of ``recipe``: those this project's boxes adopted
     (references/<recipe>/smoke-speed.json), then the recipe's own figures."""
-    adopted = speed_ref.load_references(project.references / recipe.name / speed_ref.REF_FILE)
+    adopted = speed_ref.load_references(speed_file(recipe_folder(project.references, recipe.name)))
     return (*adopted, *speed_ref.recipe_references(recipe.smoke, recipe.name))
 
 
@@ -133,15 +134,15 @@ def numerics_plan(job: Job, recipe: Recipe, model, manifest: Manifest | None) ->
         text, text_sha = numerics_ref.eval_text(job.project.smoke, spec.text)
     except ValueError as exc:
         raise ConfigError(f"{recipe.path}: numerics: {exc}", hint="name a file of smoke/eval/") from None
-    workload = numerics_ref.Workload.of(spec, model_sha256=model.sha256, text_sha256=text_sha,
+    workload = numerics_ref.NumericsWorkload.of(spec, model_sha256=model.sha256, text_sha256=text_sha,
                                         ctx_size=recipe.smoke.ctx_size, threads=recipe.smoke.threads)
     name = toolchain_name(manifest)
     if name is None:
         return NumericsPlan(text=text, workload=workload, reference=None,
                                       note="a server built elsewhere has no toolchain to find its reference by")
-    path = numerics_ref.reference_path(job.project.references, recipe.name, name)
+    path = numerics_file(recipe_folder(job.project.references, recipe.name), name)
     if not path.exists():
-        rel = f"references/{recipe.name}/{numerics_ref.FOLDER}/{path.name}"
+        rel = numerics_file(recipe_folder(Path("references"), recipe.name), name)  # as the project names it
         return NumericsPlan(text=text, workload=workload, reference=None,
                                       note=f"no numerical reference for this toolchain ({rel}); record one with "
                                            f"'onebit-build --recipe {recipe.name} smoke --write-numerics {rel}'")
@@ -168,7 +169,7 @@ def write_numerics(path: Path, result, *, recipe: str, commit: str, toolchain: s
     if cpu.batches_note:
         raise SmokeError(f"no numerical reference written: {cpu.batches_note}",
                          hint="the server must keep its prompt cache between the scoring requests")
-    workload = numerics_ref.Workload(**num.workload)
+    workload = numerics_ref.NumericsWorkload(**num.workload)
     return numerics_ref.write_reference(path, workload=workload, scored=cpu.scored, recorded={
         "recipe": recipe, "toolchain": toolchain, "build_commit": commit, "device": CPU_DEVICE,
         "date": result.started_at})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from onebit_build.core.config import SmokeSpec
+from onebit_build.spec.recipe import SmokeSpec
 
 CPU_DEVICE = "CPU"  # llama.cpp's name for the CPU backend, always there
 

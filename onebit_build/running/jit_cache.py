@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from onebit_build.core.jit_cache_spec import JitCacheSpec
+from onebit_build.spec.jit_cache_spec import JitCacheSpec
 
 
 @dataclass(frozen=True, kw_only=True)

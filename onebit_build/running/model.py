@@ -22,9 +22,9 @@ from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from onebit_build.core import ui
-from onebit_build.building import pkgindex
-from onebit_build.core.model_spec import ModelSpec
-from onebit_build.core.model_spec import pinned
+from onebit_build.sources import pkgindex
+from onebit_build.spec.model_spec import ModelSpec
+from onebit_build.spec.model_spec import pinned
 from onebit_build.core.errors import ConfigError, FetchError, IntegrityError, SpaceError, is_disk_full
 from onebit_build.core.fsutil import StateError, read_state, sha256_file, write_state
 from onebit_build.core.names import member_problem, plain_name

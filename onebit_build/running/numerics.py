@@ -197,7 +197,7 @@ def compare(base: Sequence[Scored], run: Sequence[Scored]) -> Figures:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Budget:
+class NumericsBudget:
     """The most a run may differ from its base."""
 
     kld_mean: float
@@ -223,7 +223,7 @@ class Miss:
         return f"{self.figure.replace('_', ' ')} {self.value:.4g} > budget {self.budget:g}"
 
 
-def misses(fig: Figures, budget: Budget) -> tuple[Miss, ...]:
+def misses(fig: Figures, budget: NumericsBudget) -> tuple[Miss, ...]:
     """Every figure outside its budget, the worst kinds first (a wrong answer, then the tail)."""
     out = []
     if fig.top1 < budget.top1:

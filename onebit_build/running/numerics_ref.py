@@ -14,20 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from onebit_build.core.fsutil import atomic_write_text
-from onebit_build.core.numerics_spec import NumericsSpec
+from onebit_build.spec.numerics_spec import NumericsSpec
 from onebit_build.core.safepath import TooLarge, read_regular
 from onebit_build.running import numerics as nm
 
 KIND = "onebit-build numerical reference"
 SCHEMA = 1
-FOLDER = "numerics"  # under references/<recipe>/
 MAX_BYTES = 1 << 20  # a reference is about 60 kB; anything past 1 MiB is not one
 EVAL_DIR = "eval"  # under smoke/: the evaluation texts
-
-
-def reference_path(references: Path, recipe: str, toolchain: str) -> Path:
-    """Where the committed numerical reference of ``recipe`` built by ``toolchain`` lives."""
-    return references / recipe / FOLDER / f"{toolchain}.json"
 
 
 def tokens_digest(tokens: tuple[int, ...]) -> str:
@@ -35,7 +29,7 @@ def tokens_digest(tokens: tuple[int, ...]) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Workload:
+class NumericsWorkload:
     """What a scoring run's figures depend on."""
 
     model_sha256: str
@@ -52,18 +46,18 @@ class Workload:
 
     @classmethod
     def of(cls, spec: NumericsSpec, *, model_sha256: str, text_sha256: str, ctx_size: int,
-           threads: int | None) -> Workload:
+           threads: int | None) -> NumericsWorkload:
         return cls(model_sha256=model_sha256, text=spec.text, text_sha256=text_sha256, ctx_size=ctx_size,
                    ubatch=spec.ubatch, rounds=spec.rounds, jump=spec.jump, steps=spec.steps, top_k=spec.top_k,
                    threads=threads)
 
-    def with_tokens(self, tokens: tuple[int, ...]) -> Workload:
+    def with_tokens(self, tokens: tuple[int, ...]) -> NumericsWorkload:
         return replace(self, tokens_sha256=tokens_digest(tokens))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def mismatch(self, other: Workload) -> str:
+    def mismatch(self, other: NumericsWorkload) -> str:
         """What differs between two workloads, threads aside ("" when nothing). Pure."""
         mine, theirs = self.to_dict(), other.to_dict()
         for key in mine:
@@ -75,12 +69,13 @@ class Workload:
 @dataclass(frozen=True, kw_only=True)
 class NumericsReference:
     path: Path
-    workload: Workload
+    workload: NumericsWorkload
     scored: tuple[nm.Scored, ...]
     recorded: dict[str, Any]
 
 
-def write_reference(path: Path, *, workload: Workload, scored: tuple[nm.Scored, ...], recorded: dict[str, Any]) -> Path:
+def write_reference(path: Path, *, workload: NumericsWorkload, scored: tuple[nm.Scored, ...],
+                    recorded: dict[str, Any]) -> Path:
     """Write a reference (atomically; its folder made when missing)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"kind": KIND, "schema": SCHEMA, "workload": workload.to_dict(), "recorded": recorded,
@@ -102,11 +97,11 @@ def load_reference(path: Path) -> NumericsReference:
     if not isinstance(doc, dict) or doc.get("kind") != KIND or doc.get("schema") != SCHEMA:
         raise ValueError(f"{path}: not a numerical reference of schema {SCHEMA}")
     wl = doc.get("workload")
-    fields = set(Workload.__dataclass_fields__)
+    fields = set(NumericsWorkload.__dataclass_fields__)
     if not isinstance(wl, dict) or set(wl) != fields:
         raise ValueError(f"{path}: its workload must name exactly {', '.join(sorted(fields))}")
     try:
-        workload = Workload(**wl)
+        workload = NumericsWorkload(**wl)
         scored = tuple(nm.Scored.from_json(r) for r in doc.get("positions") or [])
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None

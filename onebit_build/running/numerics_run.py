@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from onebit_build.core.errors import SmokeError
-from onebit_build.core.numerics_spec import NumericsSpec
+from onebit_build.spec.numerics_spec import NumericsSpec
 from onebit_build.running import numerics as nm
 from onebit_build.running import server as srvmod
 from onebit_build.running.devices import CPU_DEVICE
 from onebit_build.running.gguf import block_count
-from onebit_build.running.numerics_ref import NumericsReference, Workload
+from onebit_build.running.numerics_ref import NumericsReference, NumericsWorkload
 from onebit_build.running.server_args import ServerSpec
 from onebit_build.running.smoke_checks import SmokeCheck
 
@@ -163,7 +163,7 @@ class Runner:
 
 
 def judged(device: str, level: str, run: ScoreRun | None, base: tuple[nm.Scored, ...] | None,
-           budget: nm.Budget, against: str) -> tuple[SmokeCheck, nm.Figures | None]:
+           budget: nm.NumericsBudget, against: str) -> tuple[SmokeCheck, nm.Figures | None]:
     """The check of one run against its base. Pure."""
     name = "numerics" if level == "cpu" else f"numerics:{level}"
     where = "" if level == "cpu" else f" at {level} offload (-ngl {run.layers if run else '?'})"
@@ -189,11 +189,11 @@ def judged(device: str, level: str, run: ScoreRun | None, base: tuple[nm.Scored,
     return SmokeCheck(name=name, device=device, passed=not missed, summary=summary, evidence=evidence), fig
 
 
-def budget_of(spec) -> nm.Budget:
-    return nm.Budget(kld_mean=spec.kld_mean, kld_p99=spec.kld_p99, ppl_ratio=spec.ppl_ratio, top1=spec.top1)
+def budget_of(spec) -> nm.NumericsBudget:
+    return nm.NumericsBudget(kld_mean=spec.kld_mean, kld_p99=spec.kld_p99, ppl_ratio=spec.ppl_ratio, top1=spec.top1)
 
 
-def run_numerics(runner: Runner, *, devices: tuple[str, ...], text: str, workload: Workload,
+def run_numerics(runner: Runner, *, devices: tuple[str, ...], text: str, workload: NumericsWorkload,
                  reference: NumericsReference | None, reference_note: str) -> NumericsResult:
     """The CPU run (against ``reference``), then every other device at each offload level
     (against the CPU run). Never raises for a failed run: it is a failed check."""
@@ -243,8 +243,8 @@ def _timed(check: SmokeCheck, seconds: float) -> SmokeCheck:
     return replace(check, seconds=seconds)
 
 
-def _cpu_check(cpu: ScoreRun, wl: Workload, reference: NumericsReference | None, note: str, budget: nm.Budget,
-               figures: list[tuple[str, str, nm.Figures]]) -> SmokeCheck:
+def _cpu_check(cpu: ScoreRun, wl: NumericsWorkload, reference: NumericsReference | None, note: str,
+               budget: nm.NumericsBudget, figures: list[tuple[str, str, nm.Figures]]) -> SmokeCheck:
     ppl = nm.perplexity(cpu.scored)
     if reference is None:
         return _timed(SmokeCheck(
@@ -272,7 +272,7 @@ class NumericsPlan:
     ``note`` saying why, when there is none)."""
 
     text: str
-    workload: Workload
+    workload: NumericsWorkload
     reference: NumericsReference | None
     note: str = ""
 

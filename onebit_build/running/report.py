@@ -11,7 +11,7 @@ from typing import Any
 from onebit_build import __version__
 
 from onebit_build.core import ui
-from onebit_build.core.config import Recipe
+from onebit_build.spec.recipe import Recipe
 from onebit_build.core.fsutil import atomic_write_text, write_state
 from onebit_build.running.measure import Sample
 from onebit_build.running import numerics as nm

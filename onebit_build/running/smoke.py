@@ -24,15 +24,15 @@ from onebit_build.running import server as srvmod
 from onebit_build.running.server_args import ServerSpec
 from onebit_build.running.devices import missing_devices
 from onebit_build.core import ui
-from onebit_build.core.config import PromptCheck, Recipe, SmokeSpec
+from onebit_build.spec.recipe import PromptCheck, Recipe, SmokeSpec
 from onebit_build.core.errors import SmokeError
-from onebit_build.core.model_spec import served_name
+from onebit_build.spec.model_spec import served_name
 from onebit_build.core.names import label_part
 from onebit_build.running.measure import Completion, Sample
 from onebit_build.running.model import ModelFile
 from onebit_build.running.numerics_run import NumericsPlan, NumericsResult, smoke_numerics
 from onebit_build.running.offload import check_offload
-from onebit_build.running.speed_ref import SpeedReference, pick, smoke_workload
+from onebit_build.running.speed_baseline import SpeedReference, pick, smoke_workload
 from onebit_build.running.stream import STREAM_MAX_TOKENS, stream_check
 from onebit_build.running.smoke_checks import (
     CHAT_MIN_TOKENS,

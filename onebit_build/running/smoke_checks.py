@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from onebit_build.core.config import PromptCheck
+from onebit_build.spec.recipe import PromptCheck
 from onebit_build.running import server as srvmod
 from onebit_build.running.devices import missing_devices
 from onebit_build.running.measure import (Completion, Sample, Stat, answer_contains, decode_stat, prompt_stat,
@@ -46,7 +46,7 @@ class Speed:
     reference_tok_s: float | None = None  # only a reference measured on this same workload
     tolerance: float = 0.25
     on_par: bool | None = None  # None without a reference or without a valid figure
-    workload: dict[str, Any] | None = None  # what was measured (speed_ref.Workload.to_dict())
+    workload: dict[str, Any] | None = None  # what was measured (speed_baseline.SpeedWorkload.to_dict())
     reference_note: str = ""  # which reference was used, or why none was
     first_token_s: float | None = None  # the streamed chat's time to its first token, when it passed
 

@@ -24,7 +24,7 @@ import importlib
 
 # name -> the submodule that defines it
 _WHERE = {
-    "Expectation": "judge", "Step": "judge", "Verdict": "judge", "judge_answer": "judge",
+    "Expectation": "judge", "Step": "judge", "BenchVerdict": "judge", "judge_answer": "judge",
     "steps_from_probs": "judge",
     "Build": "plan", "Config": "plan", "Prompt": "plan", "Variant": "plan", "completion_body": "plan",
     "load_expectations": "plan", "load_prompts": "plan", "make_variants": "plan", "parse_build": "plan",

@@ -59,7 +59,7 @@ def divergence(text: str, expected: str) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Verdict:
+class BenchVerdict:
     """Whether one timed answer counts."""
 
     valid: bool
@@ -76,33 +76,34 @@ def first_difference(got: tuple[int, ...], steps: tuple[Step, ...]) -> int | Non
 
 
 def judge_answer(answer: Completion, *, expected: Expectation | None, tokens: int,
-                 tie_margin: float = DEFAULTS.tie_margin) -> Verdict:
+                 tie_margin: float = DEFAULTS.tie_margin) -> BenchVerdict:
     """Verdict on one timed answer. It must have generated ``tokens`` tokens with usable
     timings, and its text must start with the expected prefix; where it does not, the
     divergence is excused only at a near tie: the first differing token is the baseline's
     runner-up there, and the baseline's margin was below ``tie_margin``."""
     problem = timing_problem(answer, tokens)
     if problem:
-        return Verdict(valid=False, why=problem)
+        return BenchVerdict(valid=False, why=problem)
     if expected is None:
-        return Verdict(valid=False, why="no reference answer (the baseline's first round gave none for this prompt)")
+        return BenchVerdict(valid=False,
+                            why="no reference answer (the baseline's first round gave none for this prompt)")
     if answer_starts_with(answer.text, expected.text):
-        return Verdict(valid=True)
+        return BenchVerdict(valid=True)
     why = divergence(answer.text, expected.text)
     got = answer.tokens
     if not expected.steps or got is None:
-        return Verdict(valid=False, why=why)
+        return BenchVerdict(valid=False, why=why)
     at = first_difference(got, expected.steps)
     if at is None:
-        return Verdict(valid=False, why=why)
+        return BenchVerdict(valid=False, why=why)
     st = expected.steps[at]
     if st.margin is None:
-        return Verdict(valid=False, why=f"{why} (token {at})")
+        return BenchVerdict(valid=False, why=f"{why} (token {at})")
     if got[at] == st.runner_up and st.margin < tie_margin:
-        return Verdict(valid=True, note=f"near tie at token {at}: took {st.runner_up_text!r} over {st.text!r} "
+        return BenchVerdict(valid=True, note=f"near tie at token {at}: took {st.runner_up_text!r} over {st.text!r} "
                                         f"(baseline margin {st.margin:.3f})")
     taken = "the baseline's runner-up" if got[at] == st.runner_up else "not even the baseline's runner-up"
-    return Verdict(valid=False, why=f"{why} (token {at}, {taken}; baseline margin there {st.margin:.3f}, ties are "
+    return BenchVerdict(valid=False, why=f"{why} (token {at}, {taken}; baseline margin there {st.margin:.3f}, ties are "
                                     f"excused below {tie_margin:g})")
 
 

@@ -18,7 +18,7 @@ from onebit_build.core.errors import ConfigError
 from onebit_build.core.fsutil import StateError, read_state
 from onebit_build.core.names import is_label, label_part
 from onebit_build.core.safepath import FILE_OR_FOLDER, check_kind, read_named
-from onebit_build.core.yamlnode import yaml_problem
+from onebit_build.spec.yamlnode import yaml_problem
 from onebit_build.running import server as srvmod
 from onebit_build.running.devices import CPU_DEVICE, missing_devices
 from onebit_build.running.bench.judge import Expectation, Step
