@@ -120,9 +120,9 @@ def _not_verified(manifest: Manifest, ref: Reference, results: tuple[SetComparis
         cause = "no object explains it" if not recompiled else "the recompiled objects match neither side"
         remedy = "rebuild without the compiler cache and compare: onebit-build verify --rebuild"
     shown = f"; {reports(manifest, ref, bad, recompiled, place)}" if place is not None else ""
+    detail = f"NOT VERIFIED against {ref.path.name}: {what}; {cache_served(manifest)}; {cause}{shown}"
     return BuildVerdict(status="not-verified", reference=str(ref.path), results=results, recompiled=recompiled,
-                        detail=f"NOT VERIFIED against {ref.path.name}: {what}; {cache_served(manifest)}; {cause}{shown}",
-                        remedy=remedy)
+                        detail=detail, remedy=remedy)
 
 
 def reports(manifest: Manifest, ref: Reference, bad: SetComparison, recompiled: tuple[Recompiled, ...],
