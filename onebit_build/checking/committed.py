@@ -137,7 +137,9 @@ def reports(manifest: Manifest, ref: Reference, bad: SetComparison, recompiled: 
         found = next((Path(o.path) for c in manifest.components for o in c.outputs if o.name == name), None)
         lines.append(what_differs(found, expected, name, place))
     kept = place.folder / "recompiled"
-    redone = next((r for r in recompiled if r.fresh and (kept / r.name).is_file()), None)
+    # Only an object whose fresh bytes differ from the build's has two sides here (a poisoned one);
+    # a drifted one's other side is the reference's machine.
+    redone = next((r for r in recompiled if r.fresh and r.fresh != r.cached and (kept / r.name).is_file()), None)
     if redone is not None:
         build_dir = next(Path(c.build_dir) for c in manifest.components if redone.name in c.objects)
         lines.append(line_of(show(build_dir / redone.name, kept / redone.name, place.folder, stem_of(redone.name)),
