@@ -52,10 +52,32 @@ def test_the_list_is_package_names_only():
     assert set(NEEDED.values()) <= set(names)
 
 
+def after_checkout(workflow: Path) -> str:
+    """The run: scripts of a workflow's jobs that come after the checkout (before it, the list
+    cannot be read: a container job first installs what the checkout needs)."""
+    import yaml
+
+    out = []
+    for job in yaml.safe_load(workflow.read_text())["jobs"].values():
+        steps = job.get("steps", [])
+        first = next((i for i, st in enumerate(steps) if str(st.get("uses", "")).startswith("actions/checkout@")), 0)
+        out += [str(st["run"]) for st in steps[first:] if "run" in st]
+    return "\n".join(out)
+
+
 @pytest.mark.parametrize("where", ["bootstrap.sh", ".github/workflows/ci.yml"])
 def test_every_setup_installs_the_list_with_the_same_command(where):
-    text = (REPO / where).read_text()
+    text = (REPO / where).read_text() if where.endswith(".sh") else after_checkout(REPO / where)
     assert install_lines(text) == [INSTALL], f"{where}: {install_lines(text)}"
+
+
+def test_before_the_checkout_only_what_the_checkout_needs_is_installed():
+    import yaml
+
+    steps = yaml.safe_load((REPO / ".github" / "workflows" / "ci.yml").read_text())["jobs"]["debian"]["steps"]
+    assert "actions/checkout@" in steps[1]["uses"]
+    (line,) = install_lines(str(steps[0]["run"]))
+    assert line.split("--no-install-recommends")[1].split() == ["git", "ca-certificates", "sudo"], line
 
 
 def test_the_readme_and_ci_set_up_through_the_script():
