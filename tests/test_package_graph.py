@@ -124,3 +124,19 @@ def test_the_artifact_kinds_a_recipe_may_name_are_the_collected_ones():
     from onebit_build.spec.recipe import KNOWN_COLLECTORS
 
     assert set(KINDS) == set(KNOWN_COLLECTORS)
+
+
+def test_the_stages_are_entered_from_job_run_alone():
+    """The stage order and the choice between the binary cache and a build have one owner:
+    only job/run.py calls a stage (``*_stage``) or the pull (``from_binary_cache``)."""
+    entries = {"fetch_stage", "patch_stage", "build_stage", "verify_stage", "smoke_stage", "from_binary_cache"}
+    callers = []
+    for name, path in modules().items():
+        if name == f"{TOP}.job.run":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if called in entries:
+                    callers.append(f"{name}: {called}")
+    assert not callers, f"stages entered outside job/run.py: {callers}"

@@ -41,6 +41,12 @@ def reference_file(folder: Path, manifest: Manifest) -> Path:
     return folder / f"{reference_name(fingerprint(manifest))}.json"
 
 
+def recipe_folder_files(references: Path) -> list[Path]:
+    """Every committed JSON file in a recipe's folder under the project's ``references/`` (the
+    artifact references and the smoke's speed file), of every recipe, in order."""
+    return sorted(references.glob("*/*.json"))
+
+
 def speed_file(folder: Path) -> Path:
     """The smoke speeds adopted for a recipe (``verify-run --adopt``). Pure."""
     return folder / SPEED_FILE

@@ -45,11 +45,13 @@ def run(opts, project, cmd: Command) -> int:
     """Build if needed, then write a reference, rebuild and compare, or compare with a reference."""
     from onebit_build.commands._job import needs
     from onebit_build.job.job import open_job
-    from onebit_build.job.run import build_part
+    from onebit_build.job.run import build_part, run as run_job
     from onebit_build.workflows.verify import verify_command
 
     own = opts.own
     with open_job(opts.settings, project, needs(cmd, opts), label=opts.label) as j:
+        if own.reference is None and own.write_reference is None and not own.rebuild:
+            return run_job(j, Stage.VERIFY).exit_code  # the default job's verify stage
         built = build_part(j)
         assert built is not None  # build_part stops early only when asked to
         return verify_command(j, built, reference=own.reference, write_to=own.write_reference, rebuild=own.rebuild)

@@ -161,6 +161,7 @@ def check_speed_options(vo: VerifyRunFlags) -> None:
 def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
     """Everything the user gave is checked first; then, holding the workspace and the bench
     lock, build the recipe, compare, and give the verdict."""
+    from onebit_build.checking.references import speed_file
     from onebit_build.core import ui
     from onebit_build.job.job import Needs, load_for, open_job
     from onebit_build.running.bench import BenchLock, load_prompts
@@ -180,7 +181,7 @@ def run(opts: Options, project: ProjectRoot, cmd: Command) -> int:
                   "artifacts for this toolchain'"
                   f" -- {rel}")
     if "adopted " in out.adopted:
-        ui.result(f"  commit the speed references too: {project.references / job.recipe.name / 'smoke-speed.json'}")
+        ui.result(f"  commit the speed references too: {speed_file(job.references)}")
     return out.verdict.exit_code
 
 

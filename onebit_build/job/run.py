@@ -94,3 +94,9 @@ def build_part(job: Job, until: Stage = Stage.BUILD, binary_cache: BinaryCacheRe
         source = recipe.component(req.cxx_standard.component).source
         check_before_build(recipe, job.pins, job.workspace, planned=planned, tree=trees[source].path)
     return build_stage(job, fetched, trees, downloaded=downloaded, started=started, key=key)
+
+
+def smoke_part(job: Job, built: Built, *, verified: dict) -> int:
+    """The smoke stage on a build in hand whose verdict the caller gives (a pin move's gates
+    judge the build by a rebuild, not by the committed reference); its exit code."""
+    return smoke_stage(job, server=server_of(built.builds, job.recipe), manifest_file=built.manifest, verified=verified)

@@ -28,7 +28,7 @@ from pathlib import Path
 from onebit_build.checking.manifest import latest_path, load_manifest
 from onebit_build.sources.patch import list_patches
 from onebit_build.sources.reapply import Reapplied, ReapplyRequest, reapply
-from onebit_build.checking.references import fingerprint, reference_name, write_reference
+from onebit_build.checking.references import recipe_folder, recipe_folder_files, reference_file, write_reference
 from onebit_build.core import ui
 from onebit_build.core.errors import ConfigError, OnebitError, PatchError, SmokeError
 from onebit_build.core.fsutil import atomic_write_bytes, replace_files, sha256_file
@@ -38,7 +38,7 @@ from onebit_build.spec.pins_edit import PinMove, check_moved, moved_text
 from onebit_build.core.project import CHECKOUT, ProjectRoot
 from onebit_build.job.build import Built, server_of
 from onebit_build.job.fetch import run_fetch
-from onebit_build.job.run import build_part
+from onebit_build.job.run import build_part, smoke_part
 from onebit_build.workflows.bump_report import BumpRecord, gate, patch_table, write_report
 from onebit_build.job.job import Job, load_pins_and_recipe
 from onebit_build.job.plan import plan_of
@@ -219,7 +219,6 @@ def staged_job(job: Job, record: BumpRecord) -> Job:
 
 
 def _build_verify_smoke(job: Job, record: BumpRecord) -> tuple[Job, Built]:
-    from onebit_build.job.smoke import smoke_stage
     from onebit_build.workflows.verify import rebuild_and_compare
 
     with gate(record, "build") as g:
@@ -230,12 +229,11 @@ def _build_verify_smoke(job: Job, record: BumpRecord) -> tuple[Job, Built]:
     with gate(record, "verify") as g:
         rebuild_and_compare(new_job, built)
         manifest = load_manifest(built.manifest)
-        ref = new_job.project.references / new_job.recipe.name / f"{reference_name(fingerprint(manifest))}.json"
+        ref = reference_file(new_job.references, manifest)
         write_reference(ref, manifest)
         g.note = f"reproducible without the compiler cache; reference {ref.name}"
     with gate(record, "smoke") as g:
-        code = smoke_stage(new_job, server=server_of(built.builds, new_job.recipe), manifest_file=built.manifest,
-                           verified={"status": "reproducible", "reference": ref.name})
+        code = smoke_part(new_job, built, verified={"status": "reproducible", "reference": ref.name})
         record.links["smoke report"] = "new/report.md"
         if code != 0:
             raise SmokeError("the new build failed its smoke test", hint=f"see {new_job.run_dir / 'report.md'}")
@@ -279,9 +277,9 @@ def write_all(job: Job, new_job: Job, record: BumpRecord, built: Built) -> list[
     for r in record.reapplied:
         for name, data in r.changed.items():
             changes[project.patches / r.source / name] = data
-    ref_dir = Path(job.recipe.name)
-    ref = reference_name(fingerprint(load_manifest(built.manifest))) + ".json"
-    changes[project.references / ref_dir / ref] = (staged.references / ref_dir / ref).read_bytes()
+    manifest = load_manifest(built.manifest)
+    staged_ref = reference_file(recipe_folder(staged.references, job.recipe.name), manifest)
+    changes[reference_file(recipe_folder(project.references, job.recipe.name), manifest)] = staged_ref.read_bytes()
     replace_files(changes)
     record.stale_references = stale_references(project, record)
     return [str(p.relative_to(project.path)) for p in changes]
@@ -291,7 +289,7 @@ def stale_references(project: ProjectRoot, record: BumpRecord) -> list[str]:
     """Committed references (of any recipe) that still name a moved source's old commit."""
     old = {m.name: record.old[m.name].commit for m in record.moves}
     out = []
-    for path in sorted(project.references.glob("*/*.json")):
+    for path in recipe_folder_files(project.references):
         try:
             sources = json.loads(path.read_text(encoding="utf-8")).get("sources") or []
         except (OSError, ValueError, AttributeError):

@@ -1,6 +1,7 @@
-"""``verify``: the build against a reference: the committed one of its toolchain (as the default
-job's verify stage), one given, a reference written from it, or a second build of the same
-configuration at other paths without the compiler cache (``--rebuild``)."""
+"""``verify`` beyond the job's verify stage (which compares the build with the committed
+reference of its toolchain): the build against a reference given, a reference written from
+it, or a second build of the same configuration at other paths without the compiler cache
+(``--rebuild``)."""
 
 from __future__ import annotations
 
@@ -20,22 +21,19 @@ from onebit_build.core.gitops import Git
 from onebit_build.core.workspace import Workspace
 from onebit_build.job.build import Built, run_build, write_manifests
 from onebit_build.job.job import Job
-from onebit_build.job.verify import verify_stage
 from onebit_build.spec.recipe import Recipe
 
 
 def verify_command(job: Job, built: Built, *, reference: Path | None, write_to: Path | None, rebuild: bool) -> int:
-    """``verify``: write a reference, rebuild and compare, compare with a given reference, or
-    (by default) the same check as the default job's verify stage."""
+    """``verify`` asked for more than the verify stage: write a reference, rebuild and compare,
+    or compare with a given reference."""
     manifest = load_manifest(built.manifest)
     if write_to is not None:
         ui.info(f"wrote reference {write_reference(write_to, manifest)}")
         return 0
     if rebuild:
         return rebuild_and_compare(job, built)
-    if reference is None:
-        verify_stage(job, built.manifest)
-        return 0
+    assert reference is not None  # without any of the three, the command runs the job's verify stage
     ref = load_reference(reference)
     results = verify_against(manifest, ref, with_outputs=True)
     ui.info(f"compared with {ref.path}:")
