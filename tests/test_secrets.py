@@ -242,3 +242,26 @@ def test_a_secret_file_others_can_read_is_warned_about_as_a_signing_key_is(tmp_p
         err = capsys.readouterr().err
         assert (f"warning: {origin} {f} can be read by other users (mode {mode:o}): chmod 600 it" in err) is warned, err
         assert KEY not in err and "dist-token" not in err
+
+
+def test_serve_judges_the_port_after_the_double_dash_as_its_own(tmp_path):
+    """``serve -- --port Q`` listens on Q (the last one given): Q is the port probed before the
+    build, so a Q in use is refused at once, naming Q; a Q that is no port is refused too."""
+    import socket
+
+    from onebit_build.commands.serve import options
+    from onebit_build.running.ports import free_port
+
+    flags = options({"port": 8080, "server_args": ["--", "-t", "2", "--port", "9001", "--port=9002"]})
+    assert flags.port == 9002 and flags.extra == ("-t", "2")
+    port = free_port("127.0.0.1")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen(1)
+        out = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--offline", "serve", "--", "--port", str(port),
+                      timeout=120)
+    assert out.returncode == 2 and f"port {port} is in use" in out.stderr, out.stderr
+    bad = run_cli(REPO, "--workspace", str(tmp_path / "ws"), "--offline", "serve", "--", "--port", "70000",
+                  timeout=120)
+    assert bad.returncode == 2 and "-- --port: '70000' is not a port" in bad.stderr, bad.stderr
+    assert not (tmp_path / "ws" / "build").exists()

@@ -46,7 +46,7 @@ class ServeFlags:
 
 
 def options(args: Mapping[str, Any]) -> ServeFlags:
-    """``serve``'s options, with a ``--host`` after ``--`` taken as its own ``--host`` (where
+    """``serve``'s options, with a ``--host`` or ``--port`` after ``--`` taken as its own (where
     llama-server would listen: the last one given), checked the same way."""
     from onebit_build.commands._options import existing
     from onebit_build.core.errors import ConfigError
@@ -71,6 +71,15 @@ def options(args: Mapping[str, Any]) -> ServeFlags:
         except ValueError as exc:
             raise ConfigError(f"-- {HOST_OPTION}: {exc}",
                               hint="give an address of this machine, e.g. 127.0.0.1") from None
+    if any(a == "--port" or a.startswith("--port=") for a in extra):  # where llama-server would listen
+        from onebit_build.running.ports import check_port
+        from onebit_build.running.server_args import take_option
+
+        extra, ports = take_option(extra, "--port")
+        try:
+            port = check_port(ports[-1])
+        except ValueError as exc:
+            raise ConfigError(f"-- --port: {exc}", hint="give one port from 1 to 65535, e.g. 8080") from None
     return ServeFlags(host=host, port=port, extra=extra, api_key_file=api_key_file)
 
 
