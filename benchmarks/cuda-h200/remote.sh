@@ -235,7 +235,7 @@ act_start() {
   if running "$s"; then log "$s is already running"; return 0; fi
   needs "$s" || return 1
   rm -f "$E/state/$s.rc" "$E/state/$s.pid" && : >"$E/logs/$s.log"
-  # A new session: the step outlives this call (the machine ends a call's other processes).
+  # A new process session (setsid): the step outlives this call (the machine ends a call's other processes).
   setsid nohup bash "$E/bin/remote.sh" __step "$s" </dev/null >/dev/null 2>&1 &
   for _ in $(seq 50); do [ -s "$E/state/$s.pid" ] && break; sleep 0.1; done
   [ -s "$E/state/$s.pid" ] || { fail "$s did not start"; return 1; }
