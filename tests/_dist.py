@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -66,6 +67,19 @@ def _answers(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def sweep_stale_namespaces() -> list[str]:
+    """Delete the namespaces a killed test run left (its ``stop`` never ran): those named
+    ``onebit-dist-<pid><2 digits>-N`` whose pid is no running process. Their veth pairs go with them."""
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    gone = []
+    for name in re.findall(r"^(onebit-dist-(\d+)\d\d-\d+)", out, re.M):
+        ns, pid = name
+        if not Path(f"/proc/{pid}").exists():
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            gone.append(ns)
+    return gone
 
 
 class DistCluster:
@@ -135,6 +149,7 @@ class DistCluster:
         log.close()
 
     def start(self) -> "DistCluster":
+        sweep_stale_namespaces()  # a killed run's leftovers, before new ones are made
         self.folder.mkdir(parents=True, exist_ok=True)
         namespaces = [self._namespace(i) for i in range(1, self.n + 1)]
         token = self._auth("generate-shared-token")
