@@ -164,3 +164,17 @@ def test_the_record_names_the_packages_that_give_this_box_the_libraries():
         version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", name], capture_output=True, text=True).stdout
         assert pkgs[name]["version"] == version and lib in pkgs[name]["libraries"], pkgs
     assert doc["highest"]["GLIBC"].startswith("GLIBC_2.")
+
+
+def test_links_in_a_system_never_lead_out_of_its_root(tmp_path):
+    """An absolute link on the way (lib64 -> /usr/lib64) is followed inside the root, and a link
+    that climbs past the root's top stays at the top: this machine's own libc is never found."""
+    root = tmp_path / "root"
+    (root / "usr" / "lib64").mkdir(parents=True)
+    (root / "lib64").symlink_to("/usr/lib64")
+    (root / "usr" / "lib64" / "libc.so.6").symlink_to("../../../../../../../../lib/x86_64-linux-gnu/libc.so.6")
+    system = System(root=root)
+    assert system._inside("/lib64/libc.so.6") == root / "lib" / "x86_64-linux-gnu" / "libc.so.6"
+    assert system.find("libc.so.6") is None
+    real = fake_root(tmp_path / "other")
+    assert System(root=real).find("libc.so.6") == real / "usr" / "lib" / "x86_64-linux-gnu" / "libc-real.so"

@@ -169,15 +169,25 @@ class System:
     cache: Mapping[str, Path] = field(default_factory=dict)  # the loader's cache ({name: path}), for "/"
 
     def _inside(self, rel: str) -> Path:
-        """``rel`` (an absolute path of the system) under the root, links followed inside it."""
-        path = Path(rel.lstrip("/"))
-        for _hop in range(40):
-            full = self.root / path
-            if not full.is_symlink():
-                return full
-            target = os.readlink(full)
-            path = Path(target.lstrip("/")) if target.startswith("/") else Path(os.path.normpath(path.parent / target))
-        return self.root / path
+        """``rel`` (an absolute path of the system) under the root, every link on the way
+        followed as that system's loader would, never out of the root (``..`` at its top stays there)."""
+        todo, done, hops = list(Path(rel).parts[1:]), [], 0
+        while todo:
+            part = todo.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                done = done[:-1]
+                continue
+            here = self.root.joinpath(*done, part)
+            if here.is_symlink() and hops < 40:
+                hops += 1
+                target = os.readlink(here)
+                done = [] if target.startswith("/") else done
+                todo = [p for p in Path(target).parts if p != "/"] + todo
+                continue
+            done.append(part)
+        return self.root.joinpath(*done)
 
     def folders(self) -> list[str]:
         """The loader's folders: those ``etc/ld.so.conf`` names (and the files it includes), then the usual ones."""
